@@ -1,0 +1,66 @@
+// Test helpers (see test_util.h).
+#include "testing/test_util.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+namespace vlm::testing {
+
+Tensor random_normal(const Shape& shape, uint64_t seed, float std) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  Philox rng(seed);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = rng.normal() * std;
+  return t;
+}
+
+Tensor random_uniform(const Shape& shape, uint64_t seed, float lo, float hi) {
+  Tensor t = Tensor::empty(shape, DType::f32);
+  Philox rng(seed);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = lo + (hi - lo) * rng.uniform();
+  return t;
+}
+
+::testing::AssertionResult all_close(const Tensor& actual_in, const Tensor& expected_in, double rtol, double atol) {
+  if (actual_in.shape() != expected_in.shape())
+    return ::testing::AssertionFailure() << "shape " << actual_in.shape().to_string() << " vs "
+                                         << expected_in.shape().to_string();
+  Tensor a = actual_in.to(Device::cpu()), e = expected_in.to(Device::cpu());
+  double max_abs = 0, max_rel = 0;
+  int64_t first_bad = -1;
+  double bad_a = 0, bad_e = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    double x = a.item_f32(i), y = e.item_f32(i);
+    double err = std::fabs(x - y);
+    bool finite = std::isfinite(x) && std::isfinite(y);
+    if (finite) {
+      max_abs = std::max(max_abs, err);
+      max_rel = std::max(max_rel, err / std::max(std::fabs(y), 1e-12));
+    }
+    if (!finite || !(err <= atol + rtol * std::fabs(y))) {
+      if (first_bad < 0) {
+        first_bad = i;
+        bad_a = x;
+        bad_e = y;
+      }
+    }
+  }
+  if (first_bad < 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "first bad index " << first_bad << ": actual " << bad_a << " expected "
+                                       << bad_e << "; max abs err " << max_abs << ", max rel err " << max_rel
+                                       << " (rtol " << rtol << ", atol " << atol << ")";
+}
+
+std::string scratch_dir(const std::string& name) {
+  namespace fs = std::filesystem;
+  fs::path p = fs::temp_directory_path() / ("vlm_test_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+}  // namespace vlm::testing

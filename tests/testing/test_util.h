@@ -1,0 +1,25 @@
+// Shared test helpers: random tensors, element-wise comparison that fails on NaN and reports the first bad index,
+// and a scratch directory per test.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/philox.h"
+#include "core/tensor.h"
+
+namespace vlm::testing {
+
+// f32 CPU tensor with N(0, std^2) entries from Philox(seed).
+Tensor random_normal(const Shape& shape, uint64_t seed, float std = 1.f);
+Tensor random_uniform(const Shape& shape, uint64_t seed, float lo, float hi);
+
+// Compares element-wise: passes when |a - b| <= atol + rtol * |b| for every element and no element is NaN/inf in
+// either. On failure, the message holds max-abs error, max-rel error and the first bad index.
+::testing::AssertionResult all_close(const Tensor& actual, const Tensor& expected, double rtol, double atol);
+
+// A fresh empty directory under the build's temp area, removed when the test's process exits.
+std::string scratch_dir(const std::string& name);
+
+}  // namespace vlm::testing
