@@ -1,0 +1,84 @@
+// Building blocks with explicit forward/backward: Linear, LayerNorm, RMSNorm and multi-head self-attention
+// (GQA, optional RoPE, causal or not) over packed variable-length sequences.
+// Gradient contract for every backward here: returns the input gradient (fresh tensor, "overwrite"), and
+// ACCUMULATES (+=) into the grads of its parameters when they are trainable (frozen ones are left untouched).
+#pragma once
+
+#include <string>
+
+#include "model/parameters.h"
+
+namespace vlm {
+
+// Where the packed sequences start and end, shared by every attention layer of one forward pass.
+struct SeqInfo {
+  Tensor cu_seqlens;   // i32 [B+1]
+  int max_seqlen = 0;
+  Tensor positions;    // i32 [T], position of each token within its sequence (for RoPE); may be undefined
+};
+
+struct Linear {
+  Param* w = nullptr;  // [out, in]
+  Param* b = nullptr;  // [out] or null
+  static Linear create(ParameterStore& store, const std::string& prefix, ParamGroup group, int in, int out,
+                       bool bias, Device device);
+  int in_features() const { return static_cast<int>(w->value.dim(1)); }
+  int out_features() const { return static_cast<int>(w->value.dim(0)); }
+  Tensor forward(const Tensor& x) const;  // x [T, in] -> [T, out]
+  // Returns dx [T, in] when need_dx (else an undefined tensor).
+  Tensor backward(const Tensor& dy, const Tensor& x, bool need_dx) const;
+};
+
+struct LayerNorm {
+  Param* w = nullptr;
+  Param* b = nullptr;
+  float eps = 1e-6f;
+  struct Saved {
+    Tensor mean, rstd;
+  };
+  static LayerNorm create(ParameterStore& store, const std::string& prefix, ParamGroup group, int dim, float eps,
+                          Device device);
+  Tensor forward(const Tensor& x, Saved& saved) const;
+  Tensor backward(const Tensor& dy, const Tensor& x, const Saved& saved) const;
+};
+
+struct RMSNorm {
+  Param* w = nullptr;
+  float eps = 1e-5f;
+  struct Saved {
+    Tensor rstd;
+  };
+  static RMSNorm create(ParameterStore& store, const std::string& prefix, ParamGroup group, int dim, float eps,
+                        Device device);
+  Tensor forward(const Tensor& x, Saved& saved) const;
+  Tensor backward(const Tensor& dy, const Tensor& x, const Saved& saved) const;
+};
+
+struct AttentionShape {
+  int heads = 1;
+  int kv_heads = 1;
+  int head_dim = 1;
+  bool causal = false;
+  bool rope = false;
+  float rope_theta = 10000.f;
+};
+
+// q/k/v/o projections around ops::attention. Names follow HF: {prefix}.q_proj, k_proj, v_proj, and the output
+// projection named by `out_name` ("o_proj" for Llama, "out_proj" for SigLIP).
+struct SelfAttention {
+  Linear q, k, v, o;
+  AttentionShape shape;
+  struct Saved {
+    Tensor q, k, v, out, lse;  // q/k after RoPE; [T, H, D]
+  };
+  static SelfAttention create(ParameterStore& store, const std::string& prefix, const std::string& out_name,
+                              ParamGroup group, int hidden, const AttentionShape& shape, bool qkv_bias, bool out_bias,
+                              Device device);
+  Tensor forward(const Tensor& x, const SeqInfo& seq, Saved& saved) const;  // x [T, hidden]
+  Tensor backward(const Tensor& dy, const Tensor& x, const SeqInfo& seq, const Saved& saved) const;
+};
+
+// A new f32 tensor on the device of `like`.
+Tensor new_like(const Shape& shape, const Tensor& like);
+
+}  // namespace vlm

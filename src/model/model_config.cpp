@@ -1,0 +1,84 @@
+// Model presets, option declarations and validation.
+#include "model/model_config.h"
+
+#include <cmath>
+
+namespace vlm {
+
+Status apply_model_preset(const std::string& name, ModelConfig& c) {
+  ModelConfig fresh;
+  if (name == "tiny") {
+    c = fresh;
+  } else if (name == "nanovlm-222m") {
+    c = fresh;
+    c.vision = {224, 16, 3, 768, 12, 12, 3072, 1e-6f};
+    c.projector = {2, 0};  // 196 patches -> 49 tokens
+    c.text.vocab_size = 49152;
+    c.text.hidden = 576;
+    c.text.layers = 30;
+    c.text.heads = 9;
+    c.text.kv_heads = 3;
+    c.text.intermediate = 1536;
+    c.text.rope_theta = 100000.f;
+    c.text.rms_eps = 1e-5f;
+    c.text.tie_embeddings = true;
+    c.text.max_seq_len = 8192;
+  } else {
+    return invalid_argument("unknown model preset '" + name + "' (known: tiny, nanovlm-222m)");
+  }
+  c.preset = name;
+  return Status();
+}
+
+void add_model_options(OptionSet& o, ModelConfig& c) {
+  o.add("model.preset", &c.preset, "shape preset the other model.* keys start from",
+        one_of({"tiny", "nanovlm-222m"}));
+  o.add("model.init_std", &c.init_std, "std of the normal init of weights", positive<float>());
+  o.add("model.vision.image_size", &c.vision.image_size, "input image side in pixels", positive<int>());
+  o.add("model.vision.patch_size", &c.vision.patch_size, "ViT patch side in pixels", positive<int>());
+  o.add("model.vision.hidden", &c.vision.hidden, "ViT width", positive<int>());
+  o.add("model.vision.layers", &c.vision.layers, "ViT blocks", positive<int>());
+  o.add("model.vision.heads", &c.vision.heads, "ViT attention heads", positive<int>());
+  o.add("model.vision.mlp_hidden", &c.vision.mlp_hidden, "ViT MLP width", positive<int>());
+  o.add("model.vision.ln_eps", &c.vision.ln_eps, "ViT LayerNorm epsilon", positive<float>());
+  o.add("model.projector.pixel_shuffle", &c.projector.pixel_shuffle, "pixel shuffle factor r", positive<int>());
+  o.add("model.projector.mlp_hidden", &c.projector.mlp_hidden, "projector MLP width (0 = one linear layer)",
+        non_negative<int>());
+  o.add("model.text.vocab_size", &c.text.vocab_size, "vocabulary size (must cover the tokenizer)", positive<int>());
+  o.add("model.text.hidden", &c.text.hidden, "decoder width", positive<int>());
+  o.add("model.text.layers", &c.text.layers, "decoder blocks", positive<int>());
+  o.add("model.text.heads", &c.text.heads, "decoder query heads", positive<int>());
+  o.add("model.text.kv_heads", &c.text.kv_heads, "decoder key/value heads (GQA)", positive<int>());
+  o.add("model.text.intermediate", &c.text.intermediate, "SwiGLU hidden width", positive<int>());
+  o.add("model.text.rope_theta", &c.text.rope_theta, "RoPE base", positive<float>());
+  o.add("model.text.rms_eps", &c.text.rms_eps, "RMSNorm epsilon", positive<float>());
+  o.add("model.text.qkv_bias", &c.text.qkv_bias, "bias on q/k/v projections (Qwen2)");
+  o.add("model.text.tie_embeddings", &c.text.tie_embeddings, "share the input embedding with the LM head");
+  o.add("model.text.max_seq_len", &c.text.max_seq_len, "longest sequence (tokens incl. image tokens)",
+        positive<int>());
+}
+
+Status validate_model_config(const ModelConfig& c) {
+  const auto& v = c.vision;
+  if (v.image_size % v.patch_size != 0)
+    return invalid_argument(str("model.vision.image_size (", v.image_size, ") must be a multiple of patch_size (",
+                                v.patch_size, ")"));
+  if (v.hidden % v.heads != 0)
+    return invalid_argument(str("model.vision.hidden (", v.hidden, ") must be divisible by heads (", v.heads, ")"));
+  const int grid = v.image_size / v.patch_size;
+  if (grid % c.projector.pixel_shuffle != 0)
+    return invalid_argument(str("model.projector.pixel_shuffle (", c.projector.pixel_shuffle,
+                                ") must divide the patch grid side (", grid, ")"));
+  const auto& t = c.text;
+  if (t.hidden % t.heads != 0)
+    return invalid_argument(str("model.text.hidden (", t.hidden, ") must be divisible by heads (", t.heads, ")"));
+  if (t.heads % t.kv_heads != 0)
+    return invalid_argument(str("model.text.heads (", t.heads, ") must be a multiple of kv_heads (", t.kv_heads, ")"));
+  if (t.head_dim() % 2 != 0) return invalid_argument("model.text head dim must be even for RoPE");
+  if (c.image_tokens() >= t.max_seq_len)
+    return invalid_argument(str("model.text.max_seq_len (", t.max_seq_len, ") must exceed the image tokens (",
+                                c.image_tokens(), ")"));
+  return Status();
+}
+
+}  // namespace vlm

@@ -1,0 +1,62 @@
+// Shapes of the VLM family: a SigLIP-style ViT, a pixel-shuffle projector and a Llama-family decoder.
+// Presets: "tiny" (trains on a laptop CPU in minutes), "nanovlm-222m" (SigLIP-B/16-224 + SmolLM2-135M shape).
+#pragma once
+
+#include <string>
+
+#include "core/options.h"
+
+namespace vlm {
+
+struct VisionConfig {
+  int image_size = 64;
+  int patch_size = 8;
+  int channels = 3;
+  int hidden = 128;
+  int layers = 4;
+  int heads = 4;
+  int mlp_hidden = 512;
+  float ln_eps = 1e-6f;
+  int n_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
+  int head_dim() const { return hidden / heads; }
+};
+
+struct ProjectorConfig {
+  int pixel_shuffle = 2;   // factor r: r*r neighbouring patches are concatenated into one token
+  int mlp_hidden = 0;      // 0: a single linear layer (nanoVLM / Idefics3); > 0: Linear-GELU-Linear
+};
+
+struct TextConfig {
+  int vocab_size = 512;
+  int hidden = 128;
+  int layers = 4;
+  int heads = 4;
+  int kv_heads = 2;
+  int intermediate = 384;
+  float rope_theta = 10000.f;
+  float rms_eps = 1e-5f;
+  bool qkv_bias = false;       // Qwen2 style
+  bool tie_embeddings = true;  // SmolLM2 style
+  int max_seq_len = 512;
+  int head_dim() const { return hidden / heads; }
+};
+
+struct ModelConfig {
+  std::string preset = "tiny";
+  VisionConfig vision;
+  ProjectorConfig projector;
+  TextConfig text;
+  float init_std = 0.02f;
+
+  // Image tokens each image contributes to the text sequence.
+  int image_tokens() const { return vision.n_patches() / (projector.pixel_shuffle * projector.pixel_shuffle); }
+};
+
+// Sets every field of `config` to the named preset. Unknown names are an invalid_argument listing the presets.
+Status apply_model_preset(const std::string& name, ModelConfig& config);
+// Declares every model option (model.vision.hidden, ...) on `options`.
+void add_model_options(OptionSet& options, ModelConfig& config);
+// Cross-field checks (divisibility, GQA ratio, grid sizes); errors name the field.
+Status validate_model_config(const ModelConfig& config);
+
+}  // namespace vlm

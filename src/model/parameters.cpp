@@ -1,0 +1,112 @@
+// ParameterStore: creation, init, safetensors save/load.
+#include "model/parameters.h"
+
+#include "core/logging.h"
+#include "kernels/ops.h"
+
+namespace vlm {
+
+const char* param_group_name(ParamGroup group) {
+  switch (group) {
+    case ParamGroup::vision: return "vision";
+    case ParamGroup::projector: return "projector";
+    case ParamGroup::text: return "text";
+  }
+  return "?";
+}
+
+Expected<ParamGroup> parse_param_group(const std::string& name) {
+  if (name == "vision") return ParamGroup::vision;
+  if (name == "projector") return ParamGroup::projector;
+  if (name == "text") return ParamGroup::text;
+  return invalid_argument("unknown model part '" + name + "' (vision, projector, text)");
+}
+
+Param* ParameterStore::add(const std::string& name, ParamGroup group, const Shape& shape, bool decay, Device device) {
+  VLM_CHECK(!by_name_.count(name), "parameter '", name, "' added twice");
+  params_.push_back(Param{name, group, Tensor::zeros(shape, DType::f32, device), Tensor::zeros(shape, DType::f32, device),
+                          decay, true});
+  Param* p = &params_.back();
+  by_name_[name] = p;
+  return p;
+}
+
+Param* ParameterStore::find(const std::string& name) {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+const Param* ParameterStore::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+int64_t ParameterStore::numel(bool trainable_only) const {
+  int64_t n = 0;
+  for (const auto& p : params_)
+    if (!trainable_only || p.trainable) n += p.value.numel();
+  return n;
+}
+
+void ParameterStore::zero_grads() {
+  for (auto& p : params_) p.grad.zero_();
+}
+
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+bool is_norm_weight(const std::string& name) {
+  return name.find("norm") != std::string::npos && ends_with(name, ".weight");
+}
+}  // namespace
+
+void ParameterStore::init_normal(uint64_t seed, float std) {
+  uint64_t index = 0;
+  for (auto& p : params_) {
+    Tensor host = Tensor::empty(p.value.shape(), DType::f32);
+    float* x = host.data<float>();
+    const int64_t n = host.numel();
+    if (ends_with(p.name, ".bias")) {
+      for (int64_t i = 0; i < n; ++i) x[i] = 0.f;
+    } else if (is_norm_weight(p.name)) {
+      for (int64_t i = 0; i < n; ++i) x[i] = 1.f;
+    } else {
+      Philox rng(seed, index);
+      for (int64_t i = 0; i < n; ++i) x[i] = rng.normal() * std;
+    }
+    p.value.copy_from(host);
+    ++index;
+  }
+}
+
+Status ParameterStore::save(const std::string& path, const std::map<std::string, std::string>& metadata) const {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& p : params_) tensors.emplace_back(p.name, p.value);
+  return safetensors_save(path, tensors, metadata);
+}
+
+Status ParameterStore::load(const std::string& path, bool allow_missing) {
+  VLM_ASSIGN_OR_RETURN(SafetensorsFile file, safetensors_load(path));
+  int missing = 0;
+  for (auto& p : params_) {
+    auto it = file.tensors.find(p.name);
+    if (it == file.tensors.end()) {
+      if (!allow_missing) return not_found(path + ": tensor '" + p.name + "' is missing");
+      ++missing;
+      continue;
+    }
+    Tensor t = it->second;
+    if (t.shape() != p.value.shape())
+      return invalid_argument(path + ": tensor '" + p.name + "' has shape " + t.shape().to_string() + ", model expects " +
+                              p.value.shape().to_string());
+    if (t.dtype() != DType::f32) t = t.to(DType::f32);
+    p.value.copy_from(t);
+  }
+  for (const auto& [name, t] : file.tensors)
+    if (!by_name_.count(name) && !allow_missing)
+      return invalid_argument(path + ": tensor '" + name + "' does not belong to this model");
+  if (missing) VLM_WARN(path, ": ", missing, " parameters missing, kept their initial values");
+  return Status();
+}
+
+}  // namespace vlm

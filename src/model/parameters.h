@@ -1,0 +1,55 @@
+// Named model parameters (Hugging Face tensor names) with their gradients, grouped by model part so the trainer
+// can freeze parts and give them their own learning rates.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/philox.h"
+#include "core/safetensors.h"
+#include "core/tensor.h"
+
+namespace vlm {
+
+enum class ParamGroup { vision, projector, text };
+const char* param_group_name(ParamGroup group);
+Expected<ParamGroup> parse_param_group(const std::string& name);
+
+struct Param {
+  std::string name;   // e.g. "model.text_model.layers.0.self_attn.q_proj.weight"
+  ParamGroup group;
+  Tensor value;       // f32 master weights
+  Tensor grad;        // same shape; accumulated by backward passes
+  bool decay = true;  // weight decay applies (false for norms, biases and embeddings of positions)
+  bool trainable = true;
+};
+
+class ParameterStore {
+ public:
+  // Creates a parameter; pointers stay valid for the store's lifetime.
+  Param* add(const std::string& name, ParamGroup group, const Shape& shape, bool decay, Device device);
+  Param* find(const std::string& name);
+  const Param* find(const std::string& name) const;
+  std::deque<Param>& all() { return params_; }
+  const std::deque<Param>& all() const { return params_; }
+  int64_t numel(bool trainable_only = false) const;
+
+  void zero_grads();
+  // Initialization: weights ~ N(0, std^2) from one Philox stream per parameter (seeded by (seed, index)), so the
+  // result does not depend on thread count or on which parameters exist after it. Norm weights = 1, biases = 0.
+  void init_normal(uint64_t seed, float std);
+
+  // Model weights as safetensors with the parameters' names. Shared (tied) tensors are written once.
+  Status save(const std::string& path, const std::map<std::string, std::string>& metadata = {}) const;
+  // Loads values by name. Missing or extra names and shape mismatches are errors naming the tensor, unless
+  // `allow_missing` (then missing ones keep their current values; the count is logged).
+  Status load(const std::string& path, bool allow_missing = false);
+
+ private:
+  std::deque<Param> params_;
+  std::map<std::string, Param*> by_name_;
+};
+
+}  // namespace vlm

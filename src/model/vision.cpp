@@ -1,0 +1,94 @@
+// VisionTransformer forward/backward.
+#include "model/vision.h"
+
+#include "kernels/ops.h"
+
+namespace vlm {
+
+VisionTransformer::VisionTransformer(ParameterStore& store, const VisionConfig& c, Device device) : config_(c) {
+  const std::string root = "model.vision_model.";
+  const ParamGroup g = ParamGroup::vision;
+  patch_w_ = store.add(root + "embeddings.patch_embedding.weight", g, {c.hidden, c.channels, c.patch_size, c.patch_size},
+                       true, device);
+  patch_b_ = store.add(root + "embeddings.patch_embedding.bias", g, {c.hidden}, false, device);
+  pos_ = store.add(root + "embeddings.position_embedding.weight", g, {c.n_patches(), c.hidden}, false, device);
+  AttentionShape shape{c.heads, c.heads, c.head_dim(), /*causal=*/false, /*rope=*/false, 0.f};
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string p = root + "encoder.layers." + std::to_string(i) + ".";
+    Block b;
+    b.ln1 = LayerNorm::create(store, p + "layer_norm1", g, c.hidden, c.ln_eps, device);
+    b.attn = SelfAttention::create(store, p + "self_attn", "out_proj", g, c.hidden, shape, true, true, device);
+    b.ln2 = LayerNorm::create(store, p + "layer_norm2", g, c.hidden, c.ln_eps, device);
+    b.fc1 = Linear::create(store, p + "mlp.fc1", g, c.hidden, c.mlp_hidden, true, device);
+    b.fc2 = Linear::create(store, p + "mlp.fc2", g, c.mlp_hidden, c.hidden, true, device);
+    blocks_.push_back(b);
+  }
+  post_ln_ = LayerNorm::create(store, root + "post_layernorm", g, c.hidden, c.ln_eps, device);
+}
+
+Tensor VisionTransformer::forward(const Tensor& images, Saved& s) const {
+  const int64_t N = images.dim(0);
+  const int P = config_.n_patches(), D = config_.hidden;
+  const int64_t T = N * P;
+  const int64_t K = static_cast<int64_t>(config_.channels) * config_.patch_size * config_.patch_size;
+  s.patches = new_like({T, K}, images);
+  ops::image_to_patches(s.patches, images, config_.patch_size);
+  Tensor x = new_like({T, D}, images);
+  ops::linear_forward(x, s.patches, patch_w_->value.view({D, K}), patch_b_->value);
+  ops::add_rows_broadcast(x, pos_->value);
+
+  // Every image is one sequence of P patches.
+  std::vector<int32_t> cu(static_cast<size_t>(N + 1));
+  for (int64_t i = 0; i <= N; ++i) cu[static_cast<size_t>(i)] = static_cast<int32_t>(i * P);
+  s.seq.cu_seqlens = Tensor::from_vector(cu, {N + 1}).to(images.device());
+  s.seq.max_seqlen = P;
+
+  s.blocks.assign(blocks_.size(), {});
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Block& b = blocks_[i];
+    BlockSaved& bs = s.blocks[i];
+    bs.x = x;
+    bs.ln1_out = b.ln1.forward(x, bs.ln1);
+    Tensor attn = b.attn.forward(bs.ln1_out, s.seq, bs.attn);
+    bs.h = new_like(x.shape(), x);
+    ops::add(bs.h, x, attn);
+    bs.ln2_out = b.ln2.forward(bs.h, bs.ln2);
+    bs.fc1_out = b.fc1.forward(bs.ln2_out);
+    bs.act_out = new_like(bs.fc1_out.shape(), x);
+    ops::gelu_tanh_forward(bs.act_out, bs.fc1_out);
+    Tensor mlp = b.fc2.forward(bs.act_out);
+    x = new_like(x.shape(), x);
+    ops::add(x, bs.h, mlp);
+  }
+  s.pre_final = x;
+  return post_ln_.forward(x, s.final_ln);
+}
+
+void VisionTransformer::backward(const Tensor& dfeatures, const Saved& s) const {
+  Tensor dx = post_ln_.backward(dfeatures, s.pre_final, s.final_ln);
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    const Block& b = blocks_[i];
+    const BlockSaved& bs = s.blocks[i];
+    // out = h + fc2(gelu(fc1(ln2(h))))
+    Tensor d_act = b.fc2.backward(dx, bs.act_out, true);
+    Tensor d_fc1 = new_like(bs.fc1_out.shape(), dx);
+    ops::gelu_tanh_backward(d_fc1, d_act, bs.fc1_out);
+    Tensor d_ln2 = b.fc1.backward(d_fc1, bs.ln2_out, true);
+    Tensor dh = b.ln2.backward(d_ln2, bs.h, bs.ln2);
+    ops::add_inplace(dh, dx);
+    // h = x + attn(ln1(x))
+    Tensor d_ln1 = b.attn.backward(dh, bs.ln1_out, s.seq, bs.attn);
+    dx = b.ln1.backward(d_ln1, bs.x, bs.ln1);
+    ops::add_inplace(dx, dh);
+  }
+  // x0 = patches @ W^T + b + pos
+  if (pos_->trainable) ops::add_rows_broadcast_backward(pos_->grad, dx);
+  const int D = config_.hidden;
+  const int64_t K = s.patches.dim(1);
+  Tensor no_dx;
+  Tensor dw = patch_w_->trainable ? patch_w_->grad.view({D, K}) : Tensor();
+  Tensor db = patch_b_->trainable ? patch_b_->grad : Tensor();
+  ops::linear_backward(no_dx, dw, db, dx, s.patches, patch_w_->value.view({D, K}));
+}
+
+}  // namespace vlm

@@ -1,0 +1,50 @@
+// SigLIP-style vision transformer: patch embedding (conv as GEMM), learned positions, pre-LN blocks with GELU-tanh
+// MLPs, no CLS token, a final LayerNorm. Tensor names follow Hugging Face SmolVLM/Idefics3
+// ("model.vision_model.encoder.layers.N.self_attn.q_proj.weight", ...).
+#pragma once
+
+#include <vector>
+
+#include "model/layers.h"
+#include "model/model_config.h"
+
+namespace vlm {
+
+class VisionTransformer {
+ public:
+  struct BlockSaved {
+    Tensor x;  // block input (residual stream)
+    LayerNorm::Saved ln1, ln2;
+    Tensor ln1_out, h, ln2_out, fc1_out, act_out;
+    SelfAttention::Saved attn;
+  };
+  struct Saved {
+    Tensor patches;  // [N*P, C*p*p]
+    std::vector<BlockSaved> blocks;
+    Tensor pre_final;  // input of post_layernorm
+    LayerNorm::Saved final_ln;
+    SeqInfo seq;
+  };
+
+  VisionTransformer(ParameterStore& store, const VisionConfig& config, Device device);
+
+  // images [N, C, H, W] (normalized) -> features [N * P, hidden].
+  Tensor forward(const Tensor& images, Saved& saved) const;
+  // dfeatures [N * P, hidden] -> accumulates parameter grads (no image gradient is produced).
+  void backward(const Tensor& dfeatures, const Saved& saved) const;
+
+ private:
+  struct Block {
+    LayerNorm ln1, ln2;
+    SelfAttention attn;
+    Linear fc1, fc2;
+  };
+  VisionConfig config_;
+  Param* patch_w_ = nullptr;  // [D, C, p, p]
+  Param* patch_b_ = nullptr;  // [D]
+  Param* pos_ = nullptr;      // [P, D]
+  std::vector<Block> blocks_;
+  LayerNorm post_ln_;
+};
+
+}  // namespace vlm

@@ -1,0 +1,122 @@
+// VlmModel: composition of the parts, the loss, and the pieces generation needs.
+#include "model/vlm.h"
+
+#include "kernels/ops.h"
+
+namespace vlm {
+
+namespace {
+constexpr int kIgnore = -100;
+
+bool group_trainable(const ParameterStore& store, ParamGroup g) {
+  for (const auto& p : store.all())
+    if (p.group == g && p.trainable) return true;
+  return false;
+}
+
+SeqInfo seq_info(const VlmInputs& in) { return SeqInfo{in.cu_seqlens, in.max_seqlen, in.positions}; }
+}  // namespace
+
+VlmModel::VlmModel(const ModelConfig& config, Device device) : config_(config), device_(device) {
+  VLM_CHECK(validate_model_config(config).ok(), validate_model_config(config).message());
+  vision_ = std::make_unique<VisionTransformer>(params_, config.vision, device);
+  projector_ = std::make_unique<Projector>(params_, config, device);
+  text_ = std::make_unique<TextDecoder>(params_, config.text, device);
+}
+
+Tensor VlmModel::embed_with_images(const VlmInputs& in, const Tensor& image_tokens) const {
+  Tensor x0 = text_->embed(in.tokens);
+  if (image_tokens.defined() && image_tokens.numel() > 0) {
+    VLM_CHECK(image_tokens.dim(0) == in.image_rows.dim(0), "image tokens ", image_tokens.describe(),
+              " do not match image_rows ", in.image_rows.describe());
+    ops::scatter_rows(x0, image_tokens, in.image_rows);
+  }
+  return x0;
+}
+
+Tensor VlmModel::encode_images(const Tensor& images) {
+  VisionTransformer::Saved vs;
+  Projector::Saved ps;
+  return projector_->forward(vision_->forward(images, vs), ps);
+}
+
+StepLoss VlmModel::forward_loss(const VlmInputs& in) {
+  Tensor image_tokens = in.images.defined() && in.images.numel() > 0 ? encode_images(in.images) : Tensor();
+  Tensor x0 = embed_with_images(in, image_tokens);
+  TextDecoder::Saved ts;
+  Tensor hidden = text_->forward(x0, seq_info(in), ts);
+  StepLoss out;
+  const int64_t R = in.loss_rows.numel();
+  if (R == 0) return out;
+  Tensor hsel = new_like({R, hidden.dim(1)}, hidden);
+  ops::gather_rows(hsel, hidden, in.loss_rows);
+  Tensor logits = text_->lm_head().forward(hsel);
+  Tensor losses = new_like({R}, hidden);
+  ops::cross_entropy_forward(losses, logits, in.loss_targets, kIgnore);
+  Tensor host = losses.to(Device::cpu());
+  for (int64_t i = 0; i < R; ++i) out.loss_sum += host.data<float>()[i];
+  out.tokens = R;
+  return out;
+}
+
+StepLoss VlmModel::forward_backward(const VlmInputs& in, float grad_scale) {
+  const bool has_images = in.images.defined() && in.images.numel() > 0;
+  const bool train_vision = group_trainable(params_, ParamGroup::vision);
+  const bool train_projector = group_trainable(params_, ParamGroup::projector);
+
+  VisionTransformer::Saved vs;
+  Projector::Saved ps;
+  Tensor features, image_tokens;
+  if (has_images) {
+    features = vision_->forward(in.images, vs);
+    image_tokens = projector_->forward(features, ps);
+  }
+  Tensor x0 = embed_with_images(in, image_tokens);
+  TextDecoder::Saved ts;
+  const SeqInfo seq = seq_info(in);
+  Tensor hidden = text_->forward(x0, seq, ts);
+
+  StepLoss out;
+  const int64_t R = in.loss_rows.numel();
+  if (R == 0) return out;
+  Tensor hsel = new_like({R, hidden.dim(1)}, hidden);
+  ops::gather_rows(hsel, hidden, in.loss_rows);
+  Tensor logits = text_->lm_head().forward(hsel);
+  Tensor losses = new_like({R}, hidden);
+  ops::cross_entropy_forward(losses, logits, in.loss_targets, kIgnore);
+  Tensor host = losses.to(Device::cpu());
+  for (int64_t i = 0; i < R; ++i) out.loss_sum += host.data<float>()[i];
+  out.tokens = R;
+
+  // Backward. dlogits overwrites logits (they are not needed any more).
+  ops::cross_entropy_backward(logits, logits, in.loss_targets, grad_scale, kIgnore);
+  Tensor dhsel = text_->lm_head().backward(logits, hsel, true);
+  Tensor dhidden = Tensor::zeros(hidden.shape(), DType::f32, hidden.device());
+  ops::scatter_rows(dhidden, dhsel, in.loss_rows);
+  Tensor dx0 = text_->backward(dhidden, seq, ts);
+  Tensor dimage;
+  if (has_images) {
+    dimage = new_like({in.image_rows.numel(), dx0.dim(1)}, dx0);
+    ops::gather_rows(dimage, dx0, in.image_rows);
+    // The placeholder embeddings were replaced in the forward: they get no gradient.
+    Tensor zeros = Tensor::zeros(dimage.shape(), DType::f32, dx0.device());
+    ops::scatter_rows(dx0, zeros, in.image_rows);
+  }
+  text_->embed_backward(dx0, in.tokens);
+  if (has_images && (train_projector || train_vision)) {
+    Tensor dfeatures = projector_->backward(dimage, ps, train_vision);
+    if (train_vision) vision_->backward(dfeatures, vs);
+  }
+  return out;
+}
+
+Tensor VlmModel::logits_at_rows(const VlmInputs& in, const Tensor& image_tokens, const Tensor& rows) {
+  Tensor x0 = embed_with_images(in, image_tokens);
+  TextDecoder::Saved ts;
+  Tensor hidden = text_->forward(x0, seq_info(in), ts);
+  Tensor hsel = new_like({rows.numel(), hidden.dim(1)}, hidden);
+  ops::gather_rows(hsel, hidden, rows);
+  return text_->lm_head().forward(hsel);
+}
+
+}  // namespace vlm

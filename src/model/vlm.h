@@ -1,0 +1,65 @@
+// The VLM: vision transformer -> projector -> image tokens spliced into the text embeddings at the rows of the
+// `<image>` placeholders -> Llama decoder -> LM head and cross-entropy on the target rows only.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/model_config.h"
+#include "model/parameters.h"
+#include "model/projector.h"
+#include "model/text_decoder.h"
+#include "model/vision.h"
+
+namespace vlm {
+
+// One packed batch on the model's device. Sequences lie back to back in `tokens`.
+struct VlmInputs {
+  Tensor images;        // f32 [N, C, H, W], normalized; N may be 0
+  Tensor tokens;        // i32 [T]; rows in image_rows hold the placeholder id (their embedding is replaced)
+  Tensor positions;     // i32 [T] position within the sequence
+  Tensor cu_seqlens;    // i32 [B+1]
+  int max_seqlen = 0;
+  Tensor image_rows;    // i32 [N * image_tokens]: rows receiving image tokens, image after image
+  Tensor loss_rows;     // i32 [R]: rows whose next token is a target
+  Tensor loss_targets;  // i32 [R]: the target token of each loss row
+};
+
+struct StepLoss {
+  double loss_sum = 0;  // sum of per-token losses
+  int64_t tokens = 0;   // target tokens counted
+  double mean() const { return tokens ? loss_sum / static_cast<double>(tokens) : 0.0; }
+};
+
+class VlmModel {
+ public:
+  VlmModel(const ModelConfig& config, Device device);
+
+  ParameterStore& params() { return params_; }
+  const ParameterStore& params() const { return params_; }
+  const ModelConfig& config() const { return config_; }
+  Device device() const { return device_; }
+
+  // Forward + backward. Parameter grads += d(loss_sum * grad_scale)/dθ, where loss_sum is the sum of the per-token
+  // losses (so grad_scale = 1 / total target tokens of the optimizer step gives a mean). Returns the loss sum.
+  StepLoss forward_backward(const VlmInputs& in, float grad_scale);
+  // Forward only.
+  StepLoss forward_loss(const VlmInputs& in);
+
+  // Image tokens for generation: images [N, C, H, W] -> [N * image_tokens, text hidden].
+  Tensor encode_images(const Tensor& images);
+  // Logits [R, V] at `rows` (i32 [R]) for packed tokens whose image rows are filled from `image_tokens`.
+  Tensor logits_at_rows(const VlmInputs& in, const Tensor& image_tokens, const Tensor& rows);
+
+ private:
+  Tensor embed_with_images(const VlmInputs& in, const Tensor& image_tokens) const;
+
+  ModelConfig config_;
+  Device device_;
+  ParameterStore params_;
+  std::unique_ptr<VisionTransformer> vision_;
+  std::unique_ptr<Projector> projector_;
+  std::unique_ptr<TextDecoder> text_;
+};
+
+}  // namespace vlm

@@ -1,0 +1,74 @@
+// Model presets and validation messages; parameter names follow Hugging Face.
+#include <gtest/gtest.h>
+
+#include "model/vlm.h"
+#include "testing/test_util.h"
+
+namespace vlm {
+namespace {
+
+TEST(ModelConfig, PresetsValidate) {
+  ModelConfig c;
+  ASSERT_TRUE(apply_model_preset("nanovlm-222m", c).ok());
+  EXPECT_TRUE(validate_model_config(c).ok());
+  EXPECT_EQ(c.image_tokens(), 49);
+  EXPECT_FALSE(apply_model_preset("giant", c).ok());
+}
+
+TEST(ModelConfig, BadShapesNameTheField) {
+  ModelConfig c;
+  c.text.kv_heads = 3;
+  EXPECT_NE(validate_model_config(c).message().find("model.text.heads"), std::string::npos);
+  c = ModelConfig();
+  c.projector.pixel_shuffle = 3;
+  EXPECT_NE(validate_model_config(c).message().find("pixel_shuffle"), std::string::npos);
+  c = ModelConfig();
+  c.vision.patch_size = 7;
+  EXPECT_NE(validate_model_config(c).message().find("model.vision.image_size"), std::string::npos);
+}
+
+TEST(ModelConfig, Nanovlm222mHasTheExpectedParameterCount) {
+  // SigLIP-B/16 (~86M) + SmolLM2-135M (~135M, tied) + projector (3072 x 576).
+  ModelConfig c;
+  ASSERT_TRUE(apply_model_preset("nanovlm-222m", c).ok());
+  c.text.vocab_size = 49152;
+  VlmModel m(c, Device::cpu());
+  const double n = static_cast<double>(m.params().numel());
+  EXPECT_GT(n, 215e6);
+  EXPECT_LT(n, 230e6);
+}
+
+TEST(Parameters, SaveLoadRoundTripWithHfNames) {
+  ModelConfig c;
+  c.vision = {16, 4, 3, 16, 1, 2, 32, 1e-6f};
+  c.text.vocab_size = 40;
+  c.text.hidden = 16;
+  c.text.layers = 1;
+  c.text.heads = 2;
+  c.text.kv_heads = 1;
+  c.text.intermediate = 24;
+  VlmModel a(c, Device::cpu());
+  a.params().init_normal(1, 0.02f);
+  EXPECT_NE(a.params().find("model.vision_model.encoder.layers.0.self_attn.q_proj.weight"), nullptr);
+  EXPECT_NE(a.params().find("model.connector.modality_projection.proj.weight"), nullptr);
+  EXPECT_NE(a.params().find("model.text_model.layers.0.mlp.gate_proj.weight"), nullptr);
+  EXPECT_EQ(a.params().find("lm_head.weight"), nullptr);  // tied
+  const std::string dir = testing::scratch_dir("params");
+  ASSERT_TRUE(a.params().save(dir + "/m.safetensors").ok());
+  VlmModel b(c, Device::cpu());
+  b.params().init_normal(2, 0.02f);
+  ASSERT_TRUE(b.params().load(dir + "/m.safetensors").ok());
+  for (const auto& p : a.params().all())
+    EXPECT_TRUE(testing::all_close(b.params().find(p.name)->value, p.value, 0, 0)) << p.name;
+  // A model of another shape refuses the file, naming the tensor.
+  ModelConfig other = c;
+  other.text.hidden = 32;
+  other.text.intermediate = 48;
+  VlmModel d(other, Device::cpu());
+  Status s = d.params().load(dir + "/m.safetensors");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("model."), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace vlm
