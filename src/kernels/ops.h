@@ -1,7 +1,8 @@
 // Every op vlm.cpp computes, declared once. Each has a plain CPU reference in cpu/ and (where supported) a fast
 // CUDA version in cuda/; the functions here validate shapes/dtypes at the boundary and dispatch on the device of
 // the output. Layout conventions:
-//   * activations are row-major 2-D [T, C] (T = tokens or rows, C = channels) unless stated;
+//   * activations are row-major 2-D [T, C] (T = tokens or rows, C = channels) unless stated; linear, layernorm
+//     and rmsnorm also take [..., C], flattening the leading dims into T;
 //   * linear weights use the Hugging Face layout W [out_features, in_features];
 //   * attention tensors are [T, H, D] with sequences packed back to back and delimited by cu_seqlens (i32 [B+1]).
 // Gradient contract (llm.c's): backward functions OVERWRITE (=) activation gradients (dx, dq, ...) and ACCUMULATE
@@ -43,13 +44,14 @@ void add_rows_broadcast(Tensor& x, const Tensor& pos);
 void add_rows_broadcast_backward(Tensor& dpos, const Tensor& dx);
 
 // ---- normalization (over the last dim C, rows independent) ------------------------------------------------
-// y = (x - mean) * rstd * w + b;  mean, rstd [T] are saved for the backward.
+// y = (x - mean) * rstd * w + b;  mean, rstd [T] are saved for the backward (either may be undefined when no
+// backward follows; b may be undefined: no bias).
 void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
                        float eps);
 // dx = overwrite; dw, db += .
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& mean, const Tensor& rstd);
-// y = x * rstd * w,  rstd = 1 / sqrt(mean(x^2) + eps) [T] saved.
+// y = x * rstd * w,  rstd = 1 / sqrt(mean(x^2) + eps) [T] saved (may be undefined when no backward follows).
 void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd);
 

@@ -1,0 +1,273 @@
+// The op boundary: supports(), the CUDA dispatch (no CUDA op in this build yet) and malformed calls, each of which
+// must abort with a message naming the op.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "kernel_test_util.h"
+#include "kernels/ops.h"
+
+namespace vlm::testing {
+namespace {
+
+const char* const kAllOps[] = {"matmul",
+                               "matmul_batched",
+                               "linear_forward",
+                               "linear_backward",
+                               "fill",
+                               "scale",
+                               "add",
+                               "add_inplace",
+                               "add_rows_broadcast",
+                               "add_rows_broadcast_backward",
+                               "layernorm_forward",
+                               "layernorm_backward",
+                               "rmsnorm_forward",
+                               "rmsnorm_backward",
+                               "gelu_tanh_forward",
+                               "gelu_tanh_backward",
+                               "swiglu_forward",
+                               "swiglu_backward",
+                               "rope_forward",
+                               "rope_backward",
+                               "attention_forward",
+                               "attention_backward",
+                               "cross_entropy_forward",
+                               "cross_entropy_backward",
+                               "embedding_forward",
+                               "embedding_backward",
+                               "image_to_patches",
+                               "image_to_patches_backward",
+                               "pixel_shuffle_forward",
+                               "pixel_shuffle_backward",
+                               "scatter_rows",
+                               "gather_rows",
+                               "adamw_step",
+                               "sum_of_squares"};
+
+TEST(Dispatch, SupportsEveryOpOnCpuAndNoneOnCudaYet) {
+  for (const char* op : kAllOps) {
+    EXPECT_TRUE(ops::supports(op, Device::cpu())) << op;
+    EXPECT_FALSE(ops::supports(op, Device::cuda(0))) << op;
+  }
+  EXPECT_FALSE(ops::supports("no_such_op", Device::cpu()));
+  EXPECT_FALSE(ops::supports("", Device::cpu()));
+}
+
+// A CUDA tensor that is never dereferenced: the boundary must refuse it before touching memory. Each gets its own
+// address so the aliasing checks see distinct tensors.
+Tensor fake_cuda(const Shape& shape, DType dtype = DType::f32) {
+  static float dummy[64];
+  static int next = 0;
+  return Tensor::borrow(&dummy[next++ % 64], shape, dtype, Device::cuda(0), nullptr);
+}
+
+TEST(Dispatch, CudaTensorsAbortUntilACudaOpExists) {
+  use_threadsafe_death_tests();
+  Tensor x = fake_cuda({4, 8}), y = fake_cuda({4, 8}), w = fake_cuda({8}), stats = fake_cuda({4});
+  EXPECT_DEATH(ops::fill(x, 1.f), "ops::fill: no CUDA implementation in this build yet");
+  EXPECT_DEATH(ops::add(y, x, x), "ops::add: no CUDA implementation in this build yet");
+  Tensor out = fake_cuda({4, 4});
+  EXPECT_DEATH(ops::matmul(out, x, y, false, true), "ops::matmul: no CUDA implementation in this build yet");
+  EXPECT_DEATH(ops::rmsnorm_forward(y, stats, x, w, 1e-5f), "ops::rmsnorm_forward: no CUDA implementation");
+  Tensor q = fake_cuda({5, 2, 4}), lse = fake_cuda({2, 5}), cu = fake_cuda({2}, DType::i32);
+  EXPECT_DEATH(ops::attention_forward(q, lse, q, q, q, cu, cu, 5, 5, 0.5f, true),
+               "ops::attention_forward: no CUDA implementation in this build yet");
+  EXPECT_DEATH(ops::sum_of_squares({x}), "ops::sum_of_squares: no CUDA implementation");
+  // Mixed devices are a shape/device error, not a dispatch.
+  Tensor cpu_x = Tensor::zeros({4, 8}, DType::f32);
+  EXPECT_DEATH(ops::add(y, cpu_x, x), "ops::add: a is f32\\[4, 8\\] cpu, expected device cuda:0");
+}
+
+struct Misuse {
+  const char* op;
+  std::function<void()> call;
+};
+
+TEST(Dispatch, MalformedCallsAbortNamingTheOp) {
+  use_threadsafe_death_tests();
+  auto f32 = [](const Shape& s) { return Tensor::zeros(s, DType::f32); };
+  auto i32 = [](const Shape& s) { return Tensor::zeros(s, DType::i32); };
+  Tensor none;
+  const std::vector<Misuse> cases = {
+      {"matmul",
+       [&] {
+         Tensor o = f32({3, 4});
+         ops::matmul(o, f32({3, 5}), f32({6, 4}), false, false);
+       }},
+      {"matmul_batched",
+       [&] {
+         Tensor o = f32({2, 3, 4});
+         ops::matmul_batched(o, f32({3, 3, 5}), f32({2, 5, 4}), false, false);
+       }},
+      {"linear_forward",
+       [&] {
+         Tensor y = f32({3, 4});
+         ops::linear_forward(y, f32({3, 5}), f32({4, 6}), none);
+       }},
+      {"linear_backward",
+       [&] {
+         Tensor dx = f32({3, 5}), dw = f32({4, 5}), db = f32({5});
+         ops::linear_backward(dx, dw, db, f32({3, 4}), f32({3, 5}), f32({4, 5}));
+       }},
+      {"fill",
+       [&] {
+         Tensor t = i32({3});
+         ops::fill(t, 1.f);
+       }},
+      {"scale",
+       [&] {
+         Tensor t = f32({4, 4}).slice(1, 0, 2);
+         ops::scale(t, 2.f);
+       }},  // not contiguous
+      {"add",
+       [&] {
+         Tensor o = f32({3});
+         ops::add(o, f32({3}), f32({4}));
+       }},
+      {"add_inplace",
+       [&] {
+         Tensor a = f32({3});
+         ops::add_inplace(a, f32({2}));
+       }},
+      {"add_rows_broadcast",
+       [&] {
+         Tensor x = f32({10, 4});
+         ops::add_rows_broadcast(x, f32({3, 4}));
+       }},
+      {"add_rows_broadcast_backward",
+       [&] {
+         Tensor d = f32({3, 5});
+         ops::add_rows_broadcast_backward(d, f32({9, 4}));
+       }},
+      {"layernorm_forward",
+       [&] {
+         Tensor y = f32({3, 4}), m = f32({3}), r = f32({3});
+         ops::layernorm_forward(y, m, r, f32({3, 4}), f32({5}), none, 1e-5f);
+       }},
+      {"layernorm_backward",
+       [&] {
+         Tensor dx = f32({3, 4}), dw = f32({4}), db = f32({4});
+         ops::layernorm_backward(dx, dw, db, f32({3, 4}), f32({3, 4}), f32({4}), f32({2}), f32({3}));
+       }},
+      {"rmsnorm_forward",
+       [&] {
+         Tensor y = f32({3, 5}), r = f32({3});
+         ops::rmsnorm_forward(y, r, f32({3, 4}), f32({4}), 1e-5f);
+       }},
+      {"rmsnorm_backward",
+       [&] {
+         Tensor dx = f32({3, 4}), dw = f32({3});
+         ops::rmsnorm_backward(dx, dw, f32({3, 4}), f32({3, 4}), f32({4}), f32({3}));
+       }},
+      {"gelu_tanh_forward",
+       [&] {
+         Tensor y = f32({3});
+         ops::gelu_tanh_forward(y, f32({4}));
+       }},
+      {"gelu_tanh_backward",
+       [&] {
+         Tensor dx = f32({3});
+         ops::gelu_tanh_backward(dx, f32({3}), f32({2}));
+       }},
+      {"swiglu_forward",
+       [&] {
+         Tensor y = f32({3});
+         ops::swiglu_forward(y, f32({3}), f32({4}));
+       }},
+      {"swiglu_backward",
+       [&] {
+         Tensor dg = f32({3}), du = f32({5});
+         ops::swiglu_backward(dg, du, f32({3}), f32({3}), f32({3}));
+       }},
+      {"rope_forward",
+       [&] {
+         Tensor x = f32({3, 2, 5});
+         ops::rope_forward(x, i32({3}), 1e4f);
+       }},  // odd head dim
+      {"rope_backward",
+       [&] {
+         Tensor x = f32({3, 2, 4});
+         ops::rope_backward(x, i32({2}), 1e4f);
+       }},
+      {"attention_forward",
+       [&] {
+         Tensor o = f32({5, 3, 4}), l = f32({3, 5});
+         ops::attention_forward(o, l, f32({5, 3, 4}), f32({5, 2, 4}), f32({5, 2, 4}), i32({2}), i32({2}), 5, 5, 1.f,
+                                false);
+       }},
+      {"attention_backward",
+       [&] {
+         Tensor dq = f32({5, 2, 4}), dk = f32({5, 2, 4}), dv = f32({5, 2, 3});
+         ops::attention_backward(dq, dk, dv, f32({5, 2, 4}), f32({5, 2, 4}), f32({5, 2, 4}), f32({5, 2, 4}),
+                                 f32({5, 2, 4}), f32({2, 5}), i32({2}), i32({2}), 5, 5, 1.f, false);
+       }},
+      {"cross_entropy_forward",
+       [&] {
+         Tensor l = f32({3});
+         ops::cross_entropy_forward(l, f32({3, 7}), i32({4}), -100);
+       }},
+      {"cross_entropy_backward",
+       [&] {
+         Tensor d = f32({3, 6});
+         ops::cross_entropy_backward(d, f32({3, 7}), i32({3}), 1.f, -100);
+       }},
+      {"embedding_forward",
+       [&] {
+         Tensor o = f32({3, 4});
+         ops::embedding_forward(o, f32({10, 5}), i32({3}));
+       }},
+      {"embedding_backward",
+       [&] {
+         Tensor d = f32({10, 4});
+         ops::embedding_backward(d, f32({3, 4}), f32({3}));
+       }},  // ids f32
+      {"image_to_patches",
+       [&] {
+         Tensor p = f32({4, 12});
+         ops::image_to_patches(p, f32({1, 3, 5, 4}), 2);
+       }},
+      {"image_to_patches_backward",
+       [&] {
+         Tensor d = f32({1, 3, 4, 4});
+         ops::image_to_patches_backward(d, f32({4, 13}), 2);
+       }},
+      {"pixel_shuffle_forward",
+       [&] {
+         Tensor y = f32({1, 2, 12});
+         ops::pixel_shuffle_forward(y, f32({1, 8, 3}), 2);
+       }},
+      {"pixel_shuffle_backward",
+       [&] {
+         Tensor dx = f32({1, 16, 3});
+         ops::pixel_shuffle_backward(dx, f32({1, 4, 3}), 2);
+       }},
+      {"scatter_rows",
+       [&] {
+         Tensor o = f32({5, 3});
+         ops::scatter_rows(o, f32({2, 4}), i32({2}));
+       }},
+      {"gather_rows",
+       [&] {
+         Tensor o = f32({2, 3});
+         ops::gather_rows(o, f32({5, 3}), i32({3}));
+       }},
+      {"adamw_step",
+       [&] {
+         Tensor p = f32({3}), m = f32({3}), v = f32({2});
+         ops::adamw_step(p, f32({3}), m, v, {});
+       }},
+      {"sum_of_squares",
+       [&] {
+         ops::sum_of_squares({f32({3}), i32({2})});
+       }},
+  };
+  EXPECT_EQ(cases.size(), std::size(kAllOps));  // one misuse per op
+  for (const Misuse& m : cases) {
+    SCOPED_TRACE(m.op);
+    EXPECT_DEATH(m.call(), std::string("ops::") + m.op + ": ");
+  }
+}
+
+}  // namespace
+}  // namespace vlm::testing

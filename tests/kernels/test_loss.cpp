@@ -1,0 +1,103 @@
+// Cross-entropy against a float64 log-sum-exp and finite differences; ignored rows, in-place backward, bad targets.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernel_test_util.h"
+#include "kernels/ops.h"
+
+namespace vlm::testing {
+namespace {
+
+constexpr int kIgnore = -100;
+
+Doubles cross_entropy_ref(const Doubles& logits, const std::vector<int32_t>& targets, int64_t vocab) {
+  Doubles losses(targets.size(), 0.0);
+  for (size_t t = 0; t < targets.size(); ++t) {
+    if (targets[t] == kIgnore) continue;
+    const double* row = logits.data() + t * static_cast<size_t>(vocab);
+    const double m = *std::max_element(row, row + vocab);
+    double z = 0;
+    for (int64_t v = 0; v < vocab; ++v) z += std::exp(row[v] - m);
+    losses[t] = m + std::log(z) - row[targets[t]];
+  }
+  return losses;
+}
+
+std::vector<int32_t> make_targets(int64_t rows, int64_t vocab, uint64_t seed) {
+  Philox rng(seed);
+  std::vector<int32_t> targets(static_cast<size_t>(rows));
+  for (size_t t = 0; t < targets.size(); ++t)
+    targets[t] = (t % 3 == 1) ? kIgnore : static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(vocab)));
+  return targets;
+}
+
+struct LossCase {
+  int64_t rows, vocab;
+  float spread;  // std of the logits
+};
+const LossCase kCases[] = {{1, 1, 1.f}, {3, 17, 1.f}, {17, 33, 5.f}, {4, 1000, 2.f}, {64, 129, 30.f}};
+
+TEST(CrossEntropy, ForwardMatchesFloat64Reference) {
+  uint64_t seed = 1;
+  for (const LossCase& c : kCases) {
+    SCOPED_TRACE(::testing::Message() << c.rows << "x" << c.vocab);
+    Tensor logits = random_normal({c.rows, c.vocab}, seed++, c.spread);
+    const std::vector<int32_t> targets = make_targets(c.rows, c.vocab, seed++);
+    Tensor losses = nan_tensor({c.rows});
+    ops::cross_entropy_forward(losses, logits, i32_tensor(targets), kIgnore);
+    const Doubles expect = cross_entropy_ref(to_doubles(logits), targets, c.vocab);
+    EXPECT_TRUE(all_close(losses, from_doubles(expect, losses.shape()), 1e-5, 1e-5));
+    for (size_t t = 0; t < targets.size(); ++t) {
+      if (targets[t] == kIgnore) {
+        EXPECT_EQ(losses.data<float>()[t], 0.f);
+      }
+    }
+  }
+}
+
+TEST(CrossEntropy, StableForLargeLogits) {
+  // exp(1000) overflows f32 and f64 alike: only a max-subtracted implementation stays finite.
+  Tensor logits = random_normal({5, 50}, 7, 3.f);
+  for (int64_t i = 0; i < logits.numel(); ++i) logits.data<float>()[i] += (i % 2 ? 1000.f : -1000.f) + 500.f;
+  const std::vector<int32_t> targets = {0, 1, 49, 2, kIgnore};
+  Tensor losses = nan_tensor({5}), dlogits = nan_tensor({5, 50});
+  ops::cross_entropy_forward(losses, logits, i32_tensor(targets), kIgnore);
+  ops::cross_entropy_backward(dlogits, logits, i32_tensor(targets), 1.f, kIgnore);
+  EXPECT_TRUE(all_close(losses, from_doubles(cross_entropy_ref(to_doubles(logits), targets, 50), {5}), 1e-4, 1e-3));
+  EXPECT_TRUE(all_close(dlogits, dlogits, 0, 0));  // all finite
+}
+
+TEST(CrossEntropy, BackwardMatchesFiniteDifferencesAndMayAliasLogits) {
+  uint64_t seed = 100;
+  for (const LossCase& c : kCases) {
+    if (c.rows * c.vocab > 600) continue;
+    SCOPED_TRACE(::testing::Message() << c.rows << "x" << c.vocab);
+    Tensor logits = random_normal({c.rows, c.vocab}, seed++, c.spread);
+    const std::vector<int32_t> targets = make_targets(c.rows, c.vocab, seed++);
+    const float dloss = 0.37f;
+    // Objective: dloss * sum_t losses[t].
+    const RefFn ref = [&](const std::vector<Doubles>& v) { return cross_entropy_ref(v[0], targets, c.vocab); };
+    const Doubles g = numeric_grad(ref, {to_doubles(logits)}, 0, Doubles(static_cast<size_t>(c.rows), dloss));
+    Tensor dlogits = nan_tensor(logits.shape());
+    ops::cross_entropy_backward(dlogits, logits, i32_tensor(targets), dloss, kIgnore);
+    EXPECT_TRUE(all_close(dlogits, from_doubles(g, logits.shape()), 1e-4, 1e-5));
+
+    Tensor in_place = logits.clone();
+    ops::cross_entropy_backward(in_place, in_place, i32_tensor(targets), dloss, kIgnore);
+    EXPECT_TRUE(bitwise_equal(in_place, dlogits));
+  }
+}
+
+TEST(CrossEntropy, TargetOutOfRangeAbortsNamingTheRow) {
+  use_threadsafe_death_tests();
+  Tensor logits = random_normal({3, 4}, 1), losses = nan_tensor({3}), dlogits = nan_tensor({3, 4});
+  EXPECT_DEATH(ops::cross_entropy_forward(losses, logits, i32_tensor({0, 4, 1}), kIgnore),
+               "ops::cross_entropy_forward: targets\\[1\\] = 4 is outside \\[0, 4\\)");
+  EXPECT_DEATH(ops::cross_entropy_backward(dlogits, logits, i32_tensor({0, 1, -1}), 1.f, kIgnore),
+               "ops::cross_entropy_backward: targets\\[2\\] = -1");
+}
+
+}  // namespace
+}  // namespace vlm::testing
