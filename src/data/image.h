@@ -1,0 +1,60 @@
+// 8-bit RGB images and their codecs: JPEG (libjpeg-turbo), PNG (libpng), WebP (libwebp).
+// Decoding sniffs the magic bytes (the extension is only a hint for messages: mislabelled files are common in web
+// data), reads the header first and rejects images over `max_pixels` before any pixel memory is allocated.
+// Every output is 8-bit RGB: gray and palette are expanded, 16-bit is scaled to 8-bit, alpha is composited over
+// white, CMYK JPEGs (Adobe, inverted) are converted. Errors name the format and the reason.
+// All functions are thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace vlm {
+
+// Row-major HWC, 3 channels, 8 bits each: rgb[(y * width + x) * 3 + c].
+struct Image {
+  int width = 0, height = 0;
+  std::vector<uint8_t> rgb;
+
+  Image() = default;
+  Image(int w, int h) : width(w), height(h), rgb(static_cast<size_t>(w) * static_cast<size_t>(h) * 3) {}
+  uint8_t* pixel(int x, int y) { return rgb.data() + (static_cast<size_t>(y) * width + x) * 3; }
+  const uint8_t* pixel(int x, int y) const { return rgb.data() + (static_cast<size_t>(y) * width + x) * 3; }
+};
+
+enum class ImageFormat { unknown, jpeg, png, webp };
+const char* image_format_name(ImageFormat format);  // "jpeg", "png", "webp", "unknown"
+ImageFormat sniff_image_format(const uint8_t* data, size_t size);
+
+struct ImageInfo {
+  ImageFormat format = ImageFormat::unknown;
+  int width = 0, height = 0;
+};
+
+struct ImageDecodeOptions {
+  uint64_t max_pixels = 64ull << 20;  // width * height above this is rejected from the header (decompression bombs)
+};
+
+// Reads only the header: format and size.
+Expected<ImageInfo> read_image_info(const uint8_t* data, size_t size);
+Expected<Image> decode_image(const uint8_t* data, size_t size, std::string_view ext_hint = {},
+                             const ImageDecodeOptions& options = {});
+inline Expected<Image> decode_image(const std::vector<uint8_t>& bytes, std::string_view ext_hint = {},
+                                    const ImageDecodeOptions& options = {}) {
+  return decode_image(bytes.data(), bytes.size(), ext_hint, options);
+}
+
+enum class ChromaSubsampling { s444, s422, s420 };
+// quality 1..100.
+Expected<std::vector<uint8_t>> encode_jpeg(const Image& image, int quality = 90,
+                                           ChromaSubsampling subsampling = ChromaSubsampling::s420);
+// Lossless 8-bit RGB PNG; compression_level 0..9.
+Expected<std::vector<uint8_t>> encode_png(const Image& image, int compression_level = 6);
+// quality 0..100 (lossy) or lossless.
+Expected<std::vector<uint8_t>> encode_webp(const Image& image, float quality = 90.f, bool lossless = false);
+
+}  // namespace vlm

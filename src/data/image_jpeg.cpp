@@ -1,0 +1,139 @@
+// JPEG through the TurboJPEG API of libjpeg-turbo 2.1 (Debian 12 has no tj3 API): header first, then pixels.
+// One compressor and one decompressor handle per thread.
+#include <turbojpeg.h>
+
+#include <cstring>
+#include <string>
+
+#include "core/logging.h"
+#include "data/image_codecs.h"
+
+namespace vlm::detail {
+namespace {
+
+// A per-thread handle. libjpeg-turbo 2.1 can leave a handle in a bad state after an error (a failed
+// tjDecompressHeader3 skips jpeg_abort_decompress, and warning flags persist), so any failure drops the handle and
+// the next call makes a fresh one.
+struct TjHandle {
+  bool compress;
+  tjhandle h = nullptr;
+  tjhandle get() {
+    if (!h) h = compress ? tjInitCompress() : tjInitDecompress();
+    VLM_CHECK(h != nullptr, compress ? "tjInitCompress failed" : "tjInitDecompress failed");
+    return h;
+  }
+  void reset() {
+    if (h) tjDestroy(h);
+    h = nullptr;
+  }
+  ~TjHandle() { reset(); }
+};
+
+TjHandle& decompressor() {
+  thread_local TjHandle handle{false};
+  return handle;
+}
+
+TjHandle& compressor() {
+  thread_local TjHandle handle{true};
+  return handle;
+}
+
+struct JpegHeader {
+  int width = 0, height = 0, subsamp = 0, colorspace = 0;
+};
+
+Expected<JpegHeader> read_header(TjHandle& tj, const uint8_t* data, size_t size) {
+  JpegHeader hdr;
+  tjhandle h = tj.get();
+  if (tjDecompressHeader3(h, data, static_cast<unsigned long>(size), &hdr.width, &hdr.height, &hdr.subsamp,
+                          &hdr.colorspace) != 0) {
+    Status s = parse_error(str("JPEG: bad header: ", tjGetErrorStr2(h)));
+    tj.reset();
+    return s;
+  }
+  if (hdr.width <= 0 || hdr.height <= 0) {
+    tj.reset();
+    return parse_error(str("JPEG: bad header: image size ", hdr.width, "x", hdr.height));
+  }
+  return hdr;
+}
+
+// libjpeg reports a cut-off file only as a warning (and fills the rest with gray); we reject it, as Pillow does.
+// Other warnings (extraneous bytes before a marker...) leave a usable image.
+Status decode_result(TjHandle& tj, int rc) {
+  if (rc == 0) return Status();
+  const std::string msg = tjGetErrorStr2(tj.h);
+  const bool warning = tjGetErrorCode(tj.h) == TJERR_WARNING;
+  tj.reset();
+  const bool truncated = msg.find("remature end") != std::string::npos;
+  if (warning && !truncated) {
+    VLM_DEBUG("JPEG decoded with a warning: ", msg);
+    return Status();
+  }
+  if (truncated) return parse_error(str("JPEG: truncated data (", msg, ")"));
+  return parse_error(str("JPEG: ", msg));
+}
+
+}  // namespace
+
+Expected<ImageInfo> jpeg_info(const uint8_t* data, size_t size) {
+  VLM_ASSIGN_OR_RETURN(JpegHeader hdr, read_header(decompressor(), data, size));
+  return ImageInfo{ImageFormat::jpeg, hdr.width, hdr.height};
+}
+
+Expected<Image> jpeg_decode(const uint8_t* data, size_t size, const ImageDecodeOptions& options) {
+  TjHandle& tj = decompressor();
+  VLM_ASSIGN_OR_RETURN(JpegHeader hdr, read_header(tj, data, size));
+  tjhandle h = tj.get();
+  VLM_RETURN_IF_ERROR(check_pixel_limit("JPEG", hdr.width, hdr.height, options));
+  Image img(hdr.width, hdr.height);
+  const int flags = TJFLAG_LIMITSCANS;  // refuse progressive files with absurd scan counts (a known DoS)
+  if (hdr.colorspace == TJCS_CMYK || hdr.colorspace == TJCS_YCCK) {
+    // TurboJPEG cannot convert CMYK to RGB. Files with an Adobe marker (nearly all) store inverted CMYK, so
+    // R = C' * K' / 255 with C', K' the stored values (as Pillow does).
+    std::vector<uint8_t> cmyk(static_cast<size_t>(hdr.width) * hdr.height * 4);
+    VLM_RETURN_IF_ERROR(decode_result(tj, tjDecompress2(h, data, static_cast<unsigned long>(size), cmyk.data(),
+                                                       hdr.width, 0, hdr.height, TJPF_CMYK, flags)));
+    const size_t n = static_cast<size_t>(hdr.width) * hdr.height;
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t k = cmyk[4 * i + 3];
+      for (int c = 0; c < 3; ++c) img.rgb[3 * i + c] = static_cast<uint8_t>((cmyk[4 * i + c] * k + 127) / 255);
+    }
+    return img;
+  }
+  VLM_RETURN_IF_ERROR(decode_result(tj, tjDecompress2(h, data, static_cast<unsigned long>(size), img.rgb.data(),
+                                                     hdr.width, 0, hdr.height, TJPF_RGB, flags)));
+  return img;
+}
+
+}  // namespace vlm::detail
+
+namespace vlm {
+
+Expected<std::vector<uint8_t>> encode_jpeg(const Image& image, int quality, ChromaSubsampling subsampling) {
+  if (image.width <= 0 || image.height <= 0 ||
+      image.rgb.size() != static_cast<size_t>(image.width) * image.height * 3)
+    return invalid_argument(str("encode_jpeg: bad image ", image.width, "x", image.height, " with ",
+                                image.rgb.size(), " bytes"));
+  if (quality < 1 || quality > 100) return invalid_argument(str("encode_jpeg: quality ", quality, " not in 1..100"));
+  const int subsamp = subsampling == ChromaSubsampling::s444   ? TJSAMP_444
+                      : subsampling == ChromaSubsampling::s422 ? TJSAMP_422
+                                                               : TJSAMP_420;
+  detail::TjHandle& tj = detail::compressor();
+  tjhandle h = tj.get();
+  unsigned char* out = nullptr;
+  unsigned long out_size = 0;
+  if (tjCompress2(h, image.rgb.data(), image.width, 0, image.height, TJPF_RGB, &out, &out_size, subsamp, quality,
+                  0) != 0) {
+    std::string msg = tjGetErrorStr2(h);
+    tj.reset();
+    if (out) tjFree(out);
+    return internal_error(str("encode_jpeg: ", msg));
+  }
+  std::vector<uint8_t> bytes(out, out + out_size);
+  tjFree(out);
+  return bytes;
+}
+
+}  // namespace vlm
