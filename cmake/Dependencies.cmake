@@ -3,9 +3,15 @@ find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED)
 find_package(PkgConfig REQUIRED)
 
-# OpenBLAS: the CPU GEMM. Debian ships it as libopenblas-dev (cblas.h in /usr/include/x86_64-linux-gnu).
+# OpenBLAS: the CPU GEMM. Prefer Debian's OpenMP build (libopenblas-openmp-dev) so GEMMs and our OpenMP ops share
+# one thread pool instead of two pools fighting for the same cores; the build RPATH pins that variant at run time.
+find_path(OPENBLAS_INCLUDE_DIR cblas.h
+  PATHS /usr/include/x86_64-linux-gnu/openblas-openmp /usr/include/aarch64-linux-gnu/openblas-openmp NO_DEFAULT_PATH)
+find_library(OPENBLAS_LIBRARY NAMES openblas
+  PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp NO_DEFAULT_PATH)
 find_path(OPENBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread x86_64-linux-gnu)
 find_library(OPENBLAS_LIBRARY NAMES openblas)
+message(STATUS "OpenBLAS: ${OPENBLAS_LIBRARY}")
 if(NOT OPENBLAS_INCLUDE_DIR OR NOT OPENBLAS_LIBRARY)
   message(FATAL_ERROR "OpenBLAS not found: run scripts/install_deps.sh (apt-get install libopenblas-dev)")
 endif()

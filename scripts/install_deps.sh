@@ -2,7 +2,7 @@
 # Installs the Debian packages vlm.cpp builds against, when any is missing. Safe to run repeatedly.
 set -euo pipefail
 packages=(build-essential cmake pkg-config git
-          libopenblas-dev libturbojpeg0-dev libpng-dev libwebp-dev
+          libopenblas-dev libopenblas-openmp-dev libturbojpeg0-dev libpng-dev libwebp-dev
           libtomlplusplus-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev zlib1g-dev python3-pil)
 missing=()
 for p in "${packages[@]}"; do

@@ -8,7 +8,7 @@
 namespace vlm {
 
 std::vector<std::vector<int32_t>> generate_greedy(VlmModel& model, const Tensor& images,
-                                                  const std::vector<std::vector<int32_t>>& prompts,
+                                                  const std::vector<GenerationPrompt>& prompts,
                                                   int32_t image_token_id, const GenerateOptions& options) {
   const Device dev = model.device();
   const int per_image = model.config().image_tokens();
@@ -16,17 +16,14 @@ std::vector<std::vector<int32_t>> generate_greedy(VlmModel& model, const Tensor&
   std::vector<std::vector<int32_t>> out(prompts.size());
   if (prompts.empty()) return out;
 
-  // Image tokens of every image, and which image rows belong to which prompt.
-  Tensor image_tokens = images.defined() && images.numel() > 0 ? model.encode_images(images.to(dev)) : Tensor();
-  std::vector<int> first_image_row(prompts.size() + 1, 0);
+  const int64_t n_images = images.defined() ? images.dim(0) : 0;
+  Tensor image_tokens = n_images > 0 ? model.encode_images(images.to(dev)) : Tensor();
   for (size_t i = 0; i < prompts.size(); ++i) {
-    int64_t n = std::count(prompts[i].begin(), prompts[i].end(), image_token_id);
-    VLM_CHECK(n % per_image == 0, "prompt ", i, " has ", n, " image placeholders, not a multiple of ", per_image);
-    first_image_row[i + 1] = first_image_row[i] + static_cast<int>(n);
+    const int64_t n = std::count(prompts[i].tokens.begin(), prompts[i].tokens.end(), image_token_id);
+    VLM_CHECK(n == static_cast<int64_t>(prompts[i].images.size()) * per_image, "prompt ", i, " has ", n,
+              " image placeholders for ", prompts[i].images.size(), " images of ", per_image, " tokens");
+    for (int img : prompts[i].images) VLM_CHECK(img >= 0 && img < n_images, "prompt ", i, ": no image ", img);
   }
-  VLM_CHECK(!image_tokens.defined() || first_image_row.back() == image_tokens.dim(0),
-            "prompts hold ", first_image_row.back(), " image placeholders but the images give ",
-            image_tokens.defined() ? image_tokens.dim(0) : 0, " image tokens");
 
   std::vector<bool> done(prompts.size(), false);
   for (int step = 0; step < options.max_new_tokens; ++step) {
@@ -36,38 +33,41 @@ std::vector<std::vector<int32_t>> generate_greedy(VlmModel& model, const Tensor&
     for (size_t i = 0; i < prompts.size(); ++i) {
       if (done[i]) continue;
       active.push_back(i);
-      const int32_t base = static_cast<int32_t>(tokens.size());
-      int32_t pos = 0, img = first_image_row[i];
+      const size_t base = tokens.size();
+      int32_t pos = 0;
+      size_t placeholder = 0;
       auto push = [&](int32_t id) {
         if (id == image_token_id) {
+          const int img = prompts[i].images[placeholder / static_cast<size_t>(per_image)];
           image_rows.push_back(static_cast<int32_t>(tokens.size()));
-          image_src.push_back(img++);
+          image_src.push_back(img * per_image + static_cast<int32_t>(placeholder % static_cast<size_t>(per_image)));
+          ++placeholder;
         }
         tokens.push_back(id);
         positions.push_back(pos++);
       };
-      for (int32_t id : prompts[i]) push(id);
+      for (int32_t id : prompts[i].tokens) push(id);
       for (int32_t id : out[i]) push(id);
       cu.push_back(static_cast<int32_t>(tokens.size()));
       last_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
-      max_len = std::max(max_len, static_cast<int>(tokens.size()) - base);
+      max_len = std::max(max_len, static_cast<int>(tokens.size() - base));
     }
     if (active.empty()) break;
-    const int64_t T = static_cast<int64_t>(tokens.size());
+    auto i32 = [&](const std::vector<int32_t>& v) {
+      return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}).to(dev);
+    };
     VlmInputs in;
-    in.tokens = Tensor::from_vector(tokens, {T}).to(dev);
-    in.positions = Tensor::from_vector(positions, {T}).to(dev);
-    in.cu_seqlens = Tensor::from_vector(cu, {static_cast<int64_t>(cu.size())}).to(dev);
+    in.tokens = i32(tokens);
+    in.positions = i32(positions);
+    in.cu_seqlens = i32(cu);
     in.max_seqlen = max_len;
     Tensor active_image_tokens;
     if (!image_rows.empty()) {
-      const int64_t n = static_cast<int64_t>(image_rows.size());
-      in.image_rows = Tensor::from_vector(image_rows, {n}).to(dev);
-      active_image_tokens = Tensor::empty({n, hidden}, DType::f32, dev);
-      ops::gather_rows(active_image_tokens, image_tokens, Tensor::from_vector(image_src, {n}).to(dev));
+      in.image_rows = i32(image_rows);
+      active_image_tokens = Tensor::empty({static_cast<int64_t>(image_rows.size()), hidden}, DType::f32, dev);
+      ops::gather_rows(active_image_tokens, image_tokens, i32(image_src));
     }
-    Tensor rows = Tensor::from_vector(last_rows, {static_cast<int64_t>(last_rows.size())}).to(dev);
-    Tensor logits = model.logits_at_rows(in, active_image_tokens, rows).to(Device::cpu());
+    Tensor logits = model.logits_at_rows(in, active_image_tokens, i32(last_rows)).to(Device::cpu());
     const int64_t V = logits.dim(1);
     for (size_t a = 0; a < active.size(); ++a) {
       const float* row = logits.data<float>() + static_cast<int64_t>(a) * V;

@@ -14,10 +14,15 @@ struct GenerateOptions {
   std::vector<int32_t> stop_ids;  // generation of a sequence ends after emitting one of these (it is kept)
 };
 
-// prompts[i] holds image_tokens() placeholder ids (image_token_id) for each of its images, in order; `images`
-// [N, C, H, W] holds all images of all prompts in prompt order. Returns the generated ids per prompt.
+struct GenerationPrompt {
+  std::vector<int32_t> tokens;  // image_tokens() placeholder ids (image_token_id) per image, in order
+  std::vector<int> images;      // indices into the `images` batch, one per image of the prompt (may repeat)
+};
+
+// Encodes every image of `images` [N, C, H, W] once (prompts may share images) and decodes greedily.
+// Returns the generated ids per prompt.
 std::vector<std::vector<int32_t>> generate_greedy(VlmModel& model, const Tensor& images,
-                                                  const std::vector<std::vector<int32_t>>& prompts,
+                                                  const std::vector<GenerationPrompt>& prompts,
                                                   int32_t image_token_id, const GenerateOptions& options);
 
 }  // namespace vlm

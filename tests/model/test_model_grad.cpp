@@ -147,8 +147,8 @@ TEST(Model, GreedyGenerationStopsAndIsDeterministic) {
   VlmModel model(c, Device::cpu());
   model.params().init_normal(9, c.init_std);
   const int32_t image_id = 5;
-  std::vector<std::vector<int32_t>> prompts = {{1, image_id, image_id, image_id, image_id, 7},
-                                               {2, 3, image_id, image_id, image_id, image_id}};
+  std::vector<GenerationPrompt> prompts = {{{1, image_id, image_id, image_id, image_id, 7}, {0}},
+                                           {{2, 3, image_id, image_id, image_id, image_id}, {1}}};
   Tensor images = testing::random_normal({2, 3, 16, 16}, 4);
   GenerateOptions o;
   o.max_new_tokens = 5;
@@ -162,8 +162,16 @@ TEST(Model, GreedyGenerationStopsAndIsDeterministic) {
   auto s = generate_greedy(model, images, prompts, image_id, o);
   EXPECT_EQ(s[0].size(), 1u);
   // Generation of one prompt alone gives the same tokens as within the batch (packing is exact).
-  auto solo = generate_greedy(model, images.slice(0, 1, 2).clone(), {prompts[1]}, image_id, GenerateOptions{5, {}});
+  GenerationPrompt alone = prompts[1];
+  alone.images = {0};
+  auto solo = generate_greedy(model, images.slice(0, 1, 2).clone(), {alone}, image_id, GenerateOptions{5, {}});
   EXPECT_EQ(solo[0], a[1]);
+  // Two prompts sharing one image.
+  std::vector<GenerationPrompt> shared = {prompts[1], prompts[1]};
+  shared[0].images = shared[1].images = {1};
+  auto sh = generate_greedy(model, images, shared, image_id, GenerateOptions{5, {}});
+  EXPECT_EQ(sh[0], a[1]);
+  EXPECT_EQ(sh[1], a[1]);
 }
 
 }  // namespace

@@ -1,0 +1,94 @@
+// Flags implementation.
+#include "cli.h"
+
+#include <cstdlib>
+
+namespace vlm::cli {
+
+Flags::Flag* Flags::find(const std::string& name) {
+  for (auto& f : flags_)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+void Flags::add_string(const std::string& name, std::string* target, const std::string& help) {
+  flags_.push_back({name, help, "string", *target, [target](const std::string& v) {
+                      *target = v;
+                      return Status();
+                    }});
+}
+
+void Flags::add_int(const std::string& name, int64_t* target, const std::string& help) {
+  flags_.push_back({name, help, "int", std::to_string(*target), [target, name](const std::string& v) {
+                      char* end = nullptr;
+                      long long x = std::strtoll(v.c_str(), &end, 10);
+                      if (v.empty() || *end) return invalid_argument(name + ": '" + v + "' is not an integer");
+                      *target = x;
+                      return Status();
+                    }});
+}
+
+void Flags::add_bool(const std::string& name, bool* target, const std::string& help) {
+  flags_.push_back({name, help, "switch", *target ? "on" : "off", [target](const std::string&) {
+                      *target = true;
+                      return Status();
+                    }});
+}
+
+void Flags::add_multi(const std::string& name, std::vector<std::string>* target, const std::string& help) {
+  flags_.push_back({name, help, "repeatable", "", [target](const std::string& v) {
+                      target->push_back(v);
+                      return Status();
+                    }});
+}
+
+void Flags::require(const std::string& name) {
+  if (Flag* f = find(name)) f->required = true;
+}
+
+Status Flags::parse(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      help_ = true;
+      return Status();
+    }
+    if (arg.rfind("--", 0) != 0) {
+      positional_.push_back(arg);
+      continue;
+    }
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    Flag* f = find(arg);
+    if (!f) return invalid_argument("unknown flag " + arg + " (see --help)");
+    if (f->kind != "switch" && !has_value) {
+      if (i + 1 >= argc) return invalid_argument(arg + " needs a value");
+      value = argv[++i];
+    }
+    VLM_RETURN_IF_ERROR(f->set(value));
+    f->seen = true;
+  }
+  for (const auto& f : flags_)
+    if (f.required && !f.seen) return invalid_argument(f.name + " is required (see --help)");
+  return Status();
+}
+
+std::string Flags::help() const {
+  std::string out = "usage: " + usage_ + "\n\n" + summary_ + "\n\nflags:\n";
+  size_t width = 0;
+  for (const auto& f : flags_) width = std::max(width, f.name.size());
+  for (const auto& f : flags_) {
+    out += "  " + f.name + std::string(width + 2 - f.name.size(), ' ') + f.help;
+    if (f.required) out += " (required)";
+    else if (!f.default_text.empty()) out += " (default " + f.default_text + ")";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace vlm::cli

@@ -1,0 +1,136 @@
+// `vlm train` and `vlm eval`.
+#include <cstdio>
+#include <filesystem>
+
+#include "cli.h"
+#include "commands.h"
+#include "core/logging.h"
+#include "data/tokenizer/tokenizer.h"
+#include "eval/vqa_eval.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace vlm::cli {
+namespace {
+
+std::string run_options_help() {
+  RunConfig c;
+  OptionSet o;
+  add_run_options(o, c);
+  return "\nrun-file options (TOML sections, or --set key=value):\n" + o.help();
+}
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int cmd_train(int argc, char** argv, int first) {
+  std::string config_path, run_dir;
+  std::vector<std::string> overrides;
+  bool resume = false, quiet = false;
+  Flags f("vlm train --config FILE [--set key=value ...] [--run-dir DIR] [--resume]",
+          "Train a VLM. The resolved configuration, metrics.jsonl, eval results and checkpoints go to the run "
+          "directory.");
+  f.add_string("--config", &config_path, "run file (TOML); without it, defaults + --set");
+  f.add_multi("--set", &overrides, "override one option, e.g. --set train.lr=3e-4 (repeatable)");
+  f.add_string("--run-dir", &run_dir, "where outputs go (default runs/<config name>)");
+  f.add_bool("--resume", &resume, "continue from the newest checkpoint in the run directory");
+  f.add_bool("--quiet", &quiet, "no progress line");
+  if (Status s = f.parse(argc, argv, first); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (f.help_requested()) {
+    std::printf("%s%s", f.help().c_str(), run_options_help().c_str());
+    return 0;
+  }
+  // A resumed run without --config uses the configuration it was started with.
+  if (config_path.empty() && resume && !run_dir.empty() && std::filesystem::exists(run_dir + "/config.toml"))
+    config_path = run_dir + "/config.toml";
+  TrainerOptions o;
+  auto config = load_run_config(config_path, overrides, &o.resolved_toml);
+  if (!config.ok()) return fail(config.status());
+  o.config = *config;
+  if (run_dir.empty())
+    run_dir = "runs/" + (config_path.empty() ? std::string("default") : std::filesystem::path(config_path).stem().string());
+  o.run_dir = run_dir;
+  o.resume = resume;
+  o.quiet = quiet;
+  for (int i = 0; i < argc; ++i) o.argv.emplace_back(argv[i]);
+  auto result = run_training(o);
+  if (!result.ok()) return fail(result.status());
+  std::printf("trained steps %lld..%lld in %.1f s, final loss %.4f\n", static_cast<long long>(result->start_step + 1),
+              static_cast<long long>(result->final_step), result->wall_seconds, result->final_loss);
+  if (result->has_eval) {
+    std::printf("held-out VQA accuracy: %.2f%% (%d/%d questions on %d images)\n", 100.0 * result->eval.vqa_accuracy,
+                result->eval.correct, result->eval.questions, result->eval.images);
+    if (result->eval.captions)
+      std::printf("held-out caption exact match: %.2f%% (%d/%d)\n", 100.0 * result->eval.caption_exact_match,
+                  result->eval.captions_correct, result->eval.captions);
+  }
+  std::printf("results: %s (config.toml, metrics.jsonl, eval/, checkpoints/)\n", run_dir.c_str());
+  return 0;
+}
+
+int cmd_eval(int argc, char** argv, int first) {
+  std::string config_path, checkpoint, out, run_dir;
+  std::vector<std::string> overrides;
+  int64_t samples = 0;
+  Flags f("vlm eval (--run-dir DIR | --config FILE --checkpoint PATH) [--samples N] [--out FILE]",
+          "Evaluate a trained model on the held-out shards (data.val_shards): VQA exact-match accuracy by "
+          "question type, caption exact match.");
+  f.add_string("--run-dir", &run_dir, "a training run: its config.toml and newest checkpoint are used");
+  f.add_string("--config", &config_path, "run file (TOML)");
+  f.add_string("--checkpoint", &checkpoint, "checkpoint folder or model.safetensors");
+  f.add_multi("--set", &overrides, "override one option (repeatable)");
+  f.add_int("--samples", &samples, "held-out images (default: eval.samples)");
+  f.add_string("--out", &out, "write the result JSON here");
+  if (Status s = f.parse(argc, argv, first); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (f.help_requested()) {
+    std::printf("%s%s", f.help().c_str(), run_options_help().c_str());
+    return 0;
+  }
+  if (!run_dir.empty()) {
+    if (config_path.empty()) config_path = run_dir + "/config.toml";
+    if (checkpoint.empty()) {
+      auto latest = CheckpointManager(run_dir + "/checkpoints", 1).latest();
+      if (!latest) return fail(not_found(run_dir + "/checkpoints holds no checkpoint"));
+      checkpoint = latest->path;
+    }
+  }
+  if (checkpoint.empty()) return fail(invalid_argument("--checkpoint or --run-dir is required"));
+  auto config = load_run_config(config_path, overrides);
+  if (!config.ok()) return fail(config.status());
+  if (config->data.val_shards.empty()) return fail(invalid_argument("data.val_shards is empty: nothing to evaluate"));
+  auto device = parse_device(config->train.device);
+  if (!device.ok()) return fail(device.status());
+  auto tokenizer = Tokenizer::load(config->data.tokenizer);
+  if (!tokenizer.ok()) return fail(tokenizer.status());
+  VlmModel model(config->model, *device);
+  std::string weights = std::filesystem::is_directory(checkpoint) ? checkpoint + "/model.safetensors" : checkpoint;
+  if (Status s = model.params().load(weights); !s.ok()) return fail(s);
+  auto data = make_data_options(*config, config->data.val_shards, true);
+  if (!data.ok()) return fail(data.status());
+  EvalOptions eo;
+  eo.samples = samples > 0 ? static_cast<int>(samples) : config->eval.samples;
+  eo.max_new_tokens = config->eval.max_new_tokens;
+  eo.batch_size = config->eval.batch_size;
+  auto r = evaluate_vqa(model, *tokenizer, *data, eo);
+  if (!r.ok()) return fail(r.status());
+  std::printf("%s", r->to_json().c_str());
+  if (!out.empty()) {
+    FILE* fo = std::fopen(out.c_str(), "w");
+    if (!fo) return fail(io_error(out + ": cannot write"));
+    std::fputs(r->to_json().c_str(), fo);
+    std::fclose(fo);
+  }
+  return 0;
+}
+
+}  // namespace vlm::cli

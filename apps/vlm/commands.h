@@ -1,0 +1,11 @@
+// The subcommands of `vlm`. Each takes the full argv and the index of its first own argument and returns the
+// process exit code (0 ok, 1 failure, 2 usage error).
+#pragma once
+
+namespace vlm::cli {
+
+int cmd_train(int argc, char** argv, int first);
+int cmd_eval(int argc, char** argv, int first);
+int cmd_data(int argc, char** argv, int first);
+
+}  // namespace vlm::cli

@@ -1,0 +1,81 @@
+// AdamW and the learning-rate schedule.
+#include "train/optimizer.h"
+
+#include <cmath>
+
+#include "core/safetensors.h"
+#include "kernels/ops.h"
+
+namespace vlm {
+
+AdamW::AdamW(ParameterStore& params, const AdamWConfig& config) : params_(params), config_(config) {
+  for (auto& p : params.all()) {
+    if (!p.trainable) continue;
+    states_.push_back({&p, Tensor::zeros(p.value.shape(), DType::f32, p.value.device()),
+                       Tensor::zeros(p.value.shape(), DType::f32, p.value.device())});
+  }
+}
+
+double AdamW::grad_norm() const {
+  std::vector<Tensor> grads;
+  for (const auto& s : states_) grads.push_back(s.param->grad);
+  return std::sqrt(ops::sum_of_squares(grads));
+}
+
+double AdamW::step(float lr) {
+  ++step_;
+  const double norm = grad_norm();
+  float clip = 1.f;
+  if (config_.grad_clip > 0 && norm > config_.grad_clip) clip = static_cast<float>(config_.grad_clip / (norm + 1e-6));
+  for (auto& s : states_) {
+    auto it = config_.lr_scale.find(s.param->group);
+    const float scale = it == config_.lr_scale.end() ? 1.f : it->second;
+    if (scale == 0.f) continue;
+    ops::AdamWParams p;
+    p.lr = lr * scale;
+    p.beta1 = config_.beta1;
+    p.beta2 = config_.beta2;
+    p.eps = config_.eps;
+    p.weight_decay = s.param->decay ? config_.weight_decay : 0.f;
+    p.step = step_;
+    p.grad_scale = clip;
+    ops::adamw_step(s.param->value, s.param->grad, s.m, s.v, p);
+  }
+  return norm;
+}
+
+Status AdamW::save(const std::string& path) const {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& s : states_) {
+    tensors.emplace_back(s.param->name + ".exp_avg", s.m);
+    tensors.emplace_back(s.param->name + ".exp_avg_sq", s.v);
+  }
+  return safetensors_save(path, tensors, {{"step", std::to_string(step_)}, {"optimizer", "adamw"}});
+}
+
+Status AdamW::load(const std::string& path) {
+  VLM_ASSIGN_OR_RETURN(SafetensorsFile f, safetensors_load(path));
+  auto step_it = f.metadata.find("step");
+  if (step_it == f.metadata.end()) return parse_error(path + ": metadata has no 'step'");
+  for (auto& s : states_) {
+    for (auto [suffix, dst] : {std::pair<const char*, Tensor*>{".exp_avg", &s.m}, {".exp_avg_sq", &s.v}}) {
+      auto it = f.tensors.find(s.param->name + suffix);
+      if (it == f.tensors.end()) return not_found(path + ": optimizer state '" + s.param->name + suffix + "' missing");
+      if (it->second.shape() != dst->shape() || it->second.dtype() != DType::f32)
+        return invalid_argument(path + ": optimizer state '" + s.param->name + suffix + "' has the wrong shape/dtype");
+      dst->copy_from(it->second);
+    }
+  }
+  step_ = std::stoll(step_it->second);
+  return Status();
+}
+
+float lr_at_step(int64_t step, int64_t total, int64_t warmup, float peak, float min_ratio) {
+  if (warmup > 0 && step <= warmup) return peak * static_cast<float>(step) / static_cast<float>(warmup);
+  if (total <= warmup) return peak;
+  const double progress = std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(total - warmup));
+  const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
+  return static_cast<float>(peak * (min_ratio + (1.0 - min_ratio) * cosine));
+}
+
+}  // namespace vlm

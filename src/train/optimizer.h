@@ -1,0 +1,48 @@
+// AdamW over a ParameterStore: fp32 master weights (the params themselves on the CPU), fp32 first and second
+// moments, per-part learning-rate multipliers, frozen parts skipped, global-norm gradient clipping.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/parameters.h"
+
+namespace vlm {
+
+struct AdamWConfig {
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.01f;
+  float grad_clip = 1.f;  // 0 = off
+  std::map<ParamGroup, float> lr_scale;  // missing = 1
+};
+
+class AdamW {
+ public:
+  AdamW(ParameterStore& params, const AdamWConfig& config);
+
+  // Global L2 norm of the trainable gradients (computed in double).
+  double grad_norm() const;
+  // One update with learning rate `lr`; returns the pre-clip gradient norm. Increments the step count.
+  double step(float lr);
+  int64_t steps_taken() const { return step_; }
+
+  // Moments as safetensors ("<param>.exp_avg", "<param>.exp_avg_sq") with the step count in the metadata.
+  Status save(const std::string& path) const;
+  Status load(const std::string& path);
+
+ private:
+  struct State {
+    Param* param;
+    Tensor m, v;
+  };
+  ParameterStore& params_;
+  AdamWConfig config_;
+  std::vector<State> states_;  // trainable params only
+  int64_t step_ = 0;
+};
+
+// Linear warm-up from 0 to `peak` over `warmup` steps, then cosine decay to peak * min_ratio at `total`.
+// `step` is 1-based (the step being taken).
+float lr_at_step(int64_t step, int64_t total, int64_t warmup, float peak, float min_ratio);
+
+}  // namespace vlm

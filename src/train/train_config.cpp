@@ -1,0 +1,89 @@
+// Run-file option declarations and loading.
+#include "train/train_config.h"
+
+#include <toml++/toml.h>
+
+namespace vlm {
+
+void add_run_options(OptionSet& o, RunConfig& c) {
+  add_model_options(o, c.model);
+  DataConfig& d = c.data;
+  o.add("data.train_shards", &d.train_shards, "training shards (dir, brace pattern or @list.txt)");
+  o.add("data.val_shards", &d.val_shards, "held-out shards for eval");
+  o.add("data.tokenizer", &d.tokenizer, "tokenizer.json path");
+  o.add("data.task", &d.task, "what the samples teach", one_of({"vqa", "caption", "mixed"}));
+  o.add("data.max_turns", &d.max_turns, "question/answer turns per training sequence", positive<int>());
+  o.add("data.caption_prompt", &d.caption_prompt, "user prompt for captioning");
+  o.add("data.chat_template", &d.chat_template, "prompt format", one_of({"chat", "plain"}));
+  o.add("data.resize", &d.resize, "resize filter", one_of({"bicubic", "bilinear"}));
+  o.add("data.image_mean", &d.image_mean, "per-channel mean for normalization");
+  o.add("data.image_std", &d.image_std, "per-channel std for normalization");
+  o.add("data.epochs", &d.epochs, "passes over the training shards", positive<int>());
+  o.add("data.shuffle_shards", &d.shuffle_shards, "reshuffle the shard order every epoch");
+  OptimConfig& t = c.train;
+  o.add("train.steps", &t.steps, "optimizer steps", positive<int64_t>());
+  o.add("train.batch_size", &t.batch_size, "samples per micro-batch", positive<int>());
+  o.add("train.grad_accum", &t.grad_accum, "micro-batches per optimizer step", positive<int>());
+  o.add("train.lr", &t.lr, "peak learning rate", positive<float>());
+  o.add("train.lr_scale_vision", &t.lr_scale_vision, "learning-rate multiplier of the vision encoder",
+        non_negative<float>());
+  o.add("train.lr_scale_projector", &t.lr_scale_projector, "learning-rate multiplier of the projector",
+        non_negative<float>());
+  o.add("train.lr_scale_text", &t.lr_scale_text, "learning-rate multiplier of the decoder", non_negative<float>());
+  o.add("train.warmup_steps", &t.warmup_steps, "linear warm-up steps", non_negative<int64_t>());
+  o.add("train.min_lr_ratio", &t.min_lr_ratio, "final lr as a fraction of the peak (cosine)", in_range(0.f, 1.f));
+  o.add("train.weight_decay", &t.weight_decay, "decoupled weight decay", non_negative<float>());
+  o.add("train.beta1", &t.beta1, "AdamW beta1", in_range(0.f, 0.99999f));
+  o.add("train.beta2", &t.beta2, "AdamW beta2", in_range(0.f, 0.99999f));
+  o.add("train.eps", &t.eps, "AdamW epsilon", positive<float>());
+  o.add("train.grad_clip", &t.grad_clip, "global gradient-norm clip (0 = off)", non_negative<float>());
+  o.add("train.freeze", &t.freeze, "model parts to freeze (vision, projector, text)",
+        OptionCheck<std::vector<std::string>>([](const std::vector<std::string>& v) {
+          for (const auto& s : v)
+            if (s != "vision" && s != "projector" && s != "text") return "unknown part '" + s + "'";
+          return std::string();
+        }));
+  o.add("train.seed", &t.seed, "seed of the init and the data order", non_negative<int64_t>());
+  o.add("train.device", &t.device, "cpu or cuda[:N]");
+  o.add("train.threads", &t.threads, "CPU threads (0 = all cores)", non_negative<int>());
+  o.add("train.log_every", &t.log_every, "steps between metric records", positive<int64_t>());
+  o.add("train.ckpt_every", &t.ckpt_every, "steps between checkpoints (0 = final only)", non_negative<int64_t>());
+  o.add("train.keep_last", &t.keep_last, "checkpoints kept", positive<int>());
+  o.add("train.init_from", &t.init_from, "safetensors weights to start from");
+  EvalConfig& e = c.eval;
+  o.add("eval.every", &e.every, "steps between evals (0 = at the end only)", non_negative<int64_t>());
+  o.add("eval.samples", &e.samples, "held-out images per eval", positive<int>());
+  o.add("eval.max_new_tokens", &e.max_new_tokens, "longest generated answer", positive<int>());
+  o.add("eval.batch_size", &e.batch_size, "prompts generated together", positive<int>());
+}
+
+Expected<RunConfig> load_run_config(const std::string& path, const std::vector<std::string>& overrides,
+                                    std::string* resolved_toml) {
+  // The preset decides the starting values of every model.* key, so find it first: --set wins over the file.
+  std::string preset = "tiny";
+  if (!path.empty()) {
+    try {
+      toml::table t = toml::parse_file(path);
+      if (auto p = t.at_path("model.preset").value<std::string>()) preset = *p;
+    } catch (const toml::parse_error& e) {
+      return parse_error(str(path, ":", e.source().begin.line, ":", e.source().begin.column, ": ", e.description()));
+    }
+  }
+  for (const auto& s : overrides)
+    if (s.rfind("model.preset=", 0) == 0) preset = s.substr(13);
+  RunConfig config;
+  VLM_RETURN_IF_ERROR(apply_model_preset(preset, config.model).with_context(path.empty() ? "--set" : path));
+  OptionSet options;
+  add_run_options(options, config);
+  if (!path.empty()) VLM_RETURN_IF_ERROR(options.load_toml_file(path));
+  for (const auto& s : overrides) VLM_RETURN_IF_ERROR(options.set(s));
+  VLM_RETURN_IF_ERROR(options.validate());
+  VLM_RETURN_IF_ERROR(validate_model_config(config.model).with_context(path.empty() ? "config" : path));
+  if (config.data.image_mean.size() != 3 || config.data.image_std.size() != 3)
+    return invalid_argument((path.empty() ? std::string("config") : path) +
+                            ": data.image_mean and data.image_std need 3 values");
+  if (resolved_toml) *resolved_toml = options.to_toml();
+  return config;
+}
+
+}  // namespace vlm

@@ -1,0 +1,73 @@
+// The run file: model, data, train and eval sections as typed structs with defaults. One declaration per option
+// (add_run_options) drives TOML parsing, --set, --help and the resolved config.toml in the run directory.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/options.h"
+#include "model/model_config.h"
+
+namespace vlm {
+
+struct DataConfig {
+  std::string train_shards;               // shard spec: dir, brace pattern, list file (@list.txt)
+  std::string val_shards;                 // held-out shards for eval ("" = no eval)
+  std::string tokenizer;                  // tokenizer.json path
+  std::string task = "vqa";               // vqa (json "qa" pairs) | caption (txt / json caption) | mixed
+  int max_turns = 8;                      // question/answer turns per training sequence (vqa, mixed)
+  std::string caption_prompt = "describe the image.";
+  std::string chat_template = "chat";     // chat (ChatML markers) | plain
+  std::string resize = "bicubic";         // bicubic | bilinear
+  std::vector<float> image_mean = {0.5f, 0.5f, 0.5f};
+  std::vector<float> image_std = {0.5f, 0.5f, 0.5f};
+  int epochs = 1000000;                   // passes over the train shards (the step count ends training first)
+  bool shuffle_shards = true;
+};
+
+struct OptimConfig {
+  int64_t steps = 1000;
+  int batch_size = 32;                    // samples per micro-batch
+  int grad_accum = 1;                     // micro-batches per optimizer step
+  float lr = 1e-3f;
+  float lr_scale_vision = 1.f;            // per-part learning-rate multipliers
+  float lr_scale_projector = 1.f;
+  float lr_scale_text = 1.f;
+  int64_t warmup_steps = 50;
+  float min_lr_ratio = 0.1f;              // cosine decays to lr * min_lr_ratio
+  float weight_decay = 0.01f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float grad_clip = 1.f;                  // global norm; 0 disables
+  std::vector<std::string> freeze;        // parts not trained: vision, projector, text
+  int64_t seed = 1234;
+  std::string device = "cpu";
+  int threads = 0;                        // CPU threads (0 = all cores)
+  int64_t log_every = 1;
+  int64_t ckpt_every = 200;               // 0 disables periodic checkpoints (a final one is always written)
+  int keep_last = 3;
+  std::string init_from;                  // safetensors to start from (HF names); "" = random init
+};
+
+struct EvalConfig {
+  int64_t every = 0;                      // steps between evals during training (0 = only at the end)
+  int samples = 200;                      // held-out images per eval
+  int max_new_tokens = 12;
+  int batch_size = 64;
+};
+
+struct RunConfig {
+  ModelConfig model;
+  DataConfig data;
+  OptimConfig train;
+  EvalConfig eval;
+};
+
+void add_run_options(OptionSet& options, RunConfig& config);
+// Loads the run file (if any), applies the model preset first, then the file and the --set overrides, validates.
+// `preset_from_file` handles "model.preset" so the preset's values sit below the file's own values.
+Expected<RunConfig> load_run_config(const std::string& path, const std::vector<std::string>& overrides,
+                                    std::string* resolved_toml = nullptr);
+
+}  // namespace vlm

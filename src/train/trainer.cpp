@@ -1,0 +1,271 @@
+// run_training: set-up, the step loop, eval and checkpoints.
+#include "train/trainer.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/logging.h"
+#include "core/safetensors.h"
+#include "data/shard_spec.h"
+#include "track/metrics.h"
+#include "track/run_dir.h"
+#include "train/checkpoint.h"
+#include "train/optimizer.h"
+
+namespace vlm {
+namespace {
+
+VlmInputs to_model_inputs(const PackedBatch& b, Device dev) {
+  auto i32 = [&](const std::vector<int32_t>& v) {
+    return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}).to(dev);
+  };
+  VlmInputs in;
+  in.images = b.images.to(dev);
+  in.tokens = i32(b.tokens);
+  in.positions = i32(b.positions);
+  in.cu_seqlens = i32(b.cu_seqlens);
+  in.max_seqlen = b.max_seqlen;
+  in.image_rows = i32(b.image_rows);
+  in.loss_rows = i32(b.loss_rows);
+  in.loss_targets = i32(b.loss_targets);
+  return in;
+}
+
+}  // namespace
+
+Expected<VlmDataOptions> make_data_options(const RunConfig& c, const std::string& shard_spec, bool for_eval) {
+  VlmDataOptions d;
+  VLM_ASSIGN_OR_RETURN(d.shards, expand_shard_spec(shard_spec));
+  if (d.shards.empty()) return not_found("no shards match '" + shard_spec + "'");
+  d.task = c.data.task;
+  d.max_turns = c.data.max_turns;
+  d.caption_prompt = c.data.caption_prompt;
+  d.image_size = c.model.vision.image_size;
+  d.resize = c.data.resize;
+  for (int i = 0; i < 3; ++i) {
+    d.mean[i] = c.data.image_mean[static_cast<size_t>(i)];
+    d.std[i] = c.data.image_std[static_cast<size_t>(i)];
+  }
+  d.image_tokens = c.model.image_tokens();
+  d.max_seq_len = c.model.text.max_seq_len;
+  d.epochs = for_eval ? 1 : c.data.epochs;
+  d.shuffle_shards = for_eval ? false : c.data.shuffle_shards;
+  d.seed = static_cast<uint64_t>(c.train.seed);
+  VLM_ASSIGN_OR_RETURN(d.chat, chat_template_by_name(c.data.chat_template));
+  return d;
+}
+
+namespace {
+
+struct TrainerState {
+  int64_t step = 0;
+  std::string loader_state;
+  double samples_seen = 0, tokens_seen = 0;
+};
+
+Status write_checkpoint(CheckpointManager& ckpt, VlmModel& model, AdamW& opt, const TrainerState& st,
+                        const std::string& resolved_toml) {
+  return ckpt.save(st.step, [&](const std::string& dir) -> Status {
+    VLM_RETURN_IF_ERROR(model.params().save(dir + "/model.safetensors",
+                                            {{"format", "pt"}, {"step", std::to_string(st.step)}}));
+    VLM_RETURN_IF_ERROR(opt.save(dir + "/optimizer.safetensors"));
+    nlohmann::json j;
+    j["step"] = st.step;
+    j["loader_state"] = nlohmann::json::parse(st.loader_state);
+    j["samples_seen"] = st.samples_seen;
+    j["tokens_seen"] = st.tokens_seen;
+    j["config_toml"] = resolved_toml;
+    const std::string text = j.dump(2) + "\n";
+    return write_file_atomic(dir + "/trainer_state.json", text.data(), text.size());
+  });
+}
+
+Expected<TrainerState> read_trainer_state(const std::string& dir) {
+  VLM_ASSIGN_OR_RETURN(auto bytes, read_file_bytes(dir + "/trainer_state.json"));
+  auto j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  if (j.is_discarded() || !j.contains("step") || !j.contains("loader_state"))
+    return parse_error(dir + "/trainer_state.json: not a trainer state (needs step, loader_state)");
+  TrainerState st;
+  st.step = j["step"].get<int64_t>();
+  st.loader_state = j["loader_state"].dump();
+  st.samples_seen = j.value("samples_seen", 0.0);
+  st.tokens_seen = j.value("tokens_seen", 0.0);
+  return st;
+}
+
+Status write_eval(const std::string& run_dir, const std::string& name, const EvalResult& r) {
+  VLM_RETURN_IF_ERROR(ensure_dir(run_dir + "/eval"));
+  const std::string text = r.to_json();
+  return write_file_atomic(run_dir + "/eval/" + name + ".json", text.data(), text.size());
+}
+
+MetricRecord eval_record(int64_t step, const EvalResult& r) {
+  MetricRecord rec;
+  rec.step = step;
+  rec.kind = "eval";
+  rec.add("vqa_accuracy", r.vqa_accuracy).add("questions", r.questions);
+  if (r.captions) rec.add("caption_exact_match", r.caption_exact_match);
+  return rec;
+}
+
+}  // namespace
+
+Expected<TrainResult> run_training(const TrainerOptions& o) {
+  const RunConfig& c = o.config;
+  const double t_start = now_seconds();
+  if (c.train.threads > 0) {
+    omp_set_num_threads(c.train.threads);
+    openblas_set_num_threads(c.train.threads);
+  }
+  VLM_ASSIGN_OR_RETURN(Device device, parse_device(c.train.device));
+  if (c.data.tokenizer.empty()) return invalid_argument("data.tokenizer: no tokenizer.json given");
+  VLM_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::load(c.data.tokenizer));
+  if (tokenizer.vocab_size() > c.model.text.vocab_size)
+    return invalid_argument(str("model.text.vocab_size (", c.model.text.vocab_size, ") is smaller than the tokenizer's ",
+                                tokenizer.vocab_size(), " tokens (", c.data.tokenizer, ")"));
+  if (c.data.train_shards.empty()) return invalid_argument("data.train_shards: no training shards given");
+
+  // Run directory: refuse to overwrite a run that has checkpoints unless resuming.
+  VLM_RETURN_IF_ERROR(ensure_dir(o.run_dir));
+  CheckpointManager ckpt(o.run_dir + "/checkpoints", c.train.keep_last);
+  std::optional<CheckpointInfo> resume_from;
+  if (o.resume) {
+    resume_from = ckpt.latest();
+    if (!resume_from) VLM_WARN("--resume: no checkpoint in ", ckpt.dir(), ", starting from step 0");
+  } else if (ckpt.latest()) {
+    return invalid_argument(o.run_dir + " already holds checkpoints: pass --resume to continue it, or choose another "
+                                        "--run-dir");
+  }
+  VLM_RETURN_IF_ERROR(write_file_atomic(o.run_dir + "/config.toml", o.resolved_toml.data(), o.resolved_toml.size()));
+  VLM_RETURN_IF_ERROR(write_run_info(o.run_dir, o.argv));
+
+  // Model and optimizer.
+  VlmModel model(c.model, device);
+  model.params().init_normal(static_cast<uint64_t>(c.train.seed), c.model.init_std);
+  if (!c.train.init_from.empty() && !resume_from)
+    VLM_RETURN_IF_ERROR(model.params().load(c.train.init_from, /*allow_missing=*/true));
+  for (const auto& part : c.train.freeze) {
+    VLM_ASSIGN_OR_RETURN(ParamGroup g, parse_param_group(part));
+    for (auto& p : model.params().all())
+      if (p.group == g) p.trainable = false;
+  }
+  AdamWConfig ac;
+  ac.beta1 = c.train.beta1;
+  ac.beta2 = c.train.beta2;
+  ac.eps = c.train.eps;
+  ac.weight_decay = c.train.weight_decay;
+  ac.grad_clip = c.train.grad_clip;
+  ac.lr_scale = {{ParamGroup::vision, c.train.lr_scale_vision},
+                 {ParamGroup::projector, c.train.lr_scale_projector},
+                 {ParamGroup::text, c.train.lr_scale_text}};
+  AdamW opt(model.params(), ac);
+
+  VLM_ASSIGN_OR_RETURN(VlmDataOptions train_data, make_data_options(c, c.data.train_shards, false));
+  VLM_ASSIGN_OR_RETURN(auto loader, VlmBatchLoader::open(train_data, tokenizer));
+
+  TrainerState st;
+  if (resume_from) {
+    VLM_ASSIGN_OR_RETURN(st, read_trainer_state(resume_from->path));
+    VLM_RETURN_IF_ERROR(model.params().load(resume_from->path + "/model.safetensors"));
+    VLM_RETURN_IF_ERROR(opt.load(resume_from->path + "/optimizer.safetensors"));
+    VLM_RETURN_IF_ERROR(loader->restore(st.loader_state).with_context(resume_from->path));
+    VLM_INFO("resumed from ", resume_from->path, " at step ", st.step);
+  }
+
+  MultiSink sinks;
+  VLM_ASSIGN_OR_RETURN(auto jsonl, JsonlSink::open(o.run_dir + "/metrics.jsonl", resume_from ? st.step : 0));
+  sinks.add(std::move(jsonl));
+  if (!o.quiet) sinks.add(std::make_unique<ConsoleProgress>(c.train.steps, st.step));
+
+  VLM_INFO("model: ", model.params().numel(), " parameters (", model.params().numel(true), " trainable), ",
+           c.model.image_tokens(), " image tokens per image; training steps ", st.step + 1, "..", c.train.steps,
+           " on ", device.to_string(), "; run dir ", o.run_dir);
+
+  std::optional<VlmDataOptions> val_data;
+  if (!c.data.val_shards.empty()) {
+    VLM_ASSIGN_OR_RETURN(auto vd, make_data_options(c, c.data.val_shards, true));
+    val_data = vd;
+  }
+  EvalOptions eo;
+  eo.samples = c.eval.samples;
+  eo.max_new_tokens = c.eval.max_new_tokens;
+  eo.batch_size = c.eval.batch_size;
+
+  TrainResult result;
+  result.start_step = st.step;
+  double t_window = now_seconds();
+  double window_samples = 0, window_tokens = 0;
+  const int64_t start_step = st.step;
+  while (st.step < c.train.steps) {
+    const int64_t step = st.step + 1;
+    model.params().zero_grads();
+    std::vector<PackedBatch> micro;
+    int64_t target_tokens = 0;
+    for (int m = 0; m < c.train.grad_accum; ++m) {
+      VLM_ASSIGN_OR_RETURN(PackedBatch b, loader->next_batch(c.train.batch_size));
+      target_tokens += static_cast<int64_t>(b.loss_rows.size());
+      micro.push_back(std::move(b));
+    }
+    double loss_sum = 0;
+    const float grad_scale = target_tokens > 0 ? 1.f / static_cast<float>(target_tokens) : 0.f;
+    for (const auto& b : micro) {
+      StepLoss l = model.forward_backward(to_model_inputs(b, device), grad_scale);
+      loss_sum += l.loss_sum;
+      window_samples += b.n_samples;
+      window_tokens += static_cast<double>(b.tokens.size());
+      st.samples_seen += b.n_samples;
+      st.tokens_seen += static_cast<double>(b.tokens.size());
+    }
+    const double loss = target_tokens ? loss_sum / static_cast<double>(target_tokens) : 0.0;
+    if (!std::isfinite(loss)) return internal_error(str("loss became ", loss, " at step ", step, "; stopping"));
+    const float lr = lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
+    const double grad_norm = opt.step(lr);
+    st.step = step;
+    st.loader_state = loader->state();
+    result.final_loss = loss;
+
+    if (step % c.train.log_every == 0 || step == c.train.steps) {
+      const double dt = std::max(1e-9, now_seconds() - t_window);
+      const LoaderCounters lc = loader->counters();
+      MetricRecord rec;
+      rec.step = step;
+      rec.add("loss", loss).add("lr", lr).add("grad_norm", grad_norm);
+      rec.add("samples_per_s", window_samples / dt).add("tokens_per_s", window_tokens / dt);
+      rec.add("target_tokens", static_cast<double>(target_tokens));
+      rec.add("samples_skipped", static_cast<double>(lc.samples_skipped));
+      rec.add("elapsed_s", now_seconds() - t_start);
+      sinks.write(rec);
+      t_window = now_seconds();
+      window_samples = window_tokens = 0;
+    }
+    const bool last = step == c.train.steps;
+    if (val_data && c.eval.every > 0 && step % c.eval.every == 0 && !last) {
+      VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate_vqa(model, tokenizer, *val_data, eo));
+      sinks.write(eval_record(step, r));
+      VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "step_" + std::to_string(step), r));
+    }
+    if (last || (c.train.ckpt_every > 0 && step % c.train.ckpt_every == 0))
+      VLM_RETURN_IF_ERROR(write_checkpoint(ckpt, model, opt, st, o.resolved_toml));
+    if (o.stop_after_step >= 0 && step >= o.stop_after_step) break;
+  }
+  sinks.flush();
+  result.final_step = st.step;
+  if (val_data && st.step == c.train.steps && st.step > start_step) {
+    VLM_INFO("evaluating on ", c.eval.samples, " held-out images ...");
+    VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate_vqa(model, tokenizer, *val_data, eo));
+    sinks.write(eval_record(st.step, r));
+    VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "final", r));
+    result.has_eval = true;
+    result.eval = r;
+  }
+  sinks.flush();
+  result.wall_seconds = now_seconds() - t_start;
+  return result;
+}
+
+}  // namespace vlm

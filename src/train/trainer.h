@@ -1,0 +1,39 @@
+// The training loop: data -> forward/backward (with gradient accumulation) -> clip -> AdamW -> metrics, periodic
+// eval and atomic checkpoints. A run resumed from its latest checkpoint continues exactly (same losses, bit for
+// bit, on the CPU with the same thread count) because weights, optimizer moments, the step count and the data
+// loader's position are all part of the checkpoint and the data order depends only on the seed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "eval/vqa_eval.h"
+#include "train/train_config.h"
+
+namespace vlm {
+
+struct TrainerOptions {
+  RunConfig config;
+  std::string resolved_toml;      // written to run_dir/config.toml
+  std::string run_dir;
+  bool resume = false;            // continue from the newest checkpoint in run_dir/checkpoints
+  std::vector<std::string> argv;  // recorded in run.json
+  int64_t stop_after_step = -1;   // >= 0: return after this step as if interrupted (tests)
+  bool quiet = false;             // no console progress
+};
+
+struct TrainResult {
+  int64_t start_step = 0;
+  int64_t final_step = 0;
+  double final_loss = 0;
+  double wall_seconds = 0;
+  bool has_eval = false;
+  EvalResult eval;
+};
+
+Expected<TrainResult> run_training(const TrainerOptions& options);
+
+// The loader options for `shard_spec` under run config `c` (eval: one pass, fixed order).
+Expected<VlmDataOptions> make_data_options(const RunConfig& c, const std::string& shard_spec, bool for_eval);
+
+}  // namespace vlm

@@ -1,0 +1,194 @@
+// The training loop end to end on a tiny model: bit-exact resume, checkpoint rotation, run-directory protection,
+// metrics and eval outputs, freezing, and that training lowers the loss.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/safetensors.h"
+#include "testing/test_util.h"
+#include "track/metrics.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+#include "train_fixture.h"
+
+namespace vlm {
+namespace {
+
+std::string data_dir() {
+  static const std::string dir = testing::scratch_dir("train_data");
+  return dir;
+}
+
+TrainerOptions options_for(const RunConfig& c, const std::string& run_dir) {
+  TrainerOptions o;
+  o.config = c;
+  o.resolved_toml = "# test\n";
+  o.run_dir = run_dir;
+  o.quiet = true;
+  return o;
+}
+
+std::vector<double> losses(const std::string& run_dir) {
+  auto records = read_jsonl_metrics(run_dir + "/metrics.jsonl");
+  EXPECT_TRUE(records.ok());
+  std::vector<double> out;
+  for (const auto& r : *records) {
+    double loss;
+    if (r.kind == "train" && r.get("loss", &loss)) out.push_back(loss);
+  }
+  return out;
+}
+
+TEST(Trainer, ResumedRunReproducesTheUninterruptedRunBitForBit) {
+  RunConfig c = testing::tiny_run_config(data_dir());
+  c.data.val_shards = "";  // eval is not part of this test
+  const std::string root = testing::scratch_dir("resume");
+
+  auto full = run_training(options_for(c, root + "/full"));
+  ASSERT_TRUE(full.ok()) << full.status().to_string();
+
+  TrainerOptions first = options_for(c, root + "/split");
+  first.stop_after_step = 3;  // "killed" right after the step-3 checkpoint
+  auto part1 = run_training(first);
+  ASSERT_TRUE(part1.ok()) << part1.status().to_string();
+  EXPECT_EQ(part1->final_step, 3);
+  TrainerOptions second = options_for(c, root + "/split");
+  second.resume = true;
+  auto part2 = run_training(second);
+  ASSERT_TRUE(part2.ok()) << part2.status().to_string();
+  EXPECT_EQ(part2->start_step, 3);
+  EXPECT_EQ(part2->final_step, 6);
+
+  const auto a = losses(root + "/full"), b = losses(root + "/split");
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;  // exact equality
+  auto wa = read_file_bytes(root + "/full/checkpoints/step_00000006/model.safetensors");
+  auto wb = read_file_bytes(root + "/split/checkpoints/step_00000006/model.safetensors");
+  ASSERT_TRUE(wa.ok() && wb.ok());
+  EXPECT_TRUE(*wa == *wb) << "final weights differ";
+}
+
+TEST(Trainer, ResumeAfterACrashPastTheCheckpointRewritesLaterMetrics) {
+  RunConfig c = testing::tiny_run_config(data_dir());
+  c.data.val_shards = "";
+  const std::string dir = testing::scratch_dir("crash");
+  TrainerOptions first = options_for(c, dir);
+  first.stop_after_step = 5;  // checkpoint at 3, metrics up to 5
+  ASSERT_TRUE(run_training(first).ok());
+  EXPECT_EQ(losses(dir).size(), 5u);
+  TrainerOptions second = options_for(c, dir);
+  second.resume = true;
+  ASSERT_TRUE(run_training(second).ok());
+  EXPECT_EQ(losses(dir).size(), 6u);  // steps 4 and 5 were redone, not duplicated
+}
+
+TEST(Trainer, RefusesToOverwriteARunWithoutResume) {
+  RunConfig c = testing::tiny_run_config(data_dir());
+  c.data.val_shards = "";
+  c.train.steps = 3;
+  const std::string dir = testing::scratch_dir("protect");
+  ASSERT_TRUE(run_training(options_for(c, dir)).ok());
+  auto again = run_training(options_for(c, dir));
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("--resume"), std::string::npos);
+}
+
+TEST(Trainer, KeepsTheNewestCheckpointsAndWritesEval) {
+  RunConfig c = testing::tiny_run_config(data_dir());
+  c.train.steps = 8;
+  c.train.ckpt_every = 2;
+  c.train.keep_last = 2;
+  c.eval.every = 4;
+  const std::string dir = testing::scratch_dir("ckpt");
+  auto r = run_training(options_for(c, dir));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto list = CheckpointManager(dir + "/checkpoints", 2).list();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].step, 6);
+  EXPECT_EQ(list[1].step, 8);
+  for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer_state.json"})
+    EXPECT_TRUE(std::filesystem::exists(list[1].path + "/" + f)) << f;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/eval/step_4.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/eval/final.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/config.toml"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/run.json"));
+  ASSERT_TRUE(r->has_eval);
+  EXPECT_EQ(r->eval.images, 5);
+  EXPECT_GT(r->eval.questions, 5);
+  EXPECT_EQ(r->eval.captions, 5);
+  auto records = read_jsonl_metrics(dir + "/metrics.jsonl");
+  ASSERT_TRUE(records.ok());
+  int evals = 0;
+  for (const auto& rec : *records) {
+    double v;
+    if (rec.kind == "eval") {
+      ++evals;
+      EXPECT_TRUE(rec.get("vqa_accuracy", &v));
+    } else {
+      for (const char* k : {"loss", "lr", "grad_norm", "samples_per_s", "tokens_per_s"})
+        EXPECT_TRUE(rec.get(k, &v)) << k;
+    }
+  }
+  EXPECT_EQ(evals, 2);
+}
+
+TEST(Trainer, TrainingLowersTheLoss) {
+  RunConfig c = testing::tiny_run_config(data_dir());
+  c.data.val_shards = "";
+  c.train.steps = 40;
+  c.train.ckpt_every = 0;
+  c.train.grad_accum = 1;
+  c.train.batch_size = 8;
+  const std::string dir = testing::scratch_dir("learns");
+  ASSERT_TRUE(run_training(options_for(c, dir)).ok());
+  const auto l = losses(dir);
+  ASSERT_EQ(l.size(), 40u);
+  const double first = (l[0] + l[1] + l[2]) / 3, last = (l[37] + l[38] + l[39]) / 3;
+  EXPECT_LT(last, 0.7 * first) << "loss " << first << " -> " << last;
+}
+
+TEST(Trainer, FrozenPartsDoNotChange) {
+  RunConfig c = testing::tiny_run_config(data_dir());
+  c.data.val_shards = "";
+  c.train.steps = 2;
+  c.train.ckpt_every = 0;
+  c.train.freeze = {"vision", "text"};
+  const std::string dir = testing::scratch_dir("freeze");
+  ASSERT_TRUE(run_training(options_for(c, dir)).ok());
+  // Compare against the initial weights of an untrained model of the same seed.
+  VlmModel init(c.model, Device::cpu());
+  init.params().init_normal(static_cast<uint64_t>(c.train.seed), c.model.init_std);
+  auto trained = safetensors_load(dir + "/checkpoints/step_00000002/model.safetensors");
+  ASSERT_TRUE(trained.ok());
+  int changed_projector = 0;
+  for (const auto& p : init.params().all()) {
+    const Tensor& t = trained->tensors.at(p.name);
+    const bool same = std::equal(t.data<float>(), t.data<float>() + t.numel(), p.value.data<float>());
+    if (p.group == ParamGroup::projector)
+      changed_projector += !same;
+    else
+      EXPECT_TRUE(same) << p.name << " changed although frozen";
+  }
+  EXPECT_GT(changed_projector, 0);
+}
+
+TEST(Trainer, BadInputsAreClearErrors) {
+  RunConfig c = testing::tiny_run_config(data_dir());
+  c.data.tokenizer = "/nonexistent/tokenizer.json";
+  auto r = run_training(options_for(c, testing::scratch_dir("bad1")));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("/nonexistent/tokenizer.json"), std::string::npos);
+  c = testing::tiny_run_config(data_dir());
+  c.model.text.vocab_size = 100;  // smaller than the tokenizer
+  r = run_training(options_for(c, testing::scratch_dir("bad2")));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("model.text.vocab_size"), std::string::npos);
+  c = testing::tiny_run_config(data_dir());
+  c.data.train_shards = data_dir() + "/nothing-{0..3}.tar";
+  r = run_training(options_for(c, testing::scratch_dir("bad3")));
+  ASSERT_FALSE(r.ok());
+}
+
+}  // namespace
+}  // namespace vlm
