@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""PyTorch scaled_dot_product_attention, the peer of `vlm bench attention`.
+
+Measures the cuDNN and FlashAttention-2 backends (torch.nn.attention.sdpa_kernel) on the shapes of our benchmark:
+bf16, [batch, seqlen, heads, head_dim] tensors viewed as [b, h, s, d] (our packed layout), batch * seqlen = tokens,
+heads * head_dim = hidden. FLOPs: fwd = 4 * b * h * s^2 * d (halved when causal), bwd = 2.5 * fwd, fwd+bwd = 3.5 * fwd.
+Times are the median of --iters runs after --warmup, with CUDA events.
+"""
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
+
+
+def ints(text):
+    return [int(x) for x in text.split(",") if x]
+
+
+def time_ms(fn, warmup, iters):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def measure(backend, d, causal, s, args):
+    b, h = max(1, args.tokens // s), args.hidden // d
+    def make():
+        return torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_(True)
+    q, k, v = make(), make(), make()
+    dout = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    with sdpa_kernel([BACKENDS[backend]]):
+        fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out = fwd()
+        bwd = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+        def fwdbwd():
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            torch.autograd.grad(o, (q, k, v), dout)
+        fwd_ms = time_ms(fwd, args.warmup, args.iters)
+        bwd_ms = time_ms(bwd, args.warmup, args.iters)
+        fwdbwd_ms = time_ms(fwdbwd, args.warmup, args.iters)
+    flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+    tf = lambda ms, mult: flops * mult / (ms * 1e-3) / 1e12
+    return {"backend": backend, "head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h,
+            "fwd_ms": fwd_ms, "bwd_ms": bwd_ms, "fwdbwd_ms": fwdbwd_ms,
+            "fwd_tflops": tf(fwd_ms, 1.0), "bwd_tflops": tf(bwd_ms, 2.5), "fwdbwd_tflops": tf(fwdbwd_ms, 3.5)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--head-dims", type=ints, default=[64, 128])
+    p.add_argument("--seqlens", type=ints, default=[512, 1024, 2048, 4096, 8192, 16384])
+    p.add_argument("--causal", choices=["yes", "no", "both"], default="both")
+    p.add_argument("--tokens", type=int, default=16384)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--backends", default="cudnn,flash")
+    p.add_argument("--json", help="write the figures here")
+    args = p.parse_args()
+    causal = {"yes": [True], "no": [False], "both": [False, True]}[args.causal]
+    print(f"SDPA peer on {torch.cuda.get_device_name()}: torch {torch.__version__}, "
+          f"cuDNN {torch.backends.cudnn.version()}", flush=True)
+    results = []
+    for d in args.head_dims:
+        for c in causal:
+            for s in args.seqlens:
+                for backend in args.backends.split(","):
+                    try:
+                        r = measure(backend, d, c, s, args)
+                    except RuntimeError as e:  # a backend that refuses a shape is reported, not fatal
+                        print(f"{backend} d={d} causal={int(c)} s={s}: unavailable ({str(e).splitlines()[0]})")
+                        continue
+                    results.append(r)
+                    print(f"{backend:5s} d={d:3d} causal={int(c)} s={s:5d}  fwd {r['fwd_tflops']:6.1f}  "
+                          f"bwd {r['bwd_tflops']:6.1f}  fwd+bwd {r['fwdbwd_tflops']:6.1f} TFLOP/s", flush=True)
+                torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "cudnn": torch.backends.cudnn.version(), "results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

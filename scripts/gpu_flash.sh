@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The one script the GPU machine runs for the FlashAttention work (src/kernels/cuda/flash): the GPU tests,
+# compute-sanitizer (memcheck, racecheck) over the test suite, the benchmark with the PyTorch SDPA peer in the same
+# run, and an Nsight Compute profile. Binaries come prebuilt for sm_90a (see the copy step below); logs go to $OUT.
+#
+#   scripts/gpu_flash.sh [step ...]      steps: info tests sanitize bench ncu   (default: info tests sanitize bench)
+#
+# Environment: FLASH_BIN (default .carry/flash: flash_gpu_test, flash_reference_test, bench_attention, lib/),
+# OUT (default ./gpu_flash_out), BENCH_ARGS (extra arguments for bench_attention and the peer, e.g.
+# "--head-dims 128 --seqlens 4096"), SAN_FILTER (gtest filter for the sanitizer runs, default the "san" cases),
+# STEP_TIMEOUT (seconds per program, default 300).
+# To prepare the binaries on the build machine:
+#   cmake --build build-flash --target flash_gpu_test flash_reference_test bench_attention
+#   mkdir -p .carry/flash/lib && cp build-flash/tests/kernels/flash/flash_{gpu,reference}_test \
+#     build-flash/bench/attention-via-flash/bench_attention .carry/flash/
+set -uo pipefail
+BIN=${FLASH_BIN:-.carry/flash}
+OUT=${OUT:-gpu_flash_out}
+SAN_FILTER=${SAN_FILTER:-'*_san:FlashGpuApi.*'}
+STEP_TIMEOUT=${STEP_TIMEOUT:-300}  # seconds per program, so a hung kernel cannot eat the lease
+run() { timeout -k 5 "$STEP_TIMEOUT" "$@"; }
+read -r -a BENCH_EXTRA <<<"${BENCH_ARGS:-}"
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$BIN/lib:${LD_LIBRARY_PATH:-}"
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(info tests sanitize bench)
+status=0
+note() { printf '\n==== %s\n' "$*" | tee -a "$OUT/summary.log"; }
+
+for step in "${steps[@]}"; do
+  case $step in
+    info)
+      note "info"
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee -a "$OUT/summary.log"
+      ldd "$BIN/flash_gpu_test" | grep -i "not found" | tee -a "$OUT/summary.log"
+      ;;
+    tests)
+      note "tests"
+      run "$BIN/flash_reference_test" >"$OUT/tests.log" 2>&1 || status=1
+      run "$BIN/flash_gpu_test" >>"$OUT/tests.log" 2>&1 || status=1
+      grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|err |bound|was written|differs" "$OUT/tests.log" \
+        | grep -v "^\[       OK" | tail -40 | tee -a "$OUT/summary.log"
+      ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        note "compute-sanitizer $tool ($SAN_FILTER)"
+        run compute-sanitizer --tool "$tool" --error-exitcode 3 "$BIN/flash_gpu_test" --gtest_filter="$SAN_FILTER" \
+          >"$OUT/sanitize_$tool.log" 2>&1
+        rc=$?
+        [ $rc -ne 0 ] && status=1
+        { echo "exit $rc"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED) |Invalid|Race|hazard" \
+            "$OUT/sanitize_$tool.log" | sort | uniq -c | head -20; } | tee -a "$OUT/summary.log"
+      done
+      ;;
+    bench)
+      note "bench (peer: PyTorch SDPA, same run)"
+      PYTHONUNBUFFERED=1 run python3 bench/peers/attention_sdpa.py --json "$OUT/peer.json" "${BENCH_EXTRA[@]}" \
+        >"$OUT/peer.log" 2>&1 || { status=1; tail -5 "$OUT/peer.log"; }
+      run "$BIN/bench_attention" --peer-json "$OUT/peer.json" --json "$OUT/ours.json" "${BENCH_EXTRA[@]}" \
+        >"$OUT/bench.log" 2>&1 || status=1
+      cat "$OUT/peer.log" "$OUT/bench.log" | tee -a "$OUT/summary.log" >/dev/null
+      sed -n '/^| d |/,$p' "$OUT/bench.log"
+      ;;
+    ncu)
+      note "ncu (d=128, s=4096, one launch of each kernel)"
+      run ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis -k regex:flash --launch-skip 4 \
+        --launch-count 4 "$BIN/bench_attention" --head-dims 128 --seqlens 4096 --causal no --iters 1 --warmup 1 \
+        "${BENCH_EXTRA[@]}" >"$OUT/ncu.log" 2>&1 || status=1
+      grep -E "flash_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Theoretical Occ|Tensor|Block Limit" \
+        "$OUT/ncu.log" | head -60
+      ;;
+    *)
+      echo "unknown step $step" >&2
+      status=2
+      ;;
+  esac
+done
+exit $status

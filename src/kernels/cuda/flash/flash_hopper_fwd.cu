@@ -1,0 +1,269 @@
+// FlashAttention forward for Hopper (sm_90a): TMA bulk tensor copies completing on mbarriers, warp specialization
+// (warpgroup 0 loads, warpgroups 1-2 compute), wgmma with S = Q K^T from shared memory and O += P V with P taken
+// from registers, K/V in a 2-stage ring. Online softmax as in the portable kernel (base 2, per-row max and sum in
+// registers, quad reductions). Head dims 64 and 128, bf16; anything else takes the portable path.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "core/cuda_check.h"
+#include "kernels/cuda/flash/flash_dispatch.h"
+#include "kernels/cuda/flash/flash_hopper_host.h"
+#include "kernels/cuda/flash/flash_tiles.h"
+#include "kernels/cuda/flash/flash_utils.cuh"
+#include "kernels/cuda/flash/hopper_ptx.cuh"
+
+namespace vlm::flash {
+
+namespace {
+
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 * 128 + 240 * 256 = 168 * 384, the launch's pool
+constexpr int kThreads = 384;  // 3 warpgroups
+constexpr int kConsumerWarps = 8;
+
+template <int kHeadDim>
+struct HopperFwdShape {
+  using Tile = HopperFwdTile<kHeadDim>;
+  static constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
+  static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte swizzle atoms are 64 bf16 wide
+  static constexpr int kQElems = kBlockM * kHeadDim, kKvElems = kBlockN * kHeadDim;
+  static constexpr int kSmemBytes = 1024 /* alignment slack */ + 2 * (kQElems + 2 * kStages * kKvElems) +
+                                    8 * (1 + 3 * kStages);
+  static_assert(kBlockM == 128 && kHeadDim % 64 == 0, "two consumer warpgroups x 64 rows; 64-wide column blocks");
+};
+
+template <int kHeadDim>
+__device__ __forceinline__ void wgmma_pv(float (&o)[kHeadDim / 2], const uint32_t (&a)[4], uint64_t desc, int acc);
+template <>
+__device__ __forceinline__ void wgmma_pv<64>(float (&o)[32], const uint32_t (&a)[4], uint64_t desc, int acc) {
+  sm90::wgmma_m64n64k16_rs_tnsp_b(o, a, desc, acc);
+}
+template <>
+__device__ __forceinline__ void wgmma_pv<128>(float (&o)[64], const uint32_t (&a)[4], uint64_t desc, int acc) {
+  sm90::wgmma_m64n128k16_rs_tnsp_b(o, a, desc, acc);
+}
+
+template <int kHeadDim, bool kCausal>
+__global__ void __launch_bounds__(kThreads, 1)
+    flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                          const __grid_constant__ CUtensorMap tm_v, const FlashFwdParams p) {
+#if VLM_FLASH_SM90A
+  using Shape = HopperFwdShape<kHeadDim>;
+  using bf16 = __nv_bfloat16;
+  constexpr int kM = Shape::kBlockM, kN = Shape::kBlockN, kStages = Shape::kStages, kCB = Shape::kColBlocks;
+  constexpr float kInf = INFINITY;
+  extern __shared__ unsigned char smem_raw[];
+  bf16* sQ = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  bf16* sK = sQ + Shape::kQElems;            // [kStages][kCB][kN][64]
+  bf16* sV = sK + kStages * Shape::kKvElems;  // [kStages][kCB][kN][64]
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Shape::kKvElems);
+  uint64_t* bar_q = bars;
+  uint64_t* full_k = bars + 1;
+  uint64_t* full_v = full_k + kStages;
+  uint64_t* empty = full_v + kStages;
+
+  const int m_block = static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z;
+  const SeqBounds sb = seq_bounds(p.cu_seqlens_q, p.cu_seqlens_k, b);
+  const int m0 = m_block * kM;
+  if (m0 >= sb.q_len) return;
+  const int hk = h / (p.n_heads_q / p.n_heads_kv);
+  const int m_rows = min(kM, sb.q_len - m0);
+  const int diag = sb.k_len - sb.q_len;
+  const int n_end = kCausal ? max(0, min(sb.k_len, m0 + m_rows + diag)) : sb.k_len;
+  const int n_blocks = (n_end + kN - 1) / kN;
+  const int tid = threadIdx.x, wg = tid / 128;
+
+  if (tid == 0) {
+    sm90::mbar_init(bar_q, 1);
+    for (int s = 0; s < kStages; ++s) {
+      sm90::mbar_init(&full_k[s], 1);
+      sm90::mbar_init(&full_v[s], 1);
+      sm90::mbar_init(&empty[s], kConsumerWarps);
+    }
+    sm90::mbar_fence_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---- producer: one thread issues every TMA copy.
+    sm90::regs_dealloc<kProducerRegs>();
+    if (tid == 0 && n_blocks > 0) {
+      sm90::tma_prefetch_desc(&tm_q);
+      sm90::tma_prefetch_desc(&tm_k);
+      sm90::tma_prefetch_desc(&tm_v);
+      sm90::mbar_arrive_expect_tx(bar_q, Shape::kQElems * 2);
+#pragma unroll
+      for (int c = 0; c < kCB; ++c) sm90::tma_load_3d(sQ + c * kM * 64, &tm_q, bar_q, c * 64, h, sb.q_start + m0);
+      for (int i = 0; i < n_blocks; ++i) {
+        const int nb = n_blocks - 1 - i, s = i % kStages;
+        const uint32_t phase = (i / kStages) & 1;
+        sm90::mbar_wait(&empty[s], phase ^ 1);
+        bf16* k_dst = sK + s * Shape::kKvElems;
+        bf16* v_dst = sV + s * Shape::kKvElems;
+        sm90::mbar_arrive_expect_tx(&full_k[s], Shape::kKvElems * 2);
+#pragma unroll
+        for (int c = 0; c < kCB; ++c)
+          sm90::tma_load_3d(k_dst + c * kN * 64, &tm_k, &full_k[s], c * 64, hk, sb.k_start + nb * kN);
+        sm90::mbar_arrive_expect_tx(&full_v[s], Shape::kKvElems * 2);
+#pragma unroll
+        for (int c = 0; c < kCB; ++c)
+          sm90::tma_load_3d(v_dst + c * kN * 64, &tm_v, &full_v[s], c * 64, hk, sb.k_start + nb * kN);
+      }
+    }
+  } else {
+
+    // ---- consumers: warpgroup cw owns query rows [64 cw, 64 cw + 64) of the block.
+    sm90::regs_alloc<kConsumerRegs>();
+    const int cw = wg - 1, lane = tid % 32, wi = (tid / 32) % 4, g = lane / 4, t = lane % 4;
+    const int row_lo = m0 + cw * 64 + wi * 16 + g;  // this thread's rows: row_lo, row_lo + 8
+    const float scale_log2 = p.scale * static_cast<float>(M_LOG2E);
+    float o[kHeadDim / 2];
+  #pragma unroll
+    for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
+    float row_max[2] = {-kInf, -kInf}, row_sum[2] = {0.f, 0.f};
+
+    if (n_blocks > 0) sm90::mbar_wait(bar_q, 0);
+    for (int i = 0; i < n_blocks; ++i) {
+      const int nb = n_blocks - 1 - i, s = i % kStages, n0 = nb * kN;
+      const uint32_t phase = (i / kStages) & 1;
+      const bf16* k_tile = sK + s * Shape::kKvElems;
+      const bf16* v_tile = sV + s * Shape::kKvElems;
+
+      // S = Q K^T: 64 x 128 per warpgroup, accumulated over the head dim in k-steps of 16.
+      float sacc[kN / 2];
+  #pragma unroll
+      for (int j = 0; j < kN / 2; ++j) sacc[j] = 0.f;
+      sm90::mbar_wait(&full_k[s], phase);
+      sm90::wgmma_fence();
+  #pragma unroll
+      for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+        const int c = kk / 4, ko = (kk % 4) * 16;
+        const uint64_t da = sm90::smem_desc_sw128(sQ + c * kM * 64 + cw * 64 * 64 + ko, 16, 1024);
+        const uint64_t db = sm90::smem_desc_sw128(k_tile + c * kN * 64 + ko, 16, 1024);
+        sm90::wgmma_m64n128k16_ss(sacc, da, db, 1);
+      }
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(sacc);
+
+      // Mask (accumulator tile j covers keys n0 + 8j .. 8j + 7; element e: row + 8 (e >> 1), col + (e & 1)).
+      const bool need_mask = n0 + kN > sb.k_len || (kCausal && n0 + kN - 1 > m0 + cw * 64 + diag);
+      if (need_mask) {
+  #pragma unroll
+        for (int j = 0; j < kN / 8; ++j)
+  #pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = n0 + 8 * j + 2 * t + (e & 1), row = row_lo + (e >> 1) * 8;
+            if (col >= sb.k_len || (kCausal && col > row + diag)) sacc[4 * j + e] = -kInf;
+          }
+      }
+      // Online softmax.
+  #pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = row_max[r];
+  #pragma unroll
+        for (int j = 0; j < kN / 8; ++j) mx = fmaxf(mx, fmaxf(sacc[4 * j + 2 * r], sacc[4 * j + 2 * r + 1]));
+        mx = quad_max(mx);
+        const float m_scaled = mx == -kInf ? 0.f : mx * scale_log2;
+        const float corr = exp2f(row_max[r] * scale_log2 - m_scaled);
+        row_max[r] = mx;
+        float sum = 0.f;
+  #pragma unroll
+        for (int j = 0; j < kN / 8; ++j) {
+          sacc[4 * j + 2 * r] = exp2f(fmaf(sacc[4 * j + 2 * r], scale_log2, -m_scaled));
+          sacc[4 * j + 2 * r + 1] = exp2f(fmaf(sacc[4 * j + 2 * r + 1], scale_log2, -m_scaled));
+          sum += sacc[4 * j + 2 * r] + sacc[4 * j + 2 * r + 1];
+        }
+        row_sum[r] = row_sum[r] * corr + sum;
+  #pragma unroll
+        for (int j = 0; j < kHeadDim / 8; ++j) {
+          o[4 * j + 2 * r] *= corr;
+          o[4 * j + 2 * r + 1] *= corr;
+        }
+      }
+      // P as the register A operand: k-step kk covers keys 16 kk .. 16 kk + 15 (accumulator tiles 2kk, 2kk + 1).
+      uint32_t pf[kN / 16][4];
+  #pragma unroll
+      for (int kk = 0; kk < kN / 16; ++kk) {
+        pf[kk][0] = pack2<bf16>(sacc[8 * kk + 0], sacc[8 * kk + 1]);
+        pf[kk][1] = pack2<bf16>(sacc[8 * kk + 2], sacc[8 * kk + 3]);
+        pf[kk][2] = pack2<bf16>(sacc[8 * kk + 4], sacc[8 * kk + 5]);
+        pf[kk][3] = pack2<bf16>(sacc[8 * kk + 6], sacc[8 * kk + 7]);
+      }
+
+      // O += P V: V [keys x d] is the N-major B operand (next 64-wide column block kN * 128 bytes on).
+      sm90::mbar_wait(&full_v[s], phase);
+      sm90::fence_regs(o);
+      sm90::wgmma_fence();
+  #pragma unroll
+      for (int kk = 0; kk < kN / 16; ++kk) {
+        const uint64_t db = sm90::smem_desc_sw128(v_tile + kk * 16 * 64, kN * 128, 1024);
+        wgmma_pv<kHeadDim>(o, pf[kk], db, 1);
+      }
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(o);
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(&empty[s]);
+    }
+
+    // Epilogue: normalize, write O and the lse.
+  #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float sum = quad_sum(row_sum[r]);
+      const int row = row_lo + 8 * r;
+      if (row >= sb.q_len) continue;
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      if (t == 0) {
+        const float lse = sum > 0.f ? (row_max[r] * scale_log2 + log2f(sum)) * static_cast<float>(M_LN2) : -kInf;
+        p.lse[h * p.lse_head_stride + sb.q_start + row] = lse;
+      }
+      bf16* orow = static_cast<bf16*>(p.out) + static_cast<int64_t>(sb.q_start + row) * p.out_row_stride +
+                   h * p.out_head_stride;
+  #pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j)
+        *reinterpret_cast<uint32_t*>(orow + 8 * j + 2 * t) = pack2<bf16>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    }
+  }
+#endif
+}
+
+// ---- host side ---------------------------------------------------------------------------------------------------
+
+template <int kHeadDim>
+void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
+  using Shape = HopperFwdShape<kHeadDim>;
+  const CUtensorMap tq = make_tensor_map(p.q, p.total_q, p.n_heads_q, kHeadDim, p.q_row_stride, p.q_head_stride,
+                                         Shape::kBlockM);
+  const CUtensorMap tk = make_tensor_map(p.k, p.total_k, p.n_heads_kv, kHeadDim, p.k_row_stride, p.k_head_stride,
+                                         Shape::kBlockN);
+  const CUtensorMap tv = make_tensor_map(p.v, p.total_k, p.n_heads_kv, kHeadDim, p.v_row_stride, p.v_head_stride,
+                                         Shape::kBlockN);
+  const dim3 grid((p.max_seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM, p.n_heads_q, p.batch);
+  auto kernel = p.causal ? flash_fwd_sm90_kernel<kHeadDim, true> : flash_fwd_sm90_kernel<kHeadDim, false>;
+  VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
+  kernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, p);
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool flash_hopper_fwd_supports(const FlashFwdParams& p) {
+  return p.dtype == FlashDType::bf16 && (p.head_dim == 64 || p.head_dim == 128) && p.total_q > 0 && p.total_k > 0 &&
+         device_is_sm90();
+}
+
+Status flash_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
+  if (!flash_hopper_fwd_supports(p)) return unsupported("flash: the Hopper forward does not support this problem");
+  if (p.batch == 0 || p.max_seqlen_q == 0) return Status();
+  if (p.head_dim == 64) {
+    run_hopper_fwd<64>(p, stream);
+  } else {
+    run_hopper_fwd<128>(p, stream);
+  }
+  return Status();
+}
+
+}  // namespace vlm::flash

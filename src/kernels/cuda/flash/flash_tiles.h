@@ -1,0 +1,71 @@
+// Every tile choice of the FlashAttention kernels, in one place, each with its reason. Head dims are compiled for
+// 64, 96, 128 and 256; a smaller multiple of 8 runs on the next size up with zero-padded columns.
+// Portable path (mma.sync m16n8k16, one warp owns 16 rows of each score tile):
+//   forward      kBlockM query rows per CTA (16 per warp), kBlockN keys per step;
+//   bwd dk/dv    kBlockN keys per CTA (16 per warp row-group, kSplitD warps share a key group by head-dim halves),
+//                kBlockM queries per step;
+//   bwd dq       (deterministic mode) kBlockM queries per CTA, kBlockN keys per step.
+// Smem rows are padded by 8 elements (16 bytes) so that the 8 rows an ldmatrix reads fall in distinct banks.
+#pragma once
+
+namespace vlm::flash {
+
+// The compiled head dim that serves a runtime head dim d (0 when unsupported).
+constexpr int padded_head_dim(int d) {
+  return d <= 0 || d % 8 != 0 ? 0 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 256 ? 256 : 0;
+}
+
+template <int kHeadDim>
+struct FwdTile {
+  // 8 warps x 16 rows: K/V tiles are reused by 128 queries; S (32 regs) + O (<= 64 regs) fit without spills.
+  static constexpr int kBlockM = 128, kBlockN = 64, kWarps = 8;
+};
+template <>
+struct FwdTile<256> {
+  // O alone takes 128 registers per thread at d=256: halve the key step so S stays at 16.
+  static constexpr int kBlockM = 128, kBlockN = 32, kWarps = 8;
+};
+
+template <int kHeadDim>
+struct BwdTile {
+  // 4 warps x 16 keys; dK + dV accumulators take <= 128 regs/thread; ~103 KB smem (d=128) lets 2 CTAs share an SM.
+  static constexpr int kBlockN = 64, kBlockM = 64, kWarpsN = 4, kSplitD = 1;
+};
+template <>
+struct BwdTile<256> {
+  // dK + dV at d=256 need 256 regs/thread with one warp per key group: split the head dim over two warps
+  // (S and dP are computed twice), and take 32 queries per step to fit the double-buffered Q/dO in smem.
+  static constexpr int kBlockN = 64, kBlockM = 32, kWarpsN = 4, kSplitD = 2;
+};
+
+template <int kHeadDim>
+struct DqTile {
+  // Deterministic dq: like the forward with one more GEMM; 4 warps x 16 queries, double-buffered K/V.
+  static constexpr int kBlockM = 64, kBlockN = 64, kWarps = 4;
+};
+template <>
+struct DqTile<256> {
+  // dQ (128 regs) at d=256: a narrower key step keeps S and dP at 16 registers each.
+  static constexpr int kBlockM = 64, kBlockN = 32, kWarps = 4;
+};
+
+}  // namespace vlm::flash
+
+namespace vlm::flash {
+
+// Hopper path (sm_90a): one producer warpgroup (TMA) + two consumer warpgroups of 64 query rows each.
+template <int kHeadDim>
+struct HopperFwdTile {
+  // 128 queries x 128 keys: each consumer issues m64n128k16 wgmma chains (the widest N that keeps S in 64 regs);
+  // 2 K/V stages (d=128: 32 KB Q + 2 x 64 KB K/V = 160 KB smem) let the next tile land during this one.
+  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
+};
+
+template <int kHeadDim>
+struct HopperBwdTile {
+  // 128 keys per CTA (64 per consumer warpgroup: dK + dV take 2 x kHeadDim/2 regs/thread), 64 queries per step so
+  // S^T, dP^T (32 regs each) and dQ fit beside them under the 240-register consumer budget; Q/dO double-buffered.
+  static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2;
+};
+
+}  // namespace vlm::flash

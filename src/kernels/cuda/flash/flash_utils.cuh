@@ -1,0 +1,137 @@
+// Device building blocks of the portable (sm_80+) path: cp.async copies, ldmatrix loads, the m16n8k16 tensor-core
+// MMA with fp32 accumulation, and register packing. Fragment layouts are the PTX ISA's for mma.m16n8k16:
+//   A (16x16, row): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
+//   B (16x8, col):  b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g)
+//   C (16x8):       c0,c1 (g, 2t..2t+1), c2,c3 (g+8, 2t..2t+1)        with g = lane / 4, t = lane % 4.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace vlm::flash {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy; when !pred the 16 bytes are zero-filled and nothing is read.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool pred) {
+  const int src_bytes = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Four 8x8 b16 matrices; lane i gives the row address of matrix i / 8, row i % 8.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(smem)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(smem)));
+}
+
+// d += a * b on one 16x8x16 tile.
+template <class Element>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats -> one register of two 16-bit values (lo in the low half, as the MMA fragments expect).
+template <class Element>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+template <class Element>
+__device__ __forceinline__ float to_float(Element x);
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <>
+__device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
+
+// The A fragment of a 16x16 tile from two adjacent 16x8 accumulator tiles (columns 0..7 and 8..15).
+template <class Element>
+__device__ __forceinline__ void acc_to_a_frag(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = pack2<Element>(c0[0], c0[1]);
+  a[1] = pack2<Element>(c0[2], c0[3]);
+  a[2] = pack2<Element>(c1[0], c1[1]);
+  a[3] = pack2<Element>(c1[2], c1[3]);
+}
+
+// Reductions over the four lanes of a quad (the lanes that share an accumulator row).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Sequence bounds of batch entry b.
+struct SeqBounds {
+  int q_start, q_len, k_start, k_len;
+};
+__device__ __forceinline__ SeqBounds seq_bounds(const int32_t* cu_q, const int32_t* cu_k, int b) {
+  SeqBounds s;
+  s.q_start = cu_q[b];
+  s.q_len = cu_q[b + 1] - s.q_start;
+  s.k_start = cu_k[b];
+  s.k_len = cu_k[b + 1] - s.k_start;
+  return s;
+}
+
+// Copies a tile of kRows x kCols (kCols a multiple of 8) from global rows into shared memory with row pitch
+// kPitch elements. Rows >= n_rows and columns >= n_cols are zero-filled.
+template <int kRows, int kCols, int kPitch, int kThreads, class Element>
+__device__ __forceinline__ void load_tile_async(Element* smem, const Element* gmem, int64_t row_stride, int n_rows,
+                                                int n_cols, int tid) {
+  constexpr int kChunksPerRow = kCols / 8;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  constexpr int kIters = (kChunks + kThreads - 1) / kThreads;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i = tid + it * kThreads;
+    if (kChunks % kThreads != 0 && i >= kChunks) break;
+    const int r = i / kChunksPerRow, c = (i % kChunksPerRow) * 8;
+    const bool pred = r < n_rows && c < n_cols;
+    const Element* src = pred ? gmem + r * row_stride + c : gmem;
+    cp_async_16(smem + r * kPitch + c, src, pred);
+  }
+}
+
+}  // namespace vlm::flash
