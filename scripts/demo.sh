@@ -14,7 +14,7 @@ scripts/build.sh cpu --target vlm
 VLM=build/apps/vlm/vlm
 
 data=data/shapes
-train_samples="${DEMO_TRAIN_SAMPLES:-20000}"
+train_samples="${DEMO_TRAIN_SAMPLES:-50000}"
 if [ ! -f "$data/.done-$train_samples" ]; then
   say "rendering the shapes dataset: $train_samples training samples (seed 1), 1000 held-out (seed 2)"
   rm -rf "$data"

@@ -1,6 +1,7 @@
 // Flags implementation.
 #include "cli.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 namespace vlm::cli {
@@ -89,6 +90,18 @@ std::string Flags::help() const {
     out += "\n";
   }
   return out;
+}
+
+int parse_command_flags(Flags& flags, int argc, char** argv, int first, const std::string& extra_help) {
+  if (Status s = flags.parse(argc, argv, first); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (flags.help_requested()) {
+    std::printf("%s%s", flags.help().c_str(), extra_help.c_str());
+    return 0;
+  }
+  return -1;
 }
 
 }  // namespace vlm::cli

@@ -44,4 +44,8 @@ class Flags {
   bool help_ = false;
 };
 
+// Parses the flags of a command: prints help (plus `extra_help`) on --help, an error on bad flags. Returns -1 when
+// the command should go on, else the exit code to return (0 after help, 2 after a usage error).
+int parse_command_flags(Flags& flags, int argc, char** argv, int first, const std::string& extra_help = "");
+
 }  // namespace vlm::cli

@@ -39,11 +39,7 @@ int data_synth(int argc, char** argv, int first) {
   f.add_int("--shard-size", &shard_size, "samples per shard");
   f.add_int("--quality", &quality, "JPEG quality");
   f.require("--out");
-  if (Status s = f.parse(argc, argv, first); !s.ok()) return usage_error(s);
-  if (f.help_requested()) {
-    std::printf("%s", f.help().c_str());
-    return 0;
-  }
+  if (int code = parse_command_flags(f, argc, argv, first); code >= 0) return code;
   if (f.positional().size() != 1 || f.positional()[0] != "shapes")
     return usage_error(invalid_argument("name the dataset: `vlm data synth shapes ...` (known: shapes)"));
   if (samples <= 0 || seed < 0 || image_size <= 0 || shard_size <= 0 || first_index < 0)
@@ -79,11 +75,7 @@ int data_tokenizer_train(int argc, char** argv, int first) {
   f.add_string("--template", &tmpl, "chat template whose markup is added to the corpus (chat, plain)");
   f.require("--shards");
   f.require("--out");
-  if (Status s = f.parse(argc, argv, first); !s.ok()) return usage_error(s);
-  if (f.help_requested()) {
-    std::printf("%s", f.help().c_str());
-    return 0;
-  }
+  if (int code = parse_command_flags(f, argc, argv, first); code >= 0) return code;
   auto list = expand_shard_spec(shards);
   if (!list.ok()) return fail(list.status());
   auto chat = chat_template_by_name(tmpl);

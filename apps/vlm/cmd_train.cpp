@@ -39,14 +39,7 @@ int cmd_train(int argc, char** argv, int first) {
   f.add_string("--run-dir", &run_dir, "where outputs go (default runs/<config name>)");
   f.add_bool("--resume", &resume, "continue from the newest checkpoint in the run directory");
   f.add_bool("--quiet", &quiet, "no progress line");
-  if (Status s = f.parse(argc, argv, first); !s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.message().c_str());
-    return 2;
-  }
-  if (f.help_requested()) {
-    std::printf("%s%s", f.help().c_str(), run_options_help().c_str());
-    return 0;
-  }
+  if (int code = parse_command_flags(f, argc, argv, first, run_options_help()); code >= 0) return code;
   // A resumed run without --config uses the configuration it was started with.
   if (config_path.empty() && resume && !run_dir.empty() && std::filesystem::exists(run_dir + "/config.toml"))
     config_path = run_dir + "/config.toml";
@@ -88,14 +81,7 @@ int cmd_eval(int argc, char** argv, int first) {
   f.add_multi("--set", &overrides, "override one option (repeatable)");
   f.add_int("--samples", &samples, "held-out images (default: eval.samples)");
   f.add_string("--out", &out, "write the result JSON here");
-  if (Status s = f.parse(argc, argv, first); !s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.message().c_str());
-    return 2;
-  }
-  if (f.help_requested()) {
-    std::printf("%s%s", f.help().c_str(), run_options_help().c_str());
-    return 0;
-  }
+  if (int code = parse_command_flags(f, argc, argv, first, run_options_help()); code >= 0) return code;
   if (!run_dir.empty()) {
     if (config_path.empty()) config_path = run_dir + "/config.toml";
     if (checkpoint.empty()) {

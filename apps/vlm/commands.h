@@ -7,5 +7,6 @@ namespace vlm::cli {
 int cmd_train(int argc, char** argv, int first);
 int cmd_eval(int argc, char** argv, int first);
 int cmd_data(int argc, char** argv, int first);
+int cmd_bench(int argc, char** argv, int first);
 
 }  // namespace vlm::cli

@@ -14,7 +14,7 @@
 namespace vlm {
 namespace {
 
-constexpr double kMinSize = 0.22, kMaxSize = 0.32;  // fraction of the side
+constexpr double kMinSize = 0.34, kMaxSize = 0.44;  // fraction of the side (see the header)
 constexpr double kBorder = 0.03;                     // bounding box to image edge
 constexpr double kGap = 0.04;                        // between bounding boxes
 constexpr double kMinDx = 0.12;                      // between centres, in x

@@ -4,7 +4,8 @@
 //
 // Every sample is a pure function of (seed, global index) through Philox(seed, index), so any sample can be
 // regenerated alone and the layout does not depend on the image size (positions are drawn as fractions).
-// Layout rules: objects are distinct (colour, shape) pairs; each is 22-32% of the image side; their bounding boxes
+// Layout rules: objects are distinct (colour, shape) pairs; each is 34-44% of the image side (large enough that a
+// ViT with 8 px patches at 64 px tells circles from squares quickly); their bounding boxes
 // keep a gap of 4% of the side and stay 3% inside the border; any two centres differ by >= 12% of the side in x, so
 // "left of" is never ambiguous.
 #pragma once

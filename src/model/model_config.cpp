@@ -11,7 +11,7 @@ Status apply_model_preset(const std::string& name, ModelConfig& c) {
     c = fresh;
   } else if (name == "nanovlm-222m") {
     c = fresh;
-    c.vision = {224, 16, 3, 768, 12, 12, 3072, 1e-6f};
+    c.vision = {224, 16, 3, 768, 12, 12, 3072, 1e-6f, 0.f};
     c.projector = {2, 0};  // 196 patches -> 49 tokens
     c.text.vocab_size = 49152;
     c.text.hidden = 576;
@@ -23,6 +23,7 @@ Status apply_model_preset(const std::string& name, ModelConfig& c) {
     c.text.rms_eps = 1e-5f;
     c.text.tie_embeddings = true;
     c.text.max_seq_len = 8192;
+    c.init_std = 0.02f;
   } else {
     return invalid_argument("unknown model preset '" + name + "' (known: tiny, nanovlm-222m)");
   }
@@ -40,6 +41,8 @@ void add_model_options(OptionSet& o, ModelConfig& c) {
   o.add("model.vision.layers", &c.vision.layers, "ViT blocks", positive<int>());
   o.add("model.vision.heads", &c.vision.heads, "ViT attention heads", positive<int>());
   o.add("model.vision.mlp_hidden", &c.vision.mlp_hidden, "ViT MLP width", positive<int>());
+  o.add("model.vision.pos_init_scale", &c.vision.pos_init_scale,
+        "rms of the 2-D sine-cosine init of the position embeddings (0 = random)", non_negative<float>());
   o.add("model.vision.ln_eps", &c.vision.ln_eps, "ViT LayerNorm epsilon", positive<float>());
   o.add("model.projector.pixel_shuffle", &c.projector.pixel_shuffle, "pixel shuffle factor r", positive<int>());
   o.add("model.projector.mlp_hidden", &c.projector.mlp_hidden, "projector MLP width (0 = one linear layer)",

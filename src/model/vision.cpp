@@ -1,6 +1,8 @@
 // VisionTransformer forward/backward.
 #include "model/vision.h"
 
+#include <cmath>
+
 #include "kernels/ops.h"
 
 namespace vlm {
@@ -89,6 +91,31 @@ void VisionTransformer::backward(const Tensor& dfeatures, const Saved& s) const 
   Tensor dw = patch_w_->trainable ? patch_w_->grad.view({D, K}) : Tensor();
   Tensor db = patch_b_->trainable ? patch_b_->grad : Tensor();
   ops::linear_backward(no_dx, dw, db, dx, s.patches, patch_w_->value.view({D, K}));
+}
+
+void VisionTransformer::init_position_embedding_sincos(float scale) {
+  const int grid = config_.image_size / config_.patch_size, D = config_.hidden;
+  Tensor host = Tensor::zeros({grid * grid, D}, DType::f32);
+  float* e = host.data<float>();
+  // Half of the channels encode the row, half the column; each half is sin/cos pairs of geometric frequencies.
+  const int half = D / 2, pairs = half / 2;
+  for (int y = 0; y < grid; ++y)
+    for (int x = 0; x < grid; ++x) {
+      float* row = e + static_cast<int64_t>(y * grid + x) * D;
+      for (int i = 0; i < pairs; ++i) {
+        const double freq = std::pow(10000.0, -static_cast<double>(i) / std::max(pairs, 1));
+        row[2 * i] = static_cast<float>(std::sin(y * freq));
+        row[2 * i + 1] = static_cast<float>(std::cos(y * freq));
+        row[half + 2 * i] = static_cast<float>(std::sin(x * freq));
+        row[half + 2 * i + 1] = static_cast<float>(std::cos(x * freq));
+      }
+    }
+  // sin/cos pairs have rms 1/sqrt(2) over the filled channels; rescale to the requested rms.
+  double ss = 0;
+  for (int64_t i = 0; i < host.numel(); ++i) ss += static_cast<double>(e[i]) * e[i];
+  const float k = ss > 0 ? static_cast<float>(scale / std::sqrt(ss / static_cast<double>(host.numel()))) : 0.f;
+  for (int64_t i = 0; i < host.numel(); ++i) e[i] *= k;
+  pos_->value.copy_from(host);
 }
 
 }  // namespace vlm

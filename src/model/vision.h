@@ -32,6 +32,9 @@ class VisionTransformer {
   Tensor forward(const Tensor& images, Saved& saved) const;
   // dfeatures [N * P, hidden] -> accumulates parameter grads (no image gradient is produced).
   void backward(const Tensor& dfeatures, const Saved& saved) const;
+  // Sets the (trainable) position embeddings to 2-D sine-cosine values of rms `scale` (MAE-style): patches start
+  // out knowing their row and column, so spatial features need not be learned from nothing.
+  void init_position_embedding_sincos(float scale);
 
  private:
   struct Block {

@@ -24,6 +24,11 @@ VlmModel::VlmModel(const ModelConfig& config, Device device) : config_(config), 
   text_ = std::make_unique<TextDecoder>(params_, config.text, device);
 }
 
+void VlmModel::init_weights(uint64_t seed) {
+  params_.init_normal(seed, config_.init_std);
+  if (config_.vision.pos_init_scale > 0) vision_->init_position_embedding_sincos(config_.vision.pos_init_scale);
+}
+
 Tensor VlmModel::embed_with_images(const VlmInputs& in, const Tensor& image_tokens) const {
   Tensor x0 = text_->embed(in.tokens);
   if (image_tokens.defined() && image_tokens.numel() > 0) {
@@ -40,23 +45,28 @@ Tensor VlmModel::encode_images(const Tensor& images) {
   return projector_->forward(vision_->forward(images, vs), ps);
 }
 
+StepLoss VlmModel::loss_at_targets(const Tensor& hidden, const VlmInputs& in, Tensor* hsel, Tensor* logits) const {
+  StepLoss out;
+  const int64_t R = in.loss_rows.numel();
+  if (R == 0) return out;
+  *hsel = new_like({R, hidden.dim(1)}, hidden);
+  ops::gather_rows(*hsel, hidden, in.loss_rows);
+  *logits = text_->lm_head().forward(*hsel);
+  Tensor losses = new_like({R}, hidden);
+  ops::cross_entropy_forward(losses, *logits, in.loss_targets, kIgnore);
+  Tensor host = losses.to(Device::cpu());
+  for (int64_t i = 0; i < R; ++i) out.loss_sum += host.data<float>()[i];
+  out.tokens = R;
+  return out;
+}
+
 StepLoss VlmModel::forward_loss(const VlmInputs& in) {
   Tensor image_tokens = in.images.defined() && in.images.numel() > 0 ? encode_images(in.images) : Tensor();
   Tensor x0 = embed_with_images(in, image_tokens);
   TextDecoder::Saved ts;
   Tensor hidden = text_->forward(x0, seq_info(in), ts);
-  StepLoss out;
-  const int64_t R = in.loss_rows.numel();
-  if (R == 0) return out;
-  Tensor hsel = new_like({R, hidden.dim(1)}, hidden);
-  ops::gather_rows(hsel, hidden, in.loss_rows);
-  Tensor logits = text_->lm_head().forward(hsel);
-  Tensor losses = new_like({R}, hidden);
-  ops::cross_entropy_forward(losses, logits, in.loss_targets, kIgnore);
-  Tensor host = losses.to(Device::cpu());
-  for (int64_t i = 0; i < R; ++i) out.loss_sum += host.data<float>()[i];
-  out.tokens = R;
-  return out;
+  Tensor hsel, logits;
+  return loss_at_targets(hidden, in, &hsel, &logits);
 }
 
 StepLoss VlmModel::forward_backward(const VlmInputs& in, float grad_scale) {
@@ -76,17 +86,9 @@ StepLoss VlmModel::forward_backward(const VlmInputs& in, float grad_scale) {
   const SeqInfo seq = seq_info(in);
   Tensor hidden = text_->forward(x0, seq, ts);
 
-  StepLoss out;
-  const int64_t R = in.loss_rows.numel();
-  if (R == 0) return out;
-  Tensor hsel = new_like({R, hidden.dim(1)}, hidden);
-  ops::gather_rows(hsel, hidden, in.loss_rows);
-  Tensor logits = text_->lm_head().forward(hsel);
-  Tensor losses = new_like({R}, hidden);
-  ops::cross_entropy_forward(losses, logits, in.loss_targets, kIgnore);
-  Tensor host = losses.to(Device::cpu());
-  for (int64_t i = 0; i < R; ++i) out.loss_sum += host.data<float>()[i];
-  out.tokens = R;
+  Tensor hsel, logits;
+  const StepLoss out = loss_at_targets(hidden, in, &hsel, &logits);
+  if (out.tokens == 0) return out;
 
   // Backward. dlogits overwrites logits (they are not needed any more).
   ops::cross_entropy_backward(logits, logits, in.loss_targets, grad_scale, kIgnore);

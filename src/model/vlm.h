@@ -35,6 +35,10 @@ class VlmModel {
  public:
   VlmModel(const ModelConfig& config, Device device);
 
+  // Random init: every weight N(0, init_std^2) from Philox(seed), norms 1, biases 0, and the vision position
+  // embeddings 2-D sine-cosine (model.vision.pos_init_scale rms; 0 keeps them random).
+  void init_weights(uint64_t seed);
+
   ParameterStore& params() { return params_; }
   const ParameterStore& params() const { return params_; }
   const ModelConfig& config() const { return config_; }
@@ -53,6 +57,8 @@ class VlmModel {
 
  private:
   Tensor embed_with_images(const VlmInputs& in, const Tensor& image_tokens) const;
+  // Cross-entropy at the target rows of the final hidden states; hands back the gathered rows and their logits.
+  StepLoss loss_at_targets(const Tensor& hidden, const VlmInputs& in, Tensor* hsel, Tensor* logits) const;
 
   ModelConfig config_;
   Device device_;

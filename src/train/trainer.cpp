@@ -146,7 +146,7 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
 
   // Model and optimizer.
   VlmModel model(c.model, device);
-  model.params().init_normal(static_cast<uint64_t>(c.train.seed), c.model.init_std);
+  model.init_weights(static_cast<uint64_t>(c.train.seed));
   if (!c.train.init_from.empty() && !resume_from)
     VLM_RETURN_IF_ERROR(model.params().load(c.train.init_from, /*allow_missing=*/true));
   for (const auto& part : c.train.freeze) {

@@ -131,8 +131,8 @@ TEST(SynthShapes, LayoutRulesAndAnswers) {
       const auto& o = objs[a];
       distinct.insert(phrase(o));
       combos_seen.insert(phrase(o));
-      EXPECT_GE(o.size, 0.22 * side - 1e-9);
-      EXPECT_LE(o.size, 0.32 * side + 1e-9);
+      EXPECT_GE(o.size, 0.34 * side - 1e-9);
+      EXPECT_LE(o.size, 0.44 * side + 1e-9);
       EXPECT_GE(o.x - o.size / 2, 0.03 * side - 1e-9);
       EXPECT_LE(o.x + o.size / 2, 0.97 * side + 1e-9);
       EXPECT_GE(o.y - o.size / 2, 0.03 * side - 1e-9);

@@ -47,6 +47,7 @@ TEST(Parameters, SaveLoadRoundTripWithHfNames) {
   c.text.heads = 2;
   c.text.kv_heads = 1;
   c.text.intermediate = 24;
+  c.text.tie_embeddings = true;
   VlmModel a(c, Device::cpu());
   a.params().init_normal(1, 0.02f);
   EXPECT_NE(a.params().find("model.vision_model.encoder.layers.0.self_attn.q_proj.weight"), nullptr);

@@ -158,7 +158,7 @@ TEST(Trainer, FrozenPartsDoNotChange) {
   ASSERT_TRUE(run_training(options_for(c, dir)).ok());
   // Compare against the initial weights of an untrained model of the same seed.
   VlmModel init(c.model, Device::cpu());
-  init.params().init_normal(static_cast<uint64_t>(c.train.seed), c.model.init_std);
+  init.init_weights(static_cast<uint64_t>(c.train.seed));
   auto trained = safetensors_load(dir + "/checkpoints/step_00000002/model.safetensors");
   ASSERT_TRUE(trained.ok());
   int changed_projector = 0;
