@@ -192,7 +192,12 @@ Status safetensors_save(const std::string& path, const std::vector<std::pair<std
     offset += h.nbytes();
     host.push_back(std::move(h));
   }
-  std::string json = header.dump();
+  std::string json;
+  try {
+    json = header.dump();
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument(path + ": a tensor name or metadata value is not valid UTF-8 (" + e.what() + ")");
+  }
   while ((8 + json.size()) % 8 != 0) json.push_back(' ');  // align the data section to 8 bytes
   std::vector<uint8_t> out(8 + json.size() + offset);
   uint64_t len = json.size();

@@ -38,7 +38,8 @@ std::string EvalResult::to_json() const {
   for (const auto& e : examples)
     ex.push_back({{"key", e.key}, {"question", e.question}, {"answer", e.answer}, {"prediction", e.prediction}});
   j["examples"] = ex;
-  return j.dump(2) + "\n";
+  // Predictions are raw model output and may cut a UTF-8 sequence: replace bad bytes instead of throwing.
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 namespace {

@@ -49,7 +49,7 @@ Status write_run_info(const std::string& dir, const std::vector<std::string>& ar
   j["cpu_threads"] = std::thread::hardware_concurrency();
   j["cuda_devices"] = cuda_device_count();
   j["started_utc"] = utc_timestamp();
-  const std::string text = j.dump(2) + "\n";
+  const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   return write_file_atomic(dir + "/run.json", text.data(), text.size());
 }
 

@@ -80,7 +80,7 @@ Status write_checkpoint(CheckpointManager& ckpt, VlmModel& model, AdamW& opt, co
     j["samples_seen"] = st.samples_seen;
     j["tokens_seen"] = st.tokens_seen;
     j["config_toml"] = resolved_toml;
-    const std::string text = j.dump(2) + "\n";
+    const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     return write_file_atomic(dir + "/trainer_state.json", text.data(), text.size());
   });
 }

@@ -10,12 +10,12 @@
 
 namespace {
 
-struct Run {
+struct CliResult {
   int code;
   std::string out;  // stdout and stderr together
 };
 
-Run run(const std::string& args) {
+CliResult run(const std::string& args) {
   const std::string cmd = std::string(VLM_BINARY) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
@@ -27,7 +27,7 @@ Run run(const std::string& args) {
 }
 
 TEST(Cli, HelpIsGeneratedFromTheOptionDeclarations) {
-  Run r = run("train --help");
+  CliResult r = run("train --help");
   EXPECT_EQ(r.code, 0);
   for (const char* s : {"--config", "--resume", "train.lr", "model.text.kv_heads", "data.train_shards", "eval.samples"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
@@ -39,7 +39,7 @@ TEST(Cli, HelpIsGeneratedFromTheOptionDeclarations) {
 TEST(Cli, BadConfigNamesFileKeyAndReason) {
   const std::string dir = vlm::testing::scratch_dir("cli_bad");
   std::ofstream(dir + "/bad.toml") << "[train]\nbatch_size = 0\n";
-  Run r = run("train --config " + dir + "/bad.toml --run-dir " + dir + "/run");
+  CliResult r = run("train --config " + dir + "/bad.toml --run-dir " + dir + "/run");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find(dir + "/bad.toml: train.batch_size: must be > 0"), std::string::npos) << r.out;
   r = run("train --config " + dir + "/bad.toml --set train.batch_size=4 --set train.warmup=3");
@@ -54,7 +54,7 @@ TEST(Cli, TinyEndToEndRunWithResumeAndEval) {
   const std::string dir = vlm::testing::scratch_dir("cli_e2e");
   ASSERT_EQ(run("data synth shapes --out " + dir + "/train --samples 60 --seed 1 --image-size 16 --shard-size 25").code, 0);
   ASSERT_EQ(run("data synth shapes --out " + dir + "/val --samples 8 --seed 2 --image-size 16").code, 0);
-  Run t = run("data tokenizer-train --shards " + dir + "/train --out " + dir + "/tok.json --vocab-size 300");
+  CliResult t = run("data tokenizer-train --shards " + dir + "/train --out " + dir + "/tok.json --vocab-size 300");
   ASSERT_EQ(t.code, 0) << t.out;
   std::ofstream(dir + "/run.toml") << "[model.vision]\nimage_size = 16\npatch_size = 4\nhidden = 16\nlayers = 1\n"
                                       "heads = 2\nmlp_hidden = 32\n[model.text]\nvocab_size = 300\nhidden = 32\n"
@@ -62,13 +62,13 @@ TEST(Cli, TinyEndToEndRunWithResumeAndEval) {
                                       "val_shards = \"" + dir + "/val\"\ntokenizer = \"" + dir + "/tok.json\"\n"
                                       "[train]\nsteps = 4\nbatch_size = 4\nckpt_every = 2\nthreads = 1\n"
                                       "[eval]\nsamples = 4\n";
-  Run a = run("train --config " + dir + "/run.toml --run-dir " + dir + "/r --quiet --set train.steps=2");
+  CliResult a = run("train --config " + dir + "/run.toml --run-dir " + dir + "/r --quiet --set train.steps=2");
   ASSERT_EQ(a.code, 0) << a.out;
-  Run b = run("train --run-dir " + dir + "/r --resume --quiet --set train.steps=4");
+  CliResult b = run("train --run-dir " + dir + "/r --resume --quiet --set train.steps=4");
   ASSERT_EQ(b.code, 0) << b.out;
   EXPECT_NE(b.out.find("trained steps 3..4"), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("held-out VQA accuracy"), std::string::npos) << b.out;
-  Run e = run("eval --run-dir " + dir + "/r --samples 4 --out " + dir + "/eval.json");
+  CliResult e = run("eval --run-dir " + dir + "/r --samples 4 --out " + dir + "/eval.json");
   ASSERT_EQ(e.code, 0) << e.out;
   EXPECT_NE(e.out.find("\"vqa_accuracy\""), std::string::npos);
   std::ifstream in(dir + "/eval.json");

@@ -37,6 +37,13 @@ TEST(Safetensors, RoundTrip) {
   EXPECT_EQ(f->tensors.at("e").shape(), Shape({0, 4}));
 }
 
+TEST(Safetensors, InvalidUtf8NameIsAnErrorNotACrash) {
+  std::string dir = vlm::testing::scratch_dir("st_utf8");
+  Status s = safetensors_save(dir + "/x.safetensors", {{std::string("w\xac"), Tensor::zeros({2}, DType::f32)}});
+  EXPECT_EQ(s.code(), StatusCode::invalid_argument);
+  EXPECT_NE(s.message().find("UTF-8"), std::string::npos) << s.message();
+}
+
 TEST(Safetensors, MissingFileIsIoError) {
   auto f = safetensors_load("/nonexistent/dir/model.safetensors");
   EXPECT_EQ(f.status().code(), StatusCode::io_error);
