@@ -4,8 +4,17 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+
 #include "core/logging.h"
 #include "core/philox.h"
+#include "core/thread_pool.h"
+#include "data/partitioned_stream.h"
 #include "data/sample_stream.h"
 #include "data/transforms.h"
 
@@ -119,21 +128,174 @@ Expected<PackedBatch> pack_samples(const std::vector<PreparedSample>& samples, c
   return b;
 }
 
+namespace {
+
+nlohmann::json counters_json(const LoaderCounters& c) {
+  return {{"slots", c.slots},           {"samples_ok", c.samples_ok},
+          {"samples_skipped", c.samples_skipped}, {"bad_images", c.bad_images},
+          {"bad_text", c.bad_text},     {"bad_members", c.bad_members},
+          {"truncated_sequences", c.truncated_sequences}, {"shards_failed", c.shards_failed},
+          {"epochs_completed", c.epochs_completed}};
+}
+
+LoaderCounters counters_from_json(const nlohmann::json& j) {
+  LoaderCounters c;
+  c.slots = j.value("slots", uint64_t{0});
+  c.samples_ok = j.value("samples_ok", uint64_t{0});
+  c.samples_skipped = j.value("samples_skipped", uint64_t{0});
+  c.bad_images = j.value("bad_images", uint64_t{0});
+  c.bad_text = j.value("bad_text", uint64_t{0});
+  c.bad_members = j.value("bad_members", uint64_t{0});
+  c.truncated_sequences = j.value("truncated_sequences", uint64_t{0});
+  c.shards_failed = j.value("shards_failed", uint64_t{0});
+  c.epochs_completed = j.value("epochs_completed", uint64_t{0});
+  return c;
+}
+
+// A produced batch with the loader state right after it (what state() reports once the batch is consumed).
+struct ReadyBatch {
+  Expected<PackedBatch> batch = out_of_range("not built");
+  SlotPosition position;
+  LoaderCounters counters;
+};
+
+}  // namespace
+
 struct VlmBatchLoader::Impl {
   VlmDataOptions options;
   Tokenizer tokenizer;
-  std::unique_ptr<ShardSampleStream> stream;
-  uint64_t ordinal = 0;  // samples taken from the stream (the per-sample RNG index)
-  LoaderCounters counters;
+  std::optional<DataPlan> plan;
+  std::unique_ptr<PartitionedSampleStream> stream;
+  std::unique_ptr<ThreadPool> pool;
+  LoaderCounters counters;            // of the batches built so far (producer side)
+  SlotPosition consumed_position;     // after the last batch handed out
+  LoaderCounters consumed_counters;
+  int batch_size = 0;
+  uint64_t shards_broken_at_open = 0;  // found while counting samples (their good samples are still read)
 
-  Status open_stream(const StreamPosition& start) {
-    ShardStreamOptions so;
-    so.epochs = static_cast<uint64_t>(options.epochs);
-    so.shuffle_shards = options.shuffle_shards;
-    so.seed = options.seed;
+  // Prefetching: a producer thread fills `ready` up to options.prefetch_batches.
+  std::thread producer;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<ReadyBatch> ready;
+  bool stop = false;
+
+  ~Impl() { stop_producer(); }
+
+  Status open_stream(const SlotPosition& start) {
+    PartitionedSampleStream::Options so;
+    so.epochs = static_cast<uint64_t>(std::max(0, options.epochs));
+    so.shuffle_window = options.shuffle_window;
     so.start = start;
-    VLM_ASSIGN_OR_RETURN(stream, ShardSampleStream::create(options.shards, so));
+    VLM_ASSIGN_OR_RETURN(stream, PartitionedSampleStream::create(*plan, so));
     return Status();
+  }
+
+  ReadyBatch build(int n) {
+    ReadyBatch out;
+    if (stream->slots_per_epoch() < static_cast<uint64_t>(n)) {
+      out.batch = invalid_argument(str("each rank reads ", stream->slots_per_epoch(), " samples per epoch, fewer than ",
+                                       "the batch size ", n, ": use more data, fewer ranks or a smaller batch"));
+      return out;
+    }
+    if (stream->slots_left_in_epoch() > 0 && stream->slots_left_in_epoch() < static_cast<uint64_t>(n)) {
+      stream->finish_epoch();  // drop the partial batch: every rank yields the same number of batches
+    }
+    std::vector<Slot> slots(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      auto more = stream->next(slots[static_cast<size_t>(i)]);
+      if (!more.ok()) {
+        out.batch = more.status();
+        return out;
+      }
+      if (!*more) {
+        out.batch = out_of_range("the training data is exhausted (all epochs read)");
+        return out;
+      }
+    }
+    if (slots[0].index == 0 && slots[0].epoch > 0) ++counters.epochs_completed;
+    // Decode in parallel into indexed results: the batch never depends on the thread count.
+    std::vector<std::optional<Expected<PreparedSample>>> prepared(slots.size());
+    std::vector<SamplePart> failed(slots.size(), SamplePart::text);
+    auto work = [&](size_t i) {
+      if (slots[i].ok) prepared[i] = prepare_sample(slots[i].sample, options, slots[i].global_index, &failed[i]);
+    };
+    if (pool) {
+      pool->parallel_for(slots.size(), work);
+    } else {
+      for (size_t i = 0; i < slots.size(); ++i) work(i);
+    }
+    std::vector<PreparedSample> good;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      ++counters.slots;
+      if (!slots[i].ok) {
+        ++counters.samples_skipped;
+        ++counters.bad_members;
+        continue;
+      }
+      if (!prepared[i]->ok()) {
+        VLM_WARN("skipping sample: ", prepared[i]->status().message());
+        ++counters.samples_skipped;
+        ++(failed[i] == SamplePart::image ? counters.bad_images : counters.bad_text);
+        continue;
+      }
+      ++counters.samples_ok;
+      good.push_back(std::move(**prepared[i]));
+    }
+    counters.shards_failed = shards_broken_at_open + stream->counters().shards_failed;
+    out.batch = pack_samples(good, tokenizer, options, &counters);
+    out.position = stream->position();
+    out.counters = counters;
+    return out;
+  }
+
+  void start_producer() {
+    if (options.prefetch_batches <= 0) return;
+    stop = false;
+    producer = std::thread([this] {
+      for (;;) {
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return stop || static_cast<int>(ready.size()) < options.prefetch_batches; });
+          if (stop) return;
+        }
+        ReadyBatch b = build(batch_size);
+        const bool last = !b.batch.ok();
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          ready.push_back(std::move(b));
+        }
+        cv.notify_all();
+        if (last) return;  // an error or the end: hand it out once, build nothing more
+      }
+    });
+  }
+
+  void stop_producer() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    if (producer.joinable()) producer.join();
+    ready.clear();
+  }
+
+  ReadyBatch take(int n) {
+    if (options.prefetch_batches <= 0) return build(n);
+    if (!producer.joinable()) {
+      batch_size = n;
+      start_producer();
+    }
+    VLM_CHECK(n == batch_size, "VlmBatchLoader: batch size changed from ", batch_size, " to ", n,
+              " while prefetching");
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return !ready.empty(); });
+    ReadyBatch b = std::move(ready.front());
+    ready.pop_front();
+    lock.unlock();
+    cv.notify_all();
+    return b;
   }
 };
 
@@ -147,69 +309,59 @@ Expected<std::unique_ptr<VlmBatchLoader>> VlmBatchLoader::open(const VlmDataOpti
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->tokenizer = tokenizer;
-  VLM_RETURN_IF_ERROR(impl->open_stream(StreamPosition{}));
+  const double t0 = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  std::vector<std::string> problems;
+  VLM_ASSIGN_OR_RETURN(std::vector<uint64_t> counts, count_shard_samples(options.shards, &problems));
+  impl->shards_broken_at_open = problems.size();
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() - t0;
+  if (dt > 2.0) VLM_INFO("counted the samples of ", options.shards.size(), " shards in ", dt, " s");
+  VLM_ASSIGN_OR_RETURN(DataPlan plan, DataPlan::create(options.shards, std::move(counts), options.seed,
+                                                       options.shuffle_shards, options.rank, options.world));
+  impl->plan = std::move(plan);
+  if (options.decode_threads > 0) impl->pool = std::make_unique<ThreadPool>(options.decode_threads);
+  VLM_RETURN_IF_ERROR(impl->open_stream(SlotPosition{}));
   return std::unique_ptr<VlmBatchLoader>(new VlmBatchLoader(std::move(impl)));
 }
 
 Expected<PackedBatch> VlmBatchLoader::next_batch(int batch_size) {
-  Impl& m = *impl_;
-  std::vector<PreparedSample> prepared;
-  WebDatasetSample sample;
-  while (static_cast<int>(prepared.size()) < batch_size) {
-    VLM_ASSIGN_OR_RETURN(bool more, m.stream->next(sample));
-    if (!more) break;
-    const uint64_t ordinal = m.ordinal++;
-    SamplePart failed = SamplePart::text;
-    auto p = prepare_sample(sample, m.options, ordinal, &failed);
-    if (!p.ok()) {
-      VLM_WARN("skipping sample: ", p.status().message());
-      ++m.counters.samples_skipped;
-      ++(failed == SamplePart::image ? m.counters.bad_images : m.counters.bad_text);
-      continue;
-    }
-    ++m.counters.samples_ok;
-    prepared.push_back(std::move(*p));
+  ReadyBatch b = impl_->take(batch_size);
+  if (b.batch.ok()) {
+    impl_->consumed_position = b.position;
+    impl_->consumed_counters = b.counters;
   }
-  if (prepared.empty()) return out_of_range("the training data is exhausted (all epochs read)");
-  return pack_samples(prepared, m.tokenizer, m.options, &m.counters);
+  return std::move(b.batch);
+}
+
+uint64_t VlmBatchLoader::batches_per_epoch(int batch_size) const {
+  return impl_->plan->samples_per_rank() / static_cast<uint64_t>(std::max(1, batch_size));
 }
 
 std::string VlmBatchLoader::state() const {
   nlohmann::json j;
-  j["stream"] = impl_->stream->position().to_json();
-  j["ordinal"] = impl_->ordinal;
-  const LoaderCounters& c = impl_->counters;
-  j["counters"] = {{"samples_ok", c.samples_ok},     {"samples_skipped", c.samples_skipped},
-                   {"bad_images", c.bad_images},     {"bad_text", c.bad_text},
-                   {"truncated_sequences", c.truncated_sequences}};
+  j["slot"] = impl_->consumed_position.to_json();
+  j["rank"] = impl_->options.rank;
+  j["world"] = impl_->options.world;
+  j["counters"] = counters_json(impl_->consumed_counters);
   return j.dump();
 }
 
 Status VlmBatchLoader::restore(const std::string& state) {
   auto j = nlohmann::json::parse(state, nullptr, false);
-  if (j.is_discarded() || !j.contains("stream") || !j.contains("ordinal"))
-    return parse_error("loader state is not valid (needs stream and ordinal): " + state.substr(0, 200));
-  VLM_ASSIGN_OR_RETURN(StreamPosition pos, StreamPosition::from_json(j["stream"]));
+  if (j.is_discarded() || !j.contains("slot"))
+    return parse_error("loader state is not valid (needs \"slot\"): " + state.substr(0, 200));
+  if (j.value("world", 1) != impl_->options.world || j.value("rank", 0) != impl_->options.rank)
+    return invalid_argument(str("loader state was saved by rank ", j.value("rank", 0), " of ", j.value("world", 1),
+                                "; this loader is rank ", impl_->options.rank, " of ", impl_->options.world,
+                                " (resharding the data position is not supported)"));
+  VLM_ASSIGN_OR_RETURN(SlotPosition pos, SlotPosition::from_json(j["slot"]));
+  impl_->stop_producer();
   VLM_RETURN_IF_ERROR(impl_->open_stream(pos));
-  impl_->ordinal = j["ordinal"].get<uint64_t>();
-  if (j.contains("counters")) {
-    const auto& c = j["counters"];
-    LoaderCounters& lc = impl_->counters;
-    lc.samples_ok = c.value("samples_ok", uint64_t{0});
-    lc.samples_skipped = c.value("samples_skipped", uint64_t{0});
-    lc.bad_images = c.value("bad_images", uint64_t{0});
-    lc.bad_text = c.value("bad_text", uint64_t{0});
-    lc.truncated_sequences = c.value("truncated_sequences", uint64_t{0});
-  }
+  impl_->consumed_position = pos;
+  impl_->counters = impl_->consumed_counters = j.contains("counters") ? counters_from_json(j["counters"])
+                                                                      : LoaderCounters{};
   return Status();
 }
 
-LoaderCounters VlmBatchLoader::counters() const {
-  LoaderCounters c = impl_->counters;
-  const StreamCounters s = impl_->stream->counters();
-  c.samples_skipped += s.samples_skipped;
-  c.shards_failed = s.shards_failed;
-  return c;
-}
+LoaderCounters VlmBatchLoader::counters() const { return impl_->consumed_counters; }
 
 }  // namespace vlm

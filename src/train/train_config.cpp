@@ -18,8 +18,14 @@ void add_run_options(OptionSet& o, RunConfig& c) {
   o.add("data.resize", &d.resize, "resize filter", one_of({"bicubic", "bilinear"}));
   o.add("data.image_mean", &d.image_mean, "per-channel mean for normalization");
   o.add("data.image_std", &d.image_std, "per-channel std for normalization");
-  o.add("data.epochs", &d.epochs, "passes over the training shards", positive<int>());
+  o.add("data.epochs", &d.epochs, "passes over the training shards (0 = until train.steps)", non_negative<int>());
   o.add("data.shuffle_shards", &d.shuffle_shards, "reshuffle the shard order every epoch");
+  o.add("data.shuffle_window", &d.shuffle_window, "shuffle samples within windows of this many (0 = read order)",
+        non_negative<int64_t>());
+  o.add("data.decode_threads", &d.decode_threads, "image decode workers besides the training thread",
+        non_negative<int>());
+  o.add("data.prefetch_batches", &d.prefetch_batches, "batches built ahead on a background thread",
+        non_negative<int>());
   OptimConfig& t = c.train;
   o.add("train.steps", &t.steps, "optimizer steps", positive<int64_t>());
   o.add("train.batch_size", &t.batch_size, "samples per micro-batch", positive<int>());

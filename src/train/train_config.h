@@ -21,8 +21,11 @@ struct DataConfig {
   std::string resize = "bicubic";         // bicubic | bilinear
   std::vector<float> image_mean = {0.5f, 0.5f, 0.5f};
   std::vector<float> image_std = {0.5f, 0.5f, 0.5f};
-  int epochs = 1000000;                   // passes over the train shards (the step count ends training first)
+  int epochs = 0;                         // passes over the train shards (0 = forever: train.steps ends training)
   bool shuffle_shards = true;
+  int64_t shuffle_window = 256;           // samples shuffled within windows of this many (0 = read order)
+  int decode_threads = 1;                 // image decode workers besides the training thread
+  int prefetch_batches = 2;               // batches built ahead on a background thread
 };
 
 struct OptimConfig {

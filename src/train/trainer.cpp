@@ -55,6 +55,9 @@ Expected<VlmDataOptions> make_data_options(const RunConfig& c, const std::string
   d.max_seq_len = c.model.text.max_seq_len;
   d.epochs = for_eval ? 1 : c.data.epochs;
   d.shuffle_shards = for_eval ? false : c.data.shuffle_shards;
+  d.shuffle_window = for_eval ? 0 : static_cast<uint64_t>(c.data.shuffle_window);
+  d.decode_threads = c.data.decode_threads;
+  d.prefetch_batches = for_eval ? 0 : c.data.prefetch_batches;
   d.seed = static_cast<uint64_t>(c.train.seed);
   VLM_ASSIGN_OR_RETURN(d.chat, chat_template_by_name(c.data.chat_template));
   return d;
@@ -214,6 +217,7 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     double loss_sum = 0;
     const float grad_scale = target_tokens > 0 ? 1.f / static_cast<float>(target_tokens) : 0.f;
     for (const auto& b : micro) {
+      if (b.n_samples == 0) continue;  // every sample of this micro-batch was bad (counted by the loader)
       StepLoss l = model.forward_backward(to_model_inputs(b, device), grad_scale);
       loss_sum += l.loss_sum;
       window_samples += b.n_samples;

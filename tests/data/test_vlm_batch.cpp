@@ -82,10 +82,11 @@ TEST(VlmBatch, BadSamplesAreSkippedAndCounted) {
   const std::string dir = testing::scratch_dir("batch_bad");
   auto loader = VlmBatchLoader::open(options({write_shard(dir, 6, 1, 3)}, "vqa"), small_tokenizer());
   ASSERT_TRUE(loader.ok());
-  auto b = (*loader)->next_batch(10);  // only 4 good samples exist
+  auto b = (*loader)->next_batch(6);  // 6 slots, 4 good samples
   ASSERT_TRUE(b.ok()) << b.status().to_string();
   EXPECT_EQ(b->n_samples, 4);
   const LoaderCounters c = (*loader)->counters();
+  EXPECT_EQ(c.slots, 6u);
   EXPECT_EQ(c.samples_ok, 4u);
   EXPECT_EQ(c.samples_skipped, 2u);
   EXPECT_EQ(c.bad_images, 1u);
@@ -140,10 +141,13 @@ TEST(VlmBatch, Img2datasetCaptionShards) {
   for (size_t i = 0; i < b->loss_rows.size() && b->loss_rows[i] < b->cu_seqlens[1]; ++i)
     answer.push_back(b->loss_targets[i]);
   EXPECT_EQ(tok.decode(answer), "a photo of a cat<|im_end|>");
-  // Without a caption the sample is skipped, not fatal.
+  // Without question/answer pairs the samples are skipped, not fatal: the batch is empty.
   auto vqa = VlmBatchLoader::open(options({path}, "vqa"), tok);
-  EXPECT_FALSE((*vqa)->next_batch(3).ok());
+  auto empty = (*vqa)->next_batch(3);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->n_samples, 0);
   EXPECT_EQ((*vqa)->counters().bad_text, 3u);
+  EXPECT_FALSE((*vqa)->next_batch(3).ok());  // one epoch only
 }
 
 TEST(VlmBatch, StateRestoresTheExactBatchSequence) {
@@ -151,13 +155,19 @@ TEST(VlmBatch, StateRestoresTheExactBatchSequence) {
   const std::string shard = write_shard(dir, 20, -1, -1);
   const Tokenizer tok = small_tokenizer();
   VlmDataOptions o = options({shard}, "mixed");
-  o.epochs = 3;
+  o.epochs = 5;
   o.shuffle_shards = true;
+  o.shuffle_window = 8;
   auto a = VlmBatchLoader::open(o, tok);
   ASSERT_TRUE(a.ok());
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE((*a)->next_batch(7).ok());  // crosses an epoch boundary
+  EXPECT_EQ((*a)->batches_per_epoch(7), 2u);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*a)->next_batch(7).ok());  // crosses an epoch boundary
   const std::string state = (*a)->state();
-  auto b = VlmBatchLoader::open(o, tok);
+  // Another thread count and prefetching restore the same sequence.
+  VlmDataOptions o2 = o;
+  o2.decode_threads = 3;
+  o2.prefetch_batches = 2;
+  auto b = VlmBatchLoader::open(o2, tok);
   ASSERT_TRUE((*b)->restore(state).ok());
   for (int i = 0; i < 4; ++i) {
     auto x = (*a)->next_batch(7), y = (*b)->next_batch(7);
@@ -167,6 +177,35 @@ TEST(VlmBatch, StateRestoresTheExactBatchSequence) {
     EXPECT_TRUE(testing::all_close(x->images, y->images, 0, 0));
   }
   EXPECT_FALSE((*b)->restore("{not json").ok());
+}
+
+TEST(VlmBatch, DecodeThreadsAndPrefetchDoNotChangeBatches) {
+  const std::string dir = testing::scratch_dir("batch_threads");
+  const std::string shard = write_shard(dir, 24, 5, 11);
+  const Tokenizer tok = small_tokenizer();
+  VlmDataOptions o = options({shard}, "vqa");
+  o.epochs = 2;
+  o.shuffle_window = 5;
+  std::vector<std::vector<int32_t>> reference;
+  for (int threads : {0, 1, 4}) {
+    for (int prefetch : {0, 3}) {
+      o.decode_threads = threads;
+      o.prefetch_batches = prefetch;
+      auto l = VlmBatchLoader::open(o, tok);
+      ASSERT_TRUE(l.ok());
+      std::vector<std::vector<int32_t>> got;
+      for (;;) {
+        auto b = (*l)->next_batch(5);
+        if (!b.ok()) break;
+        got.push_back(b->tokens);
+      }
+      EXPECT_EQ(got.size(), 8u);  // 24 samples -> 4 batches of 5 per epoch, 2 epochs
+      if (reference.empty()) reference = got;
+      EXPECT_EQ(got, reference) << threads << " threads, prefetch " << prefetch;
+      EXPECT_EQ((*l)->counters().bad_images, 2u);
+      EXPECT_EQ((*l)->counters().bad_text, 2u);
+    }
+  }
 }
 
 }  // namespace
