@@ -133,6 +133,8 @@ int cmd_data(int argc, char** argv, int first) {
   const char* usage =
       "usage: vlm data <tool> [flags]\n\ntools:\n"
       "  synth            render a synthetic dataset (shapes) as webdataset shards\n"
+      "  build            images + captions (folder, CSV, JSONL) -> shards in img2dataset's layout\n"
+      "  inspect          statistics and a contact sheet of a set of shards\n"
       "  tokenizer-train  train a BPE tokenizer.json on the text of shards\n";
   if (first >= argc || !std::strcmp(argv[first], "--help") || !std::strcmp(argv[first], "-h")) {
     std::printf("%s", usage);
@@ -141,6 +143,8 @@ int cmd_data(int argc, char** argv, int first) {
   const std::string tool = argv[first];
   if (tool == "synth") return data_synth(argc, argv, first + 1);
   if (tool == "tokenizer-train") return data_tokenizer_train(argc, argv, first + 1);
+  if (tool == "build") return data_build(argc, argv, first + 1);
+  if (tool == "inspect") return data_inspect(argc, argv, first + 1);
   std::fprintf(stderr, "vlm data: unknown tool '%s'\n\n%s", tool.c_str(), usage);
   return 2;
 }

@@ -9,4 +9,8 @@ int cmd_eval(int argc, char** argv, int first);
 int cmd_data(int argc, char** argv, int first);
 int cmd_bench(int argc, char** argv, int first);
 
+// `vlm data` tools living in their own files.
+int data_build(int argc, char** argv, int first);
+int data_inspect(int argc, char** argv, int first);
+
 }  // namespace vlm::cli
