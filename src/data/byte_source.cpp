@@ -1,4 +1,4 @@
-// File and memory byte sources, and the URL dispatch of open_source().
+// File and memory byte sources, and the URL dispatch of open_source() (http(s):// and pipe: live in their own files).
 #include "data/byte_source.h"
 
 #include <fcntl.h>
@@ -7,7 +7,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cctype>
 #include <cstring>
+
+#include "data/http_source.h"
+#include "data/pipe_source.h"
 
 namespace vlm {
 
@@ -109,17 +113,21 @@ Expected<uint64_t> MemorySource::skip(uint64_t n) {
 
 Expected<std::unique_ptr<ByteSource>> open_source(const std::string& url) {
   if (url.empty()) return invalid_argument("empty shard URL");
-  if (url.rfind("pipe:", 0) == 0)
-    return unsupported(str(url, ": the pipe: scheme is not supported yet (local files only)"));
+  if (url.rfind("pipe:", 0) == 0) {
+    VLM_ASSIGN_OR_RETURN(auto pipe, PipeSource::open(url.substr(5)));
+    return std::unique_ptr<ByteSource>(std::move(pipe));
+  }
   std::string path = url;
   size_t colon = url.find("://");
   if (colon != std::string::npos) {
     std::string scheme = url.substr(0, colon);
-    if (scheme == "file") {
-      path = url.substr(colon + 3);
-    } else {
-      return unsupported(str(url, ": the ", scheme, ":// scheme is not supported yet (local files only)"));
+    std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (scheme == "http" || scheme == "https") {
+      VLM_ASSIGN_OR_RETURN(auto http, HttpSource::open(url));
+      return std::unique_ptr<ByteSource>(std::move(http));
     }
+    if (scheme != "file") return unsupported(str(url, ": the ", scheme, ":// scheme is not supported"));
+    path = url.substr(colon + 3);
   }
   VLM_ASSIGN_OR_RETURN(auto file, FileSource::open(path));
   return std::unique_ptr<ByteSource>(std::move(file));

@@ -1,6 +1,6 @@
 // Byte sources: where shard bytes come from. A ByteSource is a forward-only stream (read, skip); the tar reader
-// sits on top of it and never needs the whole shard in memory. Today: local files and in-memory buffers;
-// http(s):// and pipe: sources plug in behind open_source() later.
+// sits on top of it and never needs the whole shard in memory. Here: local files and in-memory buffers; http(s)://
+// (data/http_source.h) and pipe:CMD (data/pipe_source.h) sources live in their own files, all behind open_source().
 // A source is used by one thread at a time.
 #pragma once
 
@@ -65,8 +65,11 @@ class MemorySource : public ByteSource {
   size_t pos_ = 0;
 };
 
-// Opens a shard URL: a local path or file://path. http://, https:// and pipe: are recognised and return
-// `unsupported` naming the scheme (not built yet); any other scheme:// is `unsupported` too.
+// Opens a shard URL with default options:
+//   a local path or file://path  -> FileSource
+//   http://... or https://...     -> HttpSource (data/http_source.h: streamed, retried, resumed with Range)
+//   pipe:CMD                      -> PipeSource (data/pipe_source.h: CMD's stdout; a non-zero exit is an error)
+// Any other scheme:// is `unsupported`, naming it.
 Expected<std::unique_ptr<ByteSource>> open_source(const std::string& url);
 
 }  // namespace vlm

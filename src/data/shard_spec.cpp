@@ -147,6 +147,17 @@ Expected<std::vector<std::string>> expand_one(const std::string& spec, int depth
   return expand_braces(spec);
 }
 
+// The next "::" separator at or after `from` that is not inside [...] (an IPv6 host such as http://[::1]:8080/).
+size_t find_spec_separator(const std::string& spec, size_t from) {
+  int brackets = 0;
+  for (size_t i = from; i + 1 < spec.size(); ++i) {
+    if (spec[i] == '[') ++brackets;
+    if (spec[i] == ']' && brackets > 0) --brackets;
+    if (brackets == 0 && spec[i] == ':' && spec[i + 1] == ':') return i;
+  }
+  return std::string::npos;
+}
+
 }  // namespace
 
 Expected<std::vector<std::string>> expand_braces(const std::string& pattern, size_t max_results) {
@@ -157,7 +168,7 @@ Expected<std::vector<std::string>> expand_shard_spec(const std::string& spec) {
   std::vector<std::string> out;
   size_t start = 0;
   for (;;) {
-    const size_t sep = spec.find("::", start);
+    const size_t sep = find_spec_separator(spec, start);
     const std::string part = spec.substr(start, sep == std::string::npos ? std::string::npos : sep - start);
     VLM_ASSIGN_OR_RETURN(auto items, expand_one(part, 0));
     out.insert(out.end(), items.begin(), items.end());

@@ -4,7 +4,8 @@
 //   "dir/"  or "dir"                   an existing directory: every *.tar in it, sorted by name
 //   "@list.txt"                        a text file: one spec per line ("#" comments, blank lines ignored); relative
 //                                      entries are relative to the list file's directory
-//   "a.tar::b/{0..3}.tar"              several specs joined with "::"
+//   "a.tar::b/{0..3}.tar"              several specs joined with "::" (not inside [...], so http://[::1]:80/x works)
+//   "http://host/s-{0..9}.tar", "pipe:curl -s URL/s-{0..9}.tar"   URLs and pipe: commands: braces expanded likewise
 // Anything else is a plain path or URL, returned as is (existence is checked when the shard is opened).
 #pragma once
 

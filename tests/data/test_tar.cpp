@@ -364,15 +364,16 @@ TEST(Tar, MutationFuzzTerminates) {
 }
 
 TEST(ByteSource, OpenSourceSchemes) {
-  for (const char* url : {"http://host/a.tar", "https://host/a.tar", "s3://bucket/a.tar"}) {
+  // http(s):// and pipe: are tested against real servers and commands in test_data_sources.
+  for (const char* url : {"s3://bucket/a.tar", "ftp://host/a.tar"}) {
     auto s = open_source(url);
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.status().code(), StatusCode::unsupported);
     EXPECT_NE(s.status().message().find(std::string(url).substr(0, std::string(url).find(':'))), std::string::npos);
   }
-  auto pipe = open_source("pipe:cat a.tar");
+  auto pipe = open_source("pipe:");
   ASSERT_FALSE(pipe.ok());
-  EXPECT_EQ(pipe.status().code(), StatusCode::unsupported);
+  EXPECT_EQ(pipe.status().code(), StatusCode::invalid_argument);
   EXPECT_NE(pipe.status().message().find("pipe:"), std::string::npos);
   EXPECT_EQ(open_source("/nonexistent/dir/x.tar").status().code(), StatusCode::not_found);
   EXPECT_EQ(open_source(testing::scratch_dir("bs_dir")).status().code(), StatusCode::invalid_argument);
