@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "bench/data/bench_data.h"
 #include "commands.h"
 
 #ifdef VLM_HAVE_CUDA
@@ -14,7 +15,8 @@ namespace vlm::cli {
 int cmd_bench(int argc, char** argv, int first) {
   const char* usage =
       "usage: vlm bench <benchmark> [flags]\n\nbenchmarks:\n"
-      "  attention   our FlashAttention fwd/bwd TFLOP/s vs PyTorch SDPA (cuDNN, FlashAttention-2); CUDA build\n";
+      "  attention   our FlashAttention fwd/bwd TFLOP/s vs PyTorch SDPA (cuDNN, FlashAttention-2); CUDA build\n"
+      "  data        decode + resize (+ normalize, + tokenize) images/s per core vs Pillow on JPEG shards\n";
   if (first >= argc || !std::strcmp(argv[first], "--help") || !std::strcmp(argv[first], "-h")) {
     std::printf("%s", usage);
     return first >= argc ? 2 : 0;
@@ -28,6 +30,7 @@ int cmd_bench(int argc, char** argv, int first) {
     return 1;
 #endif
   }
+  if (what == "data") return vlm::bench::bench_data_main(argc - first, argv + first);
   std::fprintf(stderr, "vlm bench: unknown benchmark '%s'\n\n%s", what.c_str(), usage);
   return 2;
 }

@@ -17,7 +17,7 @@ const Command kCommands[] = {
     {"train", "train a VLM from a TOML run file (--resume continues a run exactly)", vlm::cli::cmd_train},
     {"eval", "evaluate a checkpoint on held-out shards (VQA accuracy, caption exact match)", vlm::cli::cmd_eval},
     {"data", "dataset tools: synth, tokenizer-train", vlm::cli::cmd_data},
-    {"bench", "benchmarks against the peers: attention (FlashAttention vs PyTorch SDPA)", vlm::cli::cmd_bench},
+    {"bench", "benchmarks against the peers: attention (FlashAttention vs PyTorch SDPA), data (decode + resize vs Pillow)", vlm::cli::cmd_bench},
 };
 
 void print_usage() {

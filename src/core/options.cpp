@@ -243,7 +243,9 @@ Status OptionSet::load_toml_string(const std::string& text, const std::string& s
   }
   std::vector<std::pair<std::string, const toml::node*>> leaves;
   flatten(table, "", leaves);
-  for (const auto& [key, node] : leaves) {
+  for (const auto& leaf : leaves) {
+    const std::string& key = leaf.first;  // (not a structured binding: clang 14 cannot capture those in lambdas)
+    const toml::node* node = leaf.second;
     auto it = std::find_if(options_.begin(), options_.end(), [&](const auto& o) { return o->key == key; });
     if (it == options_.end()) {
       std::string best;

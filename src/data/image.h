@@ -37,12 +37,21 @@ struct ImageInfo {
 
 struct ImageDecodeOptions {
   uint64_t max_pixels = 64ull << 20;  // width * height above this is rejected from the header (decompression bombs)
+  // A hint: the caller needs at least min_width x min_height pixels (0: no need along that axis; both 0: the full
+  // size). A JPEG may then be decoded at 1/2, 1/4 or 1/8 scale in the DCT domain, as Pillow's draft() does: the
+  // largest denominator d with width >= d * min_width and height >= d * min_height, so the result, of
+  // ceil(width / d) x ceil(height / d) pixels, never falls below the hint. PNG and WebP ignore it.
+  int min_width = 0, min_height = 0;
 };
 
 // Reads only the header: format and size.
 Expected<ImageInfo> read_image_info(const uint8_t* data, size_t size);
 Expected<Image> decode_image(const uint8_t* data, size_t size, std::string_view ext_hint = {},
                              const ImageDecodeOptions& options = {});
+// The DCT-domain scale denominator decode_image() uses for an image of `info` under `options`: 1, 2, 4 or 8 (the
+// decoded image is ceil(width / d) x ceil(height / d); source pixel x maps to x / d). Always 1 for PNG and WebP.
+// (1/2, 1/4 and 1/8 only: libjpeg-turbo's other factors, 7/8 .. 3/8, decode slower than the full size.)
+int decode_scale_denominator(const ImageInfo& info, const ImageDecodeOptions& options);
 inline Expected<Image> decode_image(const std::vector<uint8_t>& bytes, std::string_view ext_hint = {},
                                     const ImageDecodeOptions& options = {}) {
   return decode_image(bytes.data(), bytes.size(), ext_hint, options);

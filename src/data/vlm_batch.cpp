@@ -1,4 +1,5 @@
-// VlmBatchLoader: stream -> prepare (decode, resize, normalize, choose turns) -> tokenize -> pack.
+// VlmBatchLoader: stream -> filter -> prepare (choose turns; image_pipeline: decode, resize, normalize) -> tokenize
+// -> pack.
 #include "data/vlm_batch.h"
 
 #include <algorithm>
@@ -16,13 +17,15 @@
 #include "core/thread_pool.h"
 #include "data/partitioned_stream.h"
 #include "data/sample_stream.h"
-#include "data/transforms.h"
+#include "data/webdataset.h"
 
 namespace vlm {
 namespace {
 
 // Stream for the per-sample random choices; distinct from the shard-order stream (which uses subsequence=epoch).
 constexpr uint64_t kSampleRngSalt = 0x5eed5a3b1e5ull;
+// Stream for random_resized_crop windows (separate, so the turn order does not depend on the resize mode).
+constexpr uint64_t kCropRngSalt = 0xc20b5a1ce0ull;
 
 Expected<std::vector<Turn>> qa_turns(const nlohmann::json& j, const std::string& where) {
   if (!j.contains("qa") || !j["qa"].is_array()) return parse_error(where + ": json has no \"qa\" list");
@@ -46,12 +49,41 @@ std::string caption_of(const WebDatasetSample& s, const nlohmann::json* j) {
 
 }  // namespace
 
+Expected<ImagePipelineOptions> image_pipeline_options(const VlmDataOptions& o) {
+  ImagePipelineOptions p;
+  p.size = o.image_size;
+  if (o.resize != "bicubic" && o.resize != "bilinear")
+    return invalid_argument(str("data: resize filter '", o.resize, "' (expected bicubic or bilinear)"));
+  p.filter = o.resize == "bilinear" ? ResizeFilter::bilinear : ResizeFilter::bicubic;
+  auto mode = parse_image_resize_mode(o.resize_mode);
+  if (!mode.ok()) return mode.status().with_context("data: resize_mode");
+  p.mode = *mode;
+  std::copy(o.mean, o.mean + 3, p.mean);
+  std::copy(o.std, o.std + 3, p.std);
+  p.dct_scaling = o.dct_scaling;
+  p.max_pixels = o.max_pixels;
+  VLM_RETURN_IF_ERROR(p.validate());
+  return p;
+}
+
 Expected<PreparedSample> prepare_sample(const WebDatasetSample& sample, const VlmDataOptions& o,
-                                        uint64_t sample_ordinal, SamplePart* failed_part) {
+                                        uint64_t sample_ordinal, SamplePart* failed_part, FilterReason* filter) {
   if (failed_part) *failed_part = SamplePart::text;
   const std::string where = sample.shard + ": " + sample.key;
   PreparedSample out;
   out.key = sample.key;
+
+  // Filters first: they read only the header, the caption and the json.
+  std::optional<std::string> clean_caption;
+  if (o.filters) {
+    FilterResult verdict = filter_sample(sample, *o.filters);
+    if (filter) *filter = verdict.reason;
+    if (!verdict.passed()) {
+      if (failed_part) *failed_part = SamplePart::filtered;
+      return invalid_argument(str(where, ": filtered (", filter_reason_name(verdict.reason), "): ", verdict.detail));
+    }
+    if (!verdict.caption.empty()) clean_caption = std::move(verdict.caption);
+  }
 
   // Text first: it is cheaper to reject a sample before decoding its image.
   nlohmann::json j;
@@ -66,13 +98,13 @@ Expected<PreparedSample> prepare_sample(const WebDatasetSample& sample, const Vl
     if (!has_json) return parse_error(where + ": no .json with \"qa\" pairs");
     VLM_ASSIGN_OR_RETURN(out.turns, qa_turns(j, where + ".json"));
     if (o.task == "mixed") {
-      std::string cap = caption_of(sample, &j);
+      std::string cap = clean_caption ? *clean_caption : caption_of(sample, &j);
       if (!cap.empty()) out.turns.push_back({o.caption_prompt, cap});
     }
     for (size_t i = out.turns.size(); i > 1; --i) std::swap(out.turns[i - 1], out.turns[rng.uniform_int(i)]);
     if (static_cast<int>(out.turns.size()) > o.max_turns) out.turns.resize(static_cast<size_t>(o.max_turns));
   } else if (o.task == "caption") {
-    std::string cap = caption_of(sample, has_json ? &j : nullptr);
+    std::string cap = clean_caption ? *clean_caption : caption_of(sample, has_json ? &j : nullptr);
     if (cap.empty()) return parse_error(where + ": no caption (.txt or json \"caption\")");
     out.turns.push_back({o.caption_prompt, cap});
   } else {
@@ -80,12 +112,10 @@ Expected<PreparedSample> prepare_sample(const WebDatasetSample& sample, const Vl
   }
 
   if (failed_part) *failed_part = SamplePart::image;
-  VLM_ASSIGN_OR_RETURN(Image image, decode_sample_image(sample));
-  const ResizeFilter filter = o.resize == "bilinear" ? ResizeFilter::bilinear : ResizeFilter::bicubic;
-  if (image.width != o.image_size || image.height != o.image_size)
-    image = resize_shorter_then_center_crop(image, o.image_size, filter);
+  VLM_ASSIGN_OR_RETURN(ImagePipelineOptions pipe, image_pipeline_options(o));
+  Philox crop_rng(o.seed ^ kCropRngSalt, sample_ordinal);
   out.pixels.resize(static_cast<size_t>(3) * o.image_size * o.image_size);
-  to_chw_normalized(image, o.mean, o.std, out.pixels.data());
+  VLM_RETURN_IF_ERROR(image_pipeline_sample(sample, pipe, &crop_rng, out.pixels.data()));
   return out;
 }
 
@@ -135,7 +165,8 @@ nlohmann::json counters_json(const LoaderCounters& c) {
           {"samples_skipped", c.samples_skipped}, {"bad_images", c.bad_images},
           {"bad_text", c.bad_text},     {"bad_members", c.bad_members},
           {"truncated_sequences", c.truncated_sequences}, {"shards_failed", c.shards_failed},
-          {"epochs_completed", c.epochs_completed}};
+          {"epochs_completed", c.epochs_completed}, {"samples_filtered", c.samples_filtered},
+          {"filter", nlohmann::json::parse(c.filter.to_json())}};
 }
 
 LoaderCounters counters_from_json(const nlohmann::json& j) {
@@ -149,6 +180,11 @@ LoaderCounters counters_from_json(const nlohmann::json& j) {
   c.truncated_sequences = j.value("truncated_sequences", uint64_t{0});
   c.shards_failed = j.value("shards_failed", uint64_t{0});
   c.epochs_completed = j.value("epochs_completed", uint64_t{0});
+  c.samples_filtered = j.value("samples_filtered", uint64_t{0});
+  if (j.contains("filter") && j["filter"].is_object())
+    for (int r = 0; r < kFilterReasonCount; ++r)
+      c.filter.counts[static_cast<size_t>(r)] = j["filter"].value(filter_reason_name(static_cast<FilterReason>(r)),
+                                                                  uint64_t{0});
   return c;
 }
 
@@ -217,8 +253,12 @@ struct VlmBatchLoader::Impl {
     // Decode in parallel into indexed results: the batch never depends on the thread count.
     std::vector<std::optional<Expected<PreparedSample>>> prepared(slots.size());
     std::vector<SamplePart> failed(slots.size(), SamplePart::text);
+    std::vector<std::optional<FilterReason>> verdicts(slots.size());
     auto work = [&](size_t i) {
-      if (slots[i].ok) prepared[i] = prepare_sample(slots[i].sample, options, slots[i].global_index, &failed[i]);
+      if (!slots[i].ok) return;
+      FilterReason verdict = FilterReason::pass;
+      prepared[i] = prepare_sample(slots[i].sample, options, slots[i].global_index, &failed[i], &verdict);
+      if (options.filters) verdicts[i] = verdict;
     };
     if (pool) {
       pool->parallel_for(slots.size(), work);
@@ -231,6 +271,11 @@ struct VlmBatchLoader::Impl {
       if (!slots[i].ok) {
         ++counters.samples_skipped;
         ++counters.bad_members;
+        continue;
+      }
+      if (verdicts[i]) counters.filter.add(*verdicts[i]);
+      if (!prepared[i]->ok() && failed[i] == SamplePart::filtered) {
+        ++counters.samples_filtered;  // expected data cleaning: counted, not logged
         continue;
       }
       if (!prepared[i]->ok()) {
@@ -306,6 +351,8 @@ Expected<std::unique_ptr<VlmBatchLoader>> VlmBatchLoader::open(const VlmDataOpti
                                                                const Tokenizer& tokenizer) {
   if (!tokenizer.token_to_id(options.chat.image_token))
     return invalid_argument("the tokenizer has no '" + options.chat.image_token + "' token");
+  VLM_RETURN_IF_ERROR(image_pipeline_options(options).status());
+  if (options.filters) VLM_RETURN_IF_ERROR(options.filters->validate());
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->tokenizer = tokenizer;

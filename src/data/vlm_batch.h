@@ -9,15 +9,22 @@
 // on decode_threads or prefetching. state() after any batch, given to restore() on a fresh loader (any thread
 // count), continues with exactly the batches the uninterrupted loader would have produced.
 // Bad samples (undecodable image, missing fields, bad JSON, broken shards) are skipped and counted; their slot
-// stays empty, so a batch may hold fewer samples, never more slots.
+// stays empty, so a batch may hold fewer samples, never more slots. With `filters` set, samples are checked before
+// any pixel is decoded (image header size / aspect, caption, img2dataset metadata such as similarity and punsafe);
+// rejected ones leave their slot empty too and are counted per reason.
+// Images go through image_pipeline (one call per image: header, bomb check, optionally DCT-scaled decode, resize
+// mode, normalize into the sample's pixels).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
+#include "data/filters.h"
+#include "data/image_pipeline.h"
 #include "data/prompt.h"
 
 namespace vlm {
@@ -28,7 +35,13 @@ struct VlmDataOptions {
   int max_turns = 8;         // vqa: question/answer turns per sequence (shuffled per sample)
   std::string caption_prompt = "describe the image.";
   int image_size = 64;
-  std::string resize = "bicubic";
+  std::string resize = "bicubic";             // resize filter: bicubic | bilinear
+  std::string resize_mode = "center_crop";    // center_crop | border_pad | random_resized_crop (image_pipeline.h)
+  uint64_t max_pixels = 64ull << 20;          // source width * height above this: skipped from the header (bombs)
+  // JPEG decoded at 1/2, 1/4 or 1/8 scale when the output needs no more (Pillow's draft()); off by default so the
+  // pixels equal a full decode + resize (on, they equal Pillow's draft() + resize: faster for large photos).
+  bool dct_scaling = false;
+  std::optional<FilterConfig> filters;        // pre-decode sample filters (none when empty)
   float mean[3] = {0.5f, 0.5f, 0.5f};
   float std[3] = {0.5f, 0.5f, 0.5f};
   int image_tokens = 16;     // placeholders per image
@@ -59,13 +72,15 @@ struct PackedBatch {
 struct LoaderCounters {
   uint64_t slots = 0;               // samples this rank was assigned so far
   uint64_t samples_ok = 0;
-  uint64_t samples_skipped = 0;     // any reason below
+  uint64_t samples_skipped = 0;     // bad samples, any reason below (filtered samples are not counted here)
+  uint64_t samples_filtered = 0;    // rejected by VlmDataOptions::filters (slots = ok + skipped + filtered)
   uint64_t bad_images = 0;
   uint64_t bad_text = 0;            // missing/invalid json or txt
   uint64_t bad_members = 0;         // malformed tar groups and samples of broken or unreadable shards
   uint64_t truncated_sequences = 0; // turns dropped to fit max_seq_len
   uint64_t shards_failed = 0;
   uint64_t epochs_completed = 0;
+  FilterCounters filter;            // per reason, over every sample the filters checked (pass included)
 };
 
 // One image-text sample turned into model inputs (also used by eval).
@@ -96,13 +111,19 @@ class VlmBatchLoader {
   std::unique_ptr<Impl> impl_;
 };
 
-// Decodes and prepares one webdataset sample's image (resize to size x size, normalize) and its text turns for
-// `task`. The per-sample random choices come from Philox(seed, sample ordinal). Errors name shard and key.
-// On failure, `failed_part` (if given) says whether the text or the image was at fault.
+// Decodes and prepares one webdataset sample's image (image_pipeline to size x size in resize_mode, normalize) and
+// its text turns for `task`, after the filters when options.filters is set (the caption is then the filters'
+// cleaned one). The per-sample random choices (turn order, random_resized_crop window) come from Philox streams of
+// (seed, sample ordinal). Errors name shard and key. On failure, `failed_part` (if given) says whether the text or
+// the image was at fault or the filters rejected the sample, and `filter` (if given) receives the filters' verdict.
 struct WebDatasetSample;
-enum class SamplePart { text, image };
+enum class SamplePart { text, image, filtered };
 Expected<PreparedSample> prepare_sample(const WebDatasetSample& sample, const VlmDataOptions& options,
-                                        uint64_t sample_ordinal, SamplePart* failed_part = nullptr);
+                                        uint64_t sample_ordinal, SamplePart* failed_part = nullptr,
+                                        FilterReason* filter = nullptr);
+
+// The image pipeline options of `options` (invalid_argument naming the field for a bad resize filter or mode).
+Expected<ImagePipelineOptions> image_pipeline_options(const VlmDataOptions& options);
 
 // Packs prepared samples into one batch.
 Expected<PackedBatch> pack_samples(const std::vector<PreparedSample>& samples, const Tokenizer& tokenizer,

@@ -202,18 +202,20 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
   TrainResult result;
   result.start_step = st.step;
   double t_window = now_seconds();
-  double window_samples = 0, window_tokens = 0;
+  double window_samples = 0, window_tokens = 0, window_wait = 0;
   const int64_t start_step = st.step;
   while (st.step < c.train.steps) {
     const int64_t step = st.step + 1;
     model.params().zero_grads();
     std::vector<PackedBatch> micro;
     int64_t target_tokens = 0;
+    const double t_wait = now_seconds();  // time the step waits for data (trainer stall)
     for (int m = 0; m < c.train.grad_accum; ++m) {
       VLM_ASSIGN_OR_RETURN(PackedBatch b, loader->next_batch(c.train.batch_size));
       target_tokens += static_cast<int64_t>(b.loss_rows.size());
       micro.push_back(std::move(b));
     }
+    window_wait += now_seconds() - t_wait;
     double loss_sum = 0;
     const float grad_scale = target_tokens > 0 ? 1.f / static_cast<float>(target_tokens) : 0.f;
     for (const auto& b : micro) {
@@ -242,10 +244,12 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
       rec.add("samples_per_s", window_samples / dt).add("tokens_per_s", window_tokens / dt);
       rec.add("target_tokens", static_cast<double>(target_tokens));
       rec.add("samples_skipped", static_cast<double>(lc.samples_skipped));
+      rec.add("samples_filtered", static_cast<double>(lc.samples_filtered));  // dropped by data filters
+      rec.add("data_wait_s", window_wait).add("data_wait_frac", window_wait / dt);
       rec.add("elapsed_s", now_seconds() - t_start);
       sinks.write(rec);
       t_window = now_seconds();
-      window_samples = window_tokens = 0;
+      window_samples = window_tokens = window_wait = 0;
     }
     const bool last = step == c.train.steps;
     if (val_data && c.eval.every > 0 && step % c.eval.every == 0 && !last) {
