@@ -4,7 +4,7 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config git
           libopenblas-dev libopenblas-openmp-dev libturbojpeg0-dev libpng-dev libwebp-dev
           libtomlplusplus-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev zlib1g-dev python3-pil
-          libcurl4-openssl-dev)
+          libcurl4-openssl-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -135,6 +135,8 @@ int cmd_data(int argc, char** argv, int first) {
       "  synth            render a synthetic dataset (shapes) as webdataset shards\n"
       "  build            images + captions (folder, CSV, JSONL) -> shards in img2dataset's layout\n"
       "  inspect          statistics and a contact sheet of a set of shards\n"
+      "  dedup            exact / near-duplicate images and captions: keep-list, report, rewritten shards\n"
+      "  filter           rewrite shards keeping samples that pass size / aspect / caption / metadata filters\n"
       "  tokenizer-train  train a BPE tokenizer.json on the text of shards\n";
   if (first >= argc || !std::strcmp(argv[first], "--help") || !std::strcmp(argv[first], "-h")) {
     std::printf("%s", usage);
@@ -145,6 +147,8 @@ int cmd_data(int argc, char** argv, int first) {
   if (tool == "tokenizer-train") return data_tokenizer_train(argc, argv, first + 1);
   if (tool == "build") return data_build(argc, argv, first + 1);
   if (tool == "inspect") return data_inspect(argc, argv, first + 1);
+  if (tool == "dedup") return data_dedup(argc, argv, first + 1);
+  if (tool == "filter") return data_filter(argc, argv, first + 1);
   std::fprintf(stderr, "vlm data: unknown tool '%s'\n\n%s", tool.c_str(), usage);
   return 2;
 }

@@ -12,5 +12,7 @@ int cmd_bench(int argc, char** argv, int first);
 // `vlm data` tools living in their own files.
 int data_build(int argc, char** argv, int first);
 int data_inspect(int argc, char** argv, int first);
+int data_dedup(int argc, char** argv, int first);
+int data_filter(int argc, char** argv, int first);
 
 }  // namespace vlm::cli

@@ -26,6 +26,24 @@ void add_run_options(OptionSet& o, RunConfig& c) {
         non_negative<int>());
   o.add("data.prefetch_batches", &d.prefetch_batches, "batches built ahead on a background thread",
         non_negative<int>());
+  o.add("data.resize_mode", &d.resize_mode, "how images become squares (training; eval always center-crops)",
+        one_of({"center_crop", "border_pad", "random_resized_crop"}));
+  o.add("data.max_pixels", &d.max_pixels, "skip source images with more pixels (decompression bombs)",
+        positive<int64_t>());
+  o.add("data.dct_scaling", &d.dct_scaling, "decode large JPEGs at 1/2..1/8 scale in the DCT domain (Pillow draft())");
+  DataFilterConfig& f = c.filter;
+  o.add("filter.min_side", &f.min_side, "drop images whose shorter side is below this (0 = off)", non_negative<int>());
+  o.add("filter.max_aspect_ratio", &f.max_aspect_ratio, "drop images with max(w,h)/min(w,h) above this (0 = off)",
+        non_negative<double>());
+  o.add("filter.min_caption_chars", &f.min_caption_chars, "drop cleaned captions shorter than this (0 = off)",
+        non_negative<int>());
+  o.add("filter.max_caption_chars", &f.max_caption_chars, "drop cleaned captions longer than this (0 = off)",
+        non_negative<int>());
+  o.add("filter.min_similarity", &f.min_similarity, "keep json similarity >= this, e.g. 0.28 (< 0 = off)");
+  o.add("filter.max_punsafe", &f.max_punsafe, "keep json punsafe < this, e.g. 0.5 (< 0 = off)");
+  o.add("filter.max_pwatermark", &f.max_pwatermark, "keep json pwatermark < this, e.g. 0.8 (< 0 = off)");
+  o.add("filter.rules", &f.rules, "json rules that must all hold, e.g. [\"aesthetic >= 5\", \"lang == en\"]");
+  o.add("filter.missing_field_fails", &f.missing_field_fails, "drop samples lacking a thresholded json field");
   OptimConfig& t = c.train;
   o.add("train.steps", &t.steps, "optimizer steps", positive<int64_t>());
   o.add("train.batch_size", &t.batch_size, "samples per micro-batch", positive<int>());

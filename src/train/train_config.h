@@ -26,6 +26,27 @@ struct DataConfig {
   int64_t shuffle_window = 256;           // samples shuffled within windows of this many (0 = read order)
   int decode_threads = 1;                 // image decode workers besides the training thread
   int prefetch_batches = 2;               // batches built ahead on a background thread
+  std::string resize_mode = "center_crop";  // center_crop | border_pad | random_resized_crop (train only)
+  int64_t max_pixels = 64ll << 20;        // source images larger than this are skipped from the header (bombs)
+  bool dct_scaling = false;               // JPEG decoded at 1/2..1/8 scale when the output needs no more
+};
+
+// Pre-decode sample filters (data/filters.h); every value's default disables its check. Counters per reason land
+// in metrics.jsonl (samples_filtered) and the loader state.
+struct DataFilterConfig {
+  int min_side = 0;                       // both sides at least this many pixels
+  double max_aspect_ratio = 0;            // max(w, h) / min(w, h)
+  int min_caption_chars = 0;              // on the cleaned caption
+  int max_caption_chars = 0;
+  double min_similarity = -1;             // LAION json "similarity" >= this (< 0: off)
+  double max_punsafe = -1;                // json "punsafe" < this (< 0: off)
+  double max_pwatermark = -1;             // json "pwatermark" < this (< 0: off)
+  std::vector<std::string> rules;         // generic "field op value" rules on the json, e.g. "aesthetic >= 5"
+  bool missing_field_fails = true;        // a sample without a thresholded field is dropped
+  bool any() const {
+    return min_side > 0 || max_aspect_ratio > 0 || min_caption_chars > 0 || max_caption_chars > 0 ||
+           min_similarity >= 0 || max_punsafe >= 0 || max_pwatermark >= 0 || !rules.empty();
+  }
 };
 
 struct OptimConfig {
@@ -63,6 +84,7 @@ struct EvalConfig {
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
+  DataFilterConfig filter;
   OptimConfig train;
   EvalConfig eval;
 };

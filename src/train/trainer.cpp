@@ -59,6 +59,28 @@ Expected<VlmDataOptions> make_data_options(const RunConfig& c, const std::string
   d.decode_threads = c.data.decode_threads;
   d.prefetch_batches = for_eval ? 0 : c.data.prefetch_batches;
   d.seed = static_cast<uint64_t>(c.train.seed);
+  d.resize_mode = for_eval ? "center_crop" : c.data.resize_mode;
+  d.max_pixels = static_cast<uint64_t>(c.data.max_pixels);
+  d.dct_scaling = c.data.dct_scaling;
+  if (c.filter.any() && !for_eval) {
+    const DataFilterConfig& f = c.filter;
+    FilterConfig fc;
+    fc.min_width = fc.min_height = f.min_side;
+    fc.max_aspect_ratio = f.max_aspect_ratio;
+    fc.min_caption_chars = f.min_caption_chars;
+    fc.max_caption_chars = f.max_caption_chars;
+    if (f.min_similarity >= 0) fc.min_similarity = f.min_similarity;
+    if (f.max_punsafe >= 0) fc.max_punsafe = f.max_punsafe;
+    if (f.max_pwatermark >= 0) fc.max_pwatermark = f.max_pwatermark;
+    for (const auto& r : f.rules) {
+      auto rule = parse_json_field_rule(r);
+      if (!rule.ok()) return rule.status().with_context("filter.rules");
+      fc.json_rules.push_back(std::move(*rule));
+    }
+    fc.missing_field_fails = f.missing_field_fails;
+    VLM_RETURN_IF_ERROR(fc.validate().with_context("[filter]"));
+    d.filters = fc;
+  }
   VLM_ASSIGN_OR_RETURN(d.chat, chat_template_by_name(c.data.chat_template));
   return d;
 }
@@ -245,6 +267,9 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
       rec.add("target_tokens", static_cast<double>(target_tokens));
       rec.add("samples_skipped", static_cast<double>(lc.samples_skipped));
       rec.add("samples_filtered", static_cast<double>(lc.samples_filtered));  // dropped by data filters
+      for (int r = 1; r < kFilterReasonCount; ++r)  // and why (reasons seen so far; 0 = pass)
+        if (const uint64_t n = lc.filter.counts[static_cast<size_t>(r)])
+          rec.add(std::string("filtered_") + filter_reason_name(static_cast<FilterReason>(r)), static_cast<double>(n));
       rec.add("data_wait_s", window_wait).add("data_wait_frac", window_wait / dt);
       rec.add("elapsed_s", now_seconds() - t_start);
       sinks.write(rec);
