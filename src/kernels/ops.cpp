@@ -1,119 +1,82 @@
-// The op boundary: each function validates shapes, dtypes, contiguity and devices (aborting with a message that
-// names the op and the offending tensor), then dispatches on the device of its output. CPU runs the reference in
-// cpu/; CUDA tensors abort until src/kernels/cuda/ provides the op: the `if (on_cuda(...))` line in each op is the
-// one place its cuda:: call will go (and supports() learns its name).
+// The op boundary, part 1 (supports, cast, GEMM, elementwise, normalization, activations, RoPE; the rest is in
+// ops_sequence.cpp, and the chunked LM-head loss, a composition of ops, in ops_lm_head.cpp): each function
+// validates shapes, dtypes, contiguity and devices (aborting with a message that names the op and the offending
+// tensor), then dispatches on the device of its output. CPU runs the reference in cpu/ (f32 only); CUDA runs
+// kernels/cuda/ (f32 or bf16 compute dtype, see ops.h) through the one VLM_DISPATCH_CUDA line of each op.
 #include "kernels/ops.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/ops_check.h"
 
 namespace vlm::ops {
+
+using namespace detail;  // NOLINT: the boundary helpers of ops_check.h
 
 namespace {
 
 // Every op in ops.h, by name, for supports().
-constexpr const char* kCpuOps[] = {"matmul",
-                                   "matmul_batched",
-                                   "linear_forward",
-                                   "linear_backward",
-                                   "fill",
-                                   "scale",
-                                   "add",
-                                   "add_inplace",
-                                   "add_rows_broadcast",
-                                   "add_rows_broadcast_backward",
-                                   "layernorm_forward",
-                                   "layernorm_backward",
-                                   "rmsnorm_forward",
-                                   "rmsnorm_backward",
-                                   "gelu_tanh_forward",
-                                   "gelu_tanh_backward",
-                                   "swiglu_forward",
-                                   "swiglu_backward",
-                                   "rope_forward",
-                                   "rope_backward",
-                                   "attention_forward",
-                                   "attention_backward",
-                                   "cross_entropy_forward",
-                                   "cross_entropy_backward",
-                                   "embedding_forward",
-                                   "embedding_backward",
-                                   "image_to_patches",
-                                   "image_to_patches_backward",
-                                   "pixel_shuffle_forward",
-                                   "pixel_shuffle_backward",
-                                   "scatter_rows",
-                                   "gather_rows",
-                                   "adamw_step",
-                                   "sum_of_squares"};
-
-[[noreturn]] void no_cuda(const char* op) { VLM_FAIL("ops::", op, ": no CUDA implementation in this build yet"); }
-
-bool on_cuda(const Tensor& t) { return t.device().is_cuda(); }
-
-// `t` must be defined, contiguous, of `dtype` and on `device`.
-void check_tensor(const char* op, const char* name, const Tensor& t, DType dtype, Device device) {
-  VLM_CHECK(t.defined(), "ops::", op, ": ", name, " is undefined");
-  VLM_CHECK(t.dtype() == dtype, "ops::", op, ": ", name, " is ", t.describe(), ", expected dtype ", dtype_name(dtype));
-  VLM_CHECK(t.device() == device, "ops::", op, ": ", name, " is ", t.describe(), ", expected device ",
-            device.to_string());
-  VLM_CHECK(t.is_contiguous(), "ops::", op, ": ", name, " is ", t.describe(), " and not contiguous");
-}
-
-void check_shape(const char* op, const char* name, const Tensor& t, const Shape& shape) {
-  VLM_CHECK(t.shape() == shape, "ops::", op, ": ", name, " is ", t.describe(), ", expected shape ", shape.to_string());
-}
-
-// A defined f32 tensor of exactly `shape` on `device`.
-void check_f32(const char* op, const char* name, const Tensor& t, Device device, const Shape& shape) {
-  check_tensor(op, name, t, DType::f32, device);
-  check_shape(op, name, t, shape);
-}
-
-// Same for an optional tensor (an undefined one passes).
-void check_optional_f32(const char* op, const char* name, const Tensor& t, Device device, const Shape& shape) {
-  if (t.defined()) check_f32(op, name, t, device, shape);
-}
-
-void check_ndim(const char* op, const char* name, const Tensor& t, int ndim) {
-  VLM_CHECK(t.ndim() == ndim, "ops::", op, ": ", name, " is ", t.describe(), ", expected ", ndim, "-D");
-}
-
-// Checks an i32 index vector of `n` entries (ids, targets, positions, index).
-void check_i32_vector(const char* op, const char* name, const Tensor& t, Device device, int64_t n) {
-  check_tensor(op, name, t, DType::i32, device);
-  check_shape(op, name, t, Shape{n});
-}
-
-float* f32_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
-
-// Rows of a [..., C] activation: the product of all but the last dim.
-int64_t leading_rows(const Tensor& t) {
-  int64_t rows = 1;
-  for (int i = 0; i + 1 < t.ndim(); ++i) rows *= t.dim(i);
-  return rows;
-}
-
-// `like` with its last dim replaced by `last`.
-Shape with_last_dim(const Tensor& like, int64_t last) {
-  Shape s = like.shape();
-  s[s.ndim() - 1] = last;
-  return s;
-}
+constexpr const char* kOps[] = {"cast",
+                                "matmul",
+                                "matmul_batched",
+                                "linear_forward",
+                                "linear_backward",
+                                "linear_gelu_forward",
+                                "fill",
+                                "scale",
+                                "add",
+                                "add_inplace",
+                                "add_rows_broadcast",
+                                "add_rows_broadcast_backward",
+                                "layernorm_forward",
+                                "layernorm_backward",
+                                "rmsnorm_forward",
+                                "rmsnorm_backward",
+                                "add_layernorm_forward",
+                                "add_layernorm_backward",
+                                "add_rmsnorm_forward",
+                                "add_rmsnorm_backward",
+                                "gelu_tanh_forward",
+                                "gelu_tanh_backward",
+                                "swiglu_forward",
+                                "swiglu_backward",
+                                "rope_forward",
+                                "rope_backward",
+                                "attention_forward",
+                                "attention_backward",
+                                "cross_entropy_forward",
+                                "cross_entropy_backward",
+                                "cross_entropy_forward_backward",
+                                "lm_head_cross_entropy",
+                                "embedding_forward",
+                                "embedding_backward",
+                                "image_to_patches",
+                                "image_to_patches_backward",
+                                "pixel_shuffle_forward",
+                                "pixel_shuffle_backward",
+                                "scatter_rows",
+                                "gather_rows",
+                                "adamw_step",
+                                "adamw_step_multi",
+                                "sum_of_squares"};
 
 // Shared validation of matmul / matmul_batched: returns {m, n, k} of the (per-batch) product, whose operands are
-// dims [first, first + 2) of out, a and b.
+// dims [first, first + 2) of out, a and b. a and b share the compute dtype; out is in it or f32.
 struct GemmDims {
   int64_t m, n, k;
 };
 GemmDims check_gemm(const char* op, const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b,
                     int first) {
   const Device dev = out.device();
-  check_tensor(op, "out", out, DType::f32, dev);
-  check_tensor(op, "a", a, DType::f32, dev);
-  check_tensor(op, "b", b, DType::f32, dev);
+  const DType dt = compute_dtype(op, "a", a);
+  VLM_CHECK(out.defined(), "ops::", op, ": out is undefined");
+  VLM_CHECK(out.dtype() == dt || out.dtype() == DType::f32, "ops::", op, ": out is ", out.describe(),
+            ", expected dtype ", dtype_name(dt), " or f32");
+  check_tensor(op, "out", out, out.dtype(), dev);
+  check_tensor(op, "a", a, dt, dev);
+  check_tensor(op, "b", b, dt, dev);
   check_ndim(op, "out", out, first + 2);
   check_ndim(op, "a", a, first + 2);
   check_ndim(op, "b", b, first + 2);
@@ -129,18 +92,60 @@ GemmDims check_gemm(const char* op, const Tensor& out, const Tensor& a, const Te
   return {m, n, k};
 }
 
+// x [..., in], w [out, in] (and b [out]) in the compute dtype of x; returns that dtype.
+DType check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, Device dev) {
+  const DType dt = compute_dtype(op, "x", x);
+  check_tensor(op, "x", x, dt, dev);
+  check_tensor(op, "w", w, dt, dev);
+  check_ndim(op, "w", w, 2);
+  VLM_CHECK(x.ndim() >= 2, "ops::", op, ": x is ", x.describe(), ", expected [T, in] (leading dims flatten into T)");
+  check_shape(op, "x", x, with_last_dim(x, w.dim(1)));
+  check_optional(op, "b", b, dt, dev, Shape{w.dim(0)});
+  return dt;
+}
+
 }  // namespace
 
 bool supports(const std::string& op, Device device) {
-  if (device.is_cuda()) return false;  // no CUDA op in this build yet; src/kernels/cuda/ will list its own
-  return std::any_of(std::begin(kCpuOps), std::end(kCpuOps), [&](const char* name) { return op == name; });
+#ifndef VLM_HAVE_CUDA
+  if (device.is_cuda()) return false;
+#endif
+  return std::any_of(std::begin(kOps), std::end(kOps), [&](const char* name) { return op == name; });
+}
+
+// ---- precision ---------------------------------------------------------------------------------------------
+
+void cast(Tensor& out, const Tensor& in) {
+  const char* op = "cast";
+  auto check_float = [&](const char* name, const Tensor& t) {
+    VLM_CHECK(t.defined(), "ops::cast: ", name, " is undefined");
+    VLM_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16, "ops::cast: ", name, " is ", t.describe(),
+              ", expected dtype f32 or bf16");
+  };
+  check_float("out", out);
+  check_float("in", in);
+  check_tensor(op, "out", out, out.dtype(), out.device());
+  check_like(op, "in", in, in.dtype(), out.device(), out.shape());
+  VLM_DISPATCH_CUDA(out.device(), op, cuda::cast(out, in));
+  const int64_t n = out.numel();
+  if (in.dtype() == out.dtype()) {
+    if (out.raw_data() != in.raw_data()) out.copy_from(in);
+  } else if (out.dtype() == DType::bf16) {
+    const float* src = in.data<float>();
+    auto* dst = static_cast<uint16_t*>(out.raw_data());
+    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+  } else {
+    const auto* src = static_cast<const uint16_t*>(in.raw_data());
+    float* dst = out.data<float>();
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+  }
 }
 
 // ---- GEMM --------------------------------------------------------------------------------------------------
 
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta) {
   const GemmDims d = check_gemm("matmul", out, a, b, trans_a, trans_b, 0);
-  if (on_cuda(out)) no_cuda("matmul");
+  VLM_DISPATCH_CUDA(out.device(), "matmul", cuda::matmul(out, a, b, trans_a, trans_b, alpha, beta, false));
   cpu::gemm(out.data<float>(), a.data<float>(), b.data<float>(), d.m, d.n, d.k, trans_a, trans_b, alpha, beta);
 }
 
@@ -150,7 +155,7 @@ void matmul_batched(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a,
   const GemmDims d = check_gemm(op, out, a, b, trans_a, trans_b, 1);
   VLM_CHECK(a.dim(0) == out.dim(0) && b.dim(0) == out.dim(0), "ops::", op, ": batch sizes differ: out ", out.describe(),
             ", a ", a.describe(), ", b ", b.describe());
-  if (on_cuda(out)) no_cuda(op);
+  VLM_DISPATCH_CUDA(out.device(), op, cuda::matmul(out, a, b, trans_a, trans_b, alpha, beta, true));
   cpu::gemm_batched(out.data<float>(), a.data<float>(), b.data<float>(), out.dim(0), d.m, d.n, d.k, trans_a, trans_b,
                     alpha, beta);
 }
@@ -158,33 +163,40 @@ void matmul_batched(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a,
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
   const char* op = "linear_forward";
   const Device dev = y.device();
-  check_tensor(op, "x", x, DType::f32, dev);
-  check_tensor(op, "w", w, DType::f32, dev);
-  check_ndim(op, "w", w, 2);
-  VLM_CHECK(x.ndim() >= 2, "ops::", op, ": x is ", x.describe(), ", expected [T, in] (leading dims flatten into T)");
-  const int64_t out = w.dim(0), in = w.dim(1);
-  check_shape(op, "x", x, with_last_dim(x, in));
-  check_f32(op, "y", y, dev, with_last_dim(x, out));
-  check_optional_f32(op, "b", b, dev, Shape{out});
-  if (on_cuda(y)) no_cuda(op);
-  cpu::linear_forward(y.data<float>(), x.data<float>(), w.data<float>(), f32_or_null(b), leading_rows(x), in, out);
+  const DType dt = check_linear(op, x, w, b, dev);
+  check_like(op, "y", y, dt, dev, with_last_dim(x, w.dim(0)));
+  VLM_DISPATCH_CUDA(dev, op, cuda::linear_forward(y, x, w, b));
+  cpu::linear_forward(y.data<float>(), x.data<float>(), w.data<float>(), f32_or_null(b), leading_rows(x), w.dim(1),
+                      w.dim(0));
+}
+
+void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor& b) {
+  const char* op = "linear_gelu_forward";
+  const Device dev = y.device();
+  const DType dt = check_linear(op, x, w, b, dev);
+  check_like(op, "y", y, dt, dev, with_last_dim(x, w.dim(0)));
+  check_like(op, "pre", pre, dt, dev, y.shape());
+  VLM_CHECK(y.numel() == 0 || y.raw_data() != pre.raw_data(), "ops::", op, ": y must not alias pre");
+  VLM_DISPATCH_CUDA(dev, op, cuda::linear_gelu_forward(y, pre, x, w, b));
+  cpu::linear_forward(pre.data<float>(), x.data<float>(), w.data<float>(), f32_or_null(b), leading_rows(x), w.dim(1),
+                      w.dim(0));
+  cpu::gelu_tanh_forward(y.data<float>(), pre.data<float>(), y.numel());
 }
 
 void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w) {
   const char* op = "linear_backward";
   const Device dev = dy.device();
-  check_tensor(op, "dy", dy, DType::f32, dev);
-  check_tensor(op, "x", x, DType::f32, dev);
-  check_tensor(op, "w", w, DType::f32, dev);
-  check_ndim(op, "w", w, 2);
-  VLM_CHECK(x.ndim() >= 2, "ops::", op, ": x is ", x.describe(), ", expected [T, in] (leading dims flatten into T)");
+  const DType dt = compute_dtype(op, "dy", dy);
+  check_tensor(op, "dy", dy, dt, dev);
+  const Tensor none;
+  check_linear(op, x, w, none, dev);
+  check_tensor(op, "x", x, dt, dev);
   const int64_t out = w.dim(0), in = w.dim(1);
-  check_shape(op, "x", x, with_last_dim(x, in));
   check_shape(op, "dy", dy, with_last_dim(x, out));
-  check_optional_f32(op, "dx", dx, dev, x.shape());
-  check_optional_f32(op, "dw", dw, dev, w.shape());
-  check_optional_f32(op, "db", db, dev, Shape{out});
-  if (on_cuda(dy)) no_cuda(op);
+  check_optional(op, "dx", dx, dt, dev, x.shape());
+  check_optional(op, "dw", dw, DType::f32, dev, w.shape());
+  check_optional(op, "db", db, DType::f32, dev, Shape{out});
+  VLM_DISPATCH_CUDA(dev, op, cuda::linear_backward(dx, dw, db, dy, x, w));
   cpu::linear_backward(f32_or_null(dx), f32_or_null(dw), f32_or_null(db), dy.data<float>(), x.data<float>(),
                        w.data<float>(), leading_rows(x), in, out);
 }
@@ -192,37 +204,39 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
 // ---- elementwise -------------------------------------------------------------------------------------------
 
 void fill(Tensor& x, float value) {
-  check_tensor("fill", "x", x, DType::f32, x.device());
-  if (on_cuda(x)) no_cuda("fill");
+  check_tensor("fill", "x", x, compute_dtype("fill", "x", x), x.device());
+  VLM_DISPATCH_CUDA(x.device(), "fill", cuda::fill(x, value));
   cpu::fill(x.data<float>(), x.numel(), value);
 }
 
 void scale(Tensor& x, float s) {
-  check_tensor("scale", "x", x, DType::f32, x.device());
-  if (on_cuda(x)) no_cuda("scale");
+  check_tensor("scale", "x", x, compute_dtype("scale", "x", x), x.device());
+  VLM_DISPATCH_CUDA(x.device(), "scale", cuda::scale(x, s));
   cpu::scale(x.data<float>(), x.numel(), s);
 }
 
 void add(Tensor& out, const Tensor& a, const Tensor& b) {
-  check_tensor("add", "out", out, DType::f32, out.device());
-  check_f32("add", "a", a, out.device(), out.shape());
-  check_f32("add", "b", b, out.device(), out.shape());
-  if (on_cuda(out)) no_cuda("add");
+  const DType dt = compute_dtype("add", "out", out);
+  check_tensor("add", "out", out, dt, out.device());
+  check_like("add", "a", a, dt, out.device(), out.shape());
+  check_like("add", "b", b, dt, out.device(), out.shape());
+  VLM_DISPATCH_CUDA(out.device(), "add", cuda::add(out, a, b));
   cpu::add(out.data<float>(), a.data<float>(), b.data<float>(), out.numel());
 }
 
 void add_inplace(Tensor& a, const Tensor& b) {
-  check_tensor("add_inplace", "a", a, DType::f32, a.device());
-  check_f32("add_inplace", "b", b, a.device(), a.shape());
-  if (on_cuda(a)) no_cuda("add_inplace");
+  const DType dt = compute_dtype("add_inplace", "a", a);
+  check_tensor("add_inplace", "a", a, dt, a.device());
+  check_like("add_inplace", "b", b, dt, a.device(), a.shape());
+  VLM_DISPATCH_CUDA(a.device(), "add_inplace", cuda::add_inplace(a, b));
   cpu::add_inplace(a.data<float>(), b.data<float>(), a.numel());
 }
 
 namespace {
-// x [B * P, C] against pos [P, C]: returns B.
+// x [B * P, C] against pos [P, C] (pos in `pos_dtype`): returns B.
 int64_t check_row_broadcast(const char* op, const char* x_name, const Tensor& x, const char* pos_name,
-                            const Tensor& pos) {
-  check_tensor(op, pos_name, pos, DType::f32, x.device());
+                            const Tensor& pos, DType pos_dtype) {
+  check_tensor(op, pos_name, pos, pos_dtype, x.device());
   check_ndim(op, x_name, x, 2);
   check_ndim(op, pos_name, pos, 2);
   const int64_t rows = pos.dim(0);
@@ -234,134 +248,203 @@ int64_t check_row_broadcast(const char* op, const char* x_name, const Tensor& x,
 
 void add_rows_broadcast(Tensor& x, const Tensor& pos) {
   const char* op = "add_rows_broadcast";
-  check_tensor(op, "x", x, DType::f32, x.device());
-  const int64_t blocks = check_row_broadcast(op, "x", x, "pos", pos);
-  if (on_cuda(x)) no_cuda(op);
+  const DType dt = compute_dtype(op, "x", x);
+  check_tensor(op, "x", x, dt, x.device());
+  const int64_t blocks = check_row_broadcast(op, "x", x, "pos", pos, dt);
+  VLM_DISPATCH_CUDA(x.device(), op, cuda::add_rows_broadcast(x, pos, blocks));
   cpu::add_rows_broadcast(x.data<float>(), pos.data<float>(), blocks, pos.dim(0), pos.dim(1));
 }
 
 void add_rows_broadcast_backward(Tensor& dpos, const Tensor& dx) {
   const char* op = "add_rows_broadcast_backward";
   check_tensor(op, "dpos", dpos, DType::f32, dpos.device());
-  check_tensor(op, "dx", dx, DType::f32, dpos.device());
-  const int64_t blocks = check_row_broadcast(op, "dx", dx, "dpos", dpos);
-  if (on_cuda(dpos)) no_cuda(op);
+  check_tensor(op, "dx", dx, compute_dtype(op, "dx", dx), dpos.device());
+  const int64_t blocks = check_row_broadcast(op, "dx", dx, "dpos", dpos, DType::f32);
+  VLM_DISPATCH_CUDA(dpos.device(), op, cuda::add_rows_broadcast_backward(dpos, dx, blocks));
   cpu::add_rows_broadcast_backward(dpos.data<float>(), dx.data<float>(), blocks, dpos.dim(0), dpos.dim(1));
 }
 
 // ---- normalization -----------------------------------------------------------------------------------------
 
 namespace {
-// x [..., C] with w [C]: returns C. Checks x, w and (optional) per-row stats of numel rows.
-int64_t check_norm_input(const char* op, const Tensor& x, const Tensor& w, Device dev) {
-  check_tensor(op, "x", x, DType::f32, dev);
-  VLM_CHECK(x.ndim() >= 1, "ops::", op, ": x is ", x.describe(), ", expected [T, C]");
+// x [..., C] (compute dtype `dt`) with w [C]: returns C.
+int64_t check_norm_input(const char* op, const char* x_name, const Tensor& x, const Tensor& w, DType dt, Device dev) {
+  check_tensor(op, x_name, x, dt, dev);
+  VLM_CHECK(x.ndim() >= 1, "ops::", op, ": ", x_name, " is ", x.describe(), ", expected [T, C]");
   const int64_t cols = x.dim(-1);
-  check_f32(op, "w", w, dev, Shape{cols});
+  check_like(op, "w", w, dt, dev, Shape{cols});
   return cols;
 }
+// Per-row f32 statistics (mean, rstd) of `rows` values; optional unless `required`.
 void check_row_stat(const char* op, const char* name, const Tensor& t, Device dev, int64_t rows, bool required) {
   if (!required && !t.defined()) return;
   check_tensor(op, name, t, DType::f32, dev);
   VLM_CHECK(t.numel() == rows, "ops::", op, ": ", name, " is ", t.describe(), ", expected ", rows,
             " values (one per row)");
 }
+
+// The forward of layernorm (b and mean used) or rmsnorm, with the residual add when `residual` is defined.
+void norm_forward(const char* op, bool layer, Tensor& h, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x,
+                  const Tensor& residual, const Tensor& w, const Tensor& b, float eps) {
+  const Device dev = y.device();
+  const DType dt = compute_dtype(op, "x", x);
+  const int64_t cols = check_norm_input(op, "x", x, w, dt, dev);
+  check_like(op, "y", y, dt, dev, x.shape());
+  check_optional(op, "b", b, dt, dev, Shape{cols});
+  const int64_t rows = leading_rows(x);
+  check_row_stat(op, "mean", mean, dev, rows, false);
+  check_row_stat(op, "rstd", rstd, dev, rows, false);
+  if (residual.defined()) {
+    check_like(op, "residual", residual, dt, dev, x.shape());
+    check_like(op, "h", h, dt, dev, x.shape());
+    VLM_CHECK(y.numel() == 0 || (y.raw_data() != h.raw_data() && y.raw_data() != x.raw_data() &&
+                                 y.raw_data() != residual.raw_data()),
+              "ops::", op, ": y must not alias h, x or residual");
+  }
+  if (layer) {
+    VLM_DISPATCH_CUDA(dev, op, cuda::layernorm_forward(h, y, mean, rstd, x, residual, w, b, eps));
+  } else {
+    VLM_DISPATCH_CUDA(dev, op, cuda::rmsnorm_forward(h, y, rstd, x, residual, w, eps));
+  }
+  const Tensor& src = residual.defined() ? h : x;
+  if (residual.defined()) cpu::add(h.data<float>(), x.data<float>(), residual.data<float>(), h.numel());
+  if (layer) {
+    cpu::layernorm_forward(y.data<float>(), f32_or_null(mean), f32_or_null(rstd), src.data<float>(), w.data<float>(),
+                           f32_or_null(b), rows, cols, eps);
+  } else {
+    cpu::rmsnorm_forward(y.data<float>(), f32_or_null(rstd), src.data<float>(), w.data<float>(), rows, cols, eps);
+  }
+}
+
+// The backward of layernorm (db, mean used) or rmsnorm; with `dres` defined, dx = norm grad + dres (dx required).
+void norm_backward(const char* op, bool layer, Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy,
+                   const Tensor& dres, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+  const Device dev = dy.device();
+  const DType dt = compute_dtype(op, "dy", dy);
+  const char* x_name = dres.defined() ? "h" : "x";
+  const int64_t cols = check_norm_input(op, x_name, x, w, dt, dev);
+  check_like(op, "dy", dy, dt, dev, x.shape());
+  const int64_t rows = leading_rows(x);
+  if (layer) check_row_stat(op, "mean", mean, dev, rows, true);
+  check_row_stat(op, "rstd", rstd, dev, rows, true);
+  check_optional(op, dres.defined() ? "dh" : "dx", dx, dt, dev, x.shape());
+  check_optional(op, "dw", dw, DType::f32, dev, Shape{cols});
+  check_optional(op, "db", db, DType::f32, dev, Shape{cols});
+  if (dres.defined()) {
+    check_like(op, "dh_next", dres, dt, dev, x.shape());
+    check_like(op, "dh", dx, dt, dev, x.shape());
+  }
+  if (layer) {
+    VLM_DISPATCH_CUDA(dev, op, cuda::layernorm_backward(dx, dw, db, dy, dres, x, w, mean, rstd));
+  } else {
+    VLM_DISPATCH_CUDA(dev, op, cuda::rmsnorm_backward(dx, dw, dy, dres, x, w, rstd));
+  }
+  // With dres, the norm's dx goes to a temporary first: dx may alias dres.
+  Tensor norm_dx = dres.defined() ? Tensor::empty(x.shape(), DType::f32) : dx;
+  if (layer) {
+    cpu::layernorm_backward(f32_or_null(norm_dx), f32_or_null(dw), f32_or_null(db), dy.data<float>(), x.data<float>(),
+                            w.data<float>(), mean.data<float>(), rstd.data<float>(), rows, cols);
+  } else {
+    cpu::rmsnorm_backward(f32_or_null(norm_dx), f32_or_null(dw), dy.data<float>(), x.data<float>(), w.data<float>(),
+                          rstd.data<float>(), rows, cols);
+  }
+  if (dres.defined()) cpu::add(dx.data<float>(), norm_dx.data<float>(), dres.data<float>(), dx.numel());
+}
 }  // namespace
 
 void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
                        float eps) {
-  const char* op = "layernorm_forward";
-  const Device dev = y.device();
-  const int64_t cols = check_norm_input(op, x, w, dev);
-  check_f32(op, "y", y, dev, x.shape());
-  check_optional_f32(op, "b", b, dev, Shape{cols});
-  const int64_t rows = leading_rows(x);
-  check_row_stat(op, "mean", mean, dev, rows, false);
-  check_row_stat(op, "rstd", rstd, dev, rows, false);
-  if (on_cuda(y)) no_cuda(op);
-  cpu::layernorm_forward(y.data<float>(), f32_or_null(mean), f32_or_null(rstd), x.data<float>(), w.data<float>(),
-                         f32_or_null(b), rows, cols, eps);
+  Tensor none;
+  norm_forward("layernorm_forward", true, none, y, mean, rstd, x, none, w, b, eps);
 }
 
 void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w,
                         const Tensor& mean, const Tensor& rstd) {
-  const char* op = "layernorm_backward";
-  const Device dev = dy.device();
-  const int64_t cols = check_norm_input(op, x, w, dev);
-  check_f32(op, "dy", dy, dev, x.shape());
-  const int64_t rows = leading_rows(x);
-  check_row_stat(op, "mean", mean, dev, rows, true);
-  check_row_stat(op, "rstd", rstd, dev, rows, true);
-  check_optional_f32(op, "dx", dx, dev, x.shape());
-  check_optional_f32(op, "dw", dw, dev, Shape{cols});
-  check_optional_f32(op, "db", db, dev, Shape{cols});
-  if (on_cuda(dy)) no_cuda(op);
-  cpu::layernorm_backward(f32_or_null(dx), f32_or_null(dw), f32_or_null(db), dy.data<float>(), x.data<float>(),
-                          w.data<float>(), mean.data<float>(), rstd.data<float>(), rows, cols);
+  const Tensor none;
+  norm_backward("layernorm_backward", true, dx, dw, db, dy, none, x, w, mean, rstd);
 }
 
 void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps) {
-  const char* op = "rmsnorm_forward";
-  const Device dev = y.device();
-  const int64_t cols = check_norm_input(op, x, w, dev);
-  check_f32(op, "y", y, dev, x.shape());
-  const int64_t rows = leading_rows(x);
-  check_row_stat(op, "rstd", rstd, dev, rows, false);
-  if (on_cuda(y)) no_cuda(op);
-  cpu::rmsnorm_forward(y.data<float>(), f32_or_null(rstd), x.data<float>(), w.data<float>(), rows, cols, eps);
+  Tensor none, no_mean;
+  norm_forward("rmsnorm_forward", false, none, y, no_mean, rstd, x, none, w, none, eps);
 }
 
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd) {
-  const char* op = "rmsnorm_backward";
-  const Device dev = dy.device();
-  const int64_t cols = check_norm_input(op, x, w, dev);
-  check_f32(op, "dy", dy, dev, x.shape());
-  const int64_t rows = leading_rows(x);
-  check_row_stat(op, "rstd", rstd, dev, rows, true);
-  check_optional_f32(op, "dx", dx, dev, x.shape());
-  check_optional_f32(op, "dw", dw, dev, Shape{cols});
-  if (on_cuda(dy)) no_cuda(op);
-  cpu::rmsnorm_backward(f32_or_null(dx), f32_or_null(dw), dy.data<float>(), x.data<float>(), w.data<float>(),
-                        rstd.data<float>(), rows, cols);
+  Tensor none;
+  norm_backward("rmsnorm_backward", false, dx, dw, none, dy, none, x, w, none, rstd);
+}
+
+void add_layernorm_forward(Tensor& h, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& residual,
+                           const Tensor& w, const Tensor& b, float eps) {
+  const char* op = "add_layernorm_forward";
+  VLM_CHECK(residual.defined() && h.defined(), "ops::", op, ": residual and h are required");
+  norm_forward(op, true, h, y, mean, rstd, x, residual, w, b, eps);
+}
+
+void add_rmsnorm_forward(Tensor& h, Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& residual, const Tensor& w,
+                         float eps) {
+  const char* op = "add_rmsnorm_forward";
+  VLM_CHECK(residual.defined() && h.defined(), "ops::", op, ": residual and h are required");
+  Tensor no_mean, no_bias;
+  norm_forward(op, false, h, y, no_mean, rstd, x, residual, w, no_bias, eps);
+}
+
+void add_layernorm_backward(Tensor& dh, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& dh_next,
+                            const Tensor& h, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+  const char* op = "add_layernorm_backward";
+  VLM_CHECK(dh_next.defined() && dh.defined(), "ops::", op, ": dh and dh_next are required");
+  norm_backward(op, true, dh, dw, db, dy, dh_next, h, w, mean, rstd);
+}
+
+void add_rmsnorm_backward(Tensor& dh, Tensor& dw, const Tensor& dy, const Tensor& dh_next, const Tensor& h,
+                          const Tensor& w, const Tensor& rstd) {
+  const char* op = "add_rmsnorm_backward";
+  VLM_CHECK(dh_next.defined() && dh.defined(), "ops::", op, ": dh and dh_next are required");
+  Tensor no_db, no_mean;
+  norm_backward(op, false, dh, dw, no_db, dy, dh_next, h, w, no_mean, rstd);
 }
 
 // ---- activations -------------------------------------------------------------------------------------------
 
 void gelu_tanh_forward(Tensor& y, const Tensor& x) {
   const char* op = "gelu_tanh_forward";
-  check_tensor(op, "y", y, DType::f32, y.device());
-  check_f32(op, "x", x, y.device(), y.shape());
-  if (on_cuda(y)) no_cuda(op);
+  const DType dt = compute_dtype(op, "y", y);
+  check_tensor(op, "y", y, dt, y.device());
+  check_like(op, "x", x, dt, y.device(), y.shape());
+  VLM_DISPATCH_CUDA(y.device(), op, cuda::gelu_tanh_forward(y, x));
   cpu::gelu_tanh_forward(y.data<float>(), x.data<float>(), y.numel());
 }
 
 void gelu_tanh_backward(Tensor& dx, const Tensor& dy, const Tensor& x) {
   const char* op = "gelu_tanh_backward";
-  check_tensor(op, "dx", dx, DType::f32, dx.device());
-  check_f32(op, "dy", dy, dx.device(), dx.shape());
-  check_f32(op, "x", x, dx.device(), dx.shape());
-  if (on_cuda(dx)) no_cuda(op);
+  const DType dt = compute_dtype(op, "dx", dx);
+  check_tensor(op, "dx", dx, dt, dx.device());
+  check_like(op, "dy", dy, dt, dx.device(), dx.shape());
+  check_like(op, "x", x, dt, dx.device(), dx.shape());
+  VLM_DISPATCH_CUDA(dx.device(), op, cuda::gelu_tanh_backward(dx, dy, x));
   cpu::gelu_tanh_backward(dx.data<float>(), dy.data<float>(), x.data<float>(), dx.numel());
 }
 
 void swiglu_forward(Tensor& y, const Tensor& gate, const Tensor& up) {
   const char* op = "swiglu_forward";
-  check_tensor(op, "y", y, DType::f32, y.device());
-  check_f32(op, "gate", gate, y.device(), y.shape());
-  check_f32(op, "up", up, y.device(), y.shape());
-  if (on_cuda(y)) no_cuda(op);
+  const DType dt = compute_dtype(op, "y", y);
+  check_tensor(op, "y", y, dt, y.device());
+  check_like(op, "gate", gate, dt, y.device(), y.shape());
+  check_like(op, "up", up, dt, y.device(), y.shape());
+  VLM_DISPATCH_CUDA(y.device(), op, cuda::swiglu_forward(y, gate, up));
   cpu::swiglu_forward(y.data<float>(), gate.data<float>(), up.data<float>(), y.numel());
 }
 
 void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dy, const Tensor& gate, const Tensor& up) {
   const char* op = "swiglu_backward";
   const Device dev = dy.device();
-  check_tensor(op, "dy", dy, DType::f32, dev);
-  check_f32(op, "gate", gate, dev, dy.shape());
-  check_f32(op, "up", up, dev, dy.shape());
-  check_optional_f32(op, "dgate", dgate, dev, dy.shape());
-  check_optional_f32(op, "dup", dup, dev, dy.shape());
-  if (on_cuda(dy)) no_cuda(op);
+  const DType dt = compute_dtype(op, "dy", dy);
+  check_tensor(op, "dy", dy, dt, dev);
+  check_like(op, "gate", gate, dt, dev, dy.shape());
+  check_like(op, "up", up, dt, dev, dy.shape());
+  check_optional(op, "dgate", dgate, dt, dev, dy.shape());
+  check_optional(op, "dup", dup, dt, dev, dy.shape());
+  VLM_DISPATCH_CUDA(dev, op, cuda::swiglu_backward(dgate, dup, dy, gate, up));
   cpu::swiglu_backward(f32_or_null(dgate), f32_or_null(dup), dy.data<float>(), gate.data<float>(), up.data<float>(),
                        dy.numel());
 }
@@ -370,7 +453,7 @@ void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dy, const Tensor&
 
 namespace {
 void check_rope(const char* op, const Tensor& x, const Tensor& positions) {
-  check_tensor(op, "x", x, DType::f32, x.device());
+  check_tensor(op, "x", x, compute_dtype(op, "x", x), x.device());
   check_ndim(op, "x", x, 3);
   VLM_CHECK(x.dim(2) % 2 == 0, "ops::", op, ": x is ", x.describe(), ", head dim must be even");
   check_i32_vector(op, "positions", positions, x.device(), x.dim(0));
@@ -379,267 +462,14 @@ void check_rope(const char* op, const Tensor& x, const Tensor& positions) {
 
 void rope_forward(Tensor& x, const Tensor& positions, float theta) {
   check_rope("rope_forward", x, positions);
-  if (on_cuda(x)) no_cuda("rope_forward");
+  VLM_DISPATCH_CUDA(x.device(), "rope_forward", cuda::rope(x, positions, theta, false));
   cpu::rope_forward(x.data<float>(), positions.data<int32_t>(), x.dim(0), x.dim(1), x.dim(2), theta);
 }
 
 void rope_backward(Tensor& dx, const Tensor& positions, float theta) {
   check_rope("rope_backward", dx, positions);
-  if (on_cuda(dx)) no_cuda("rope_backward");
+  VLM_DISPATCH_CUDA(dx.device(), "rope_backward", cuda::rope(dx, positions, theta, true));
   cpu::rope_backward(dx.data<float>(), positions.data<int32_t>(), dx.dim(0), dx.dim(1), dx.dim(2), theta);
-}
-
-// ---- attention ---------------------------------------------------------------------------------------------
-
-namespace {
-// Validates the inputs shared by forward and backward and fills the raw-pointer params.
-cpu::AttentionParams check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                                     const Tensor& cu_q, const Tensor& cu_k, int max_seqlen_q, int max_seqlen_k,
-                                     float scale, bool causal, Device dev) {
-  check_tensor(op, "q", q, DType::f32, dev);
-  check_tensor(op, "k", k, DType::f32, dev);
-  check_ndim(op, "q", q, 3);
-  check_ndim(op, "k", k, 3);
-  check_f32(op, "v", v, dev, k.shape());
-  const int64_t heads_q = q.dim(1), heads_kv = k.dim(1), dim = q.dim(2);
-  VLM_CHECK(k.dim(2) == dim && dim > 0, "ops::", op, ": q is ", q.describe(), ", k is ", k.describe(),
-            " (head dims must match and be > 0)");
-  VLM_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, "ops::", op, ": q is ", q.describe(), ", k is ", k.describe(),
-            " (q heads must be a multiple of kv heads)");
-  check_tensor(op, "cu_seqlens_q", cu_q, DType::i32, dev);
-  check_tensor(op, "cu_seqlens_k", cu_k, DType::i32, dev);
-  check_ndim(op, "cu_seqlens_q", cu_q, 1);
-  VLM_CHECK(cu_q.dim(0) >= 1, "ops::", op, ": cu_seqlens_q is ", cu_q.describe(), ", expected [B + 1]");
-  check_shape(op, "cu_seqlens_k", cu_k, cu_q.shape());
-  VLM_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0, "ops::", op, ": negative max_seqlen (", max_seqlen_q, ", ",
-            max_seqlen_k, ")");
-  cpu::AttentionParams p;
-  p.batch = cu_q.dim(0) - 1;
-  p.tokens_q = q.dim(0);
-  p.tokens_k = k.dim(0);
-  p.heads_q = heads_q;
-  p.heads_kv = heads_kv;
-  p.head_dim = dim;
-  p.max_seqlen_q = max_seqlen_q;
-  p.max_seqlen_k = max_seqlen_k;
-  p.scale = scale;
-  p.causal = causal;
-  if (!on_cuda(q)) {  // host pointers only; the cu_seqlens values are checked by the CPU op
-    p.q = q.data<float>();
-    p.k = k.data<float>();
-    p.v = v.data<float>();
-    p.cu_seqlens_q = cu_q.data<int32_t>();
-    p.cu_seqlens_k = cu_k.data<int32_t>();
-  }
-  return p;
-}
-}  // namespace
-
-void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                       const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
-                       float scale, bool causal) {
-  const char* op = "attention_forward";
-  const Device dev = out.device();
-  const cpu::AttentionParams p =
-      check_attention(op, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, dev);
-  check_f32(op, "out", out, dev, q.shape());
-  check_f32(op, "lse", lse, dev, Shape{p.heads_q, p.tokens_q});
-  if (on_cuda(out)) no_cuda(op);
-  cpu::attention_forward(out.data<float>(), lse.data<float>(), p);
-}
-
-void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
-                        const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,
-                        const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal) {
-  const char* op = "attention_backward";
-  const Device dev = dout.device();
-  const cpu::AttentionParams p =
-      check_attention(op, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, dev);
-  check_f32(op, "dout", dout, dev, q.shape());
-  check_f32(op, "out", out, dev, q.shape());
-  check_f32(op, "lse", lse, dev, Shape{p.heads_q, p.tokens_q});
-  check_optional_f32(op, "dq", dq, dev, q.shape());
-  check_optional_f32(op, "dk", dk, dev, k.shape());
-  check_optional_f32(op, "dv", dv, dev, k.shape());
-  if (on_cuda(dout)) no_cuda(op);
-  cpu::attention_backward(f32_or_null(dq), f32_or_null(dk), f32_or_null(dv), dout.data<float>(), out.data<float>(),
-                          lse.data<float>(), p);
-}
-
-// ---- loss --------------------------------------------------------------------------------------------------
-
-namespace {
-void check_logits(const char* op, const char* name, const Tensor& logits, const Tensor& targets, Device dev) {
-  check_tensor(op, name, logits, DType::f32, dev);
-  check_ndim(op, name, logits, 2);
-  VLM_CHECK(logits.dim(1) > 0, "ops::", op, ": ", name, " is ", logits.describe(), ", expected a vocabulary > 0");
-  check_i32_vector(op, "targets", targets, dev, logits.dim(0));
-}
-}  // namespace
-
-void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets, int ignore_index) {
-  const char* op = "cross_entropy_forward";
-  const Device dev = losses.device();
-  check_logits(op, "logits", logits, targets, dev);
-  check_f32(op, "losses", losses, dev, Shape{logits.dim(0)});
-  if (on_cuda(losses)) no_cuda(op);
-  cpu::cross_entropy_forward(losses.data<float>(), logits.data<float>(), targets.data<int32_t>(), logits.dim(0),
-                             logits.dim(1), ignore_index);
-}
-
-void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
-                            int ignore_index) {
-  const char* op = "cross_entropy_backward";
-  const Device dev = dlogits.device();
-  check_logits(op, "logits", logits, targets, dev);
-  check_f32(op, "dlogits", dlogits, dev, logits.shape());
-  if (on_cuda(dlogits)) no_cuda(op);
-  cpu::cross_entropy_backward(dlogits.data<float>(), logits.data<float>(), targets.data<int32_t>(), dloss,
-                              logits.dim(0), logits.dim(1), ignore_index);
-}
-
-// ---- embeddings and data movement --------------------------------------------------------------------------
-
-namespace {
-// table-like [R, C] and rows-like [N, C] with an i32 index [N].
-void check_rows_pair(const char* op, const char* table_name, const Tensor& table, const char* rows_name,
-                     const Tensor& rows, const char* index_name, const Tensor& index, Device dev) {
-  check_tensor(op, table_name, table, DType::f32, dev);
-  check_tensor(op, rows_name, rows, DType::f32, dev);
-  check_ndim(op, table_name, table, 2);
-  check_ndim(op, rows_name, rows, 2);
-  VLM_CHECK(table.dim(1) == rows.dim(1), "ops::", op, ": ", table_name, " is ", table.describe(), " but ", rows_name,
-            " is ", rows.describe(), " (row widths differ)");
-  check_i32_vector(op, index_name, index, dev, rows.dim(0));
-}
-}  // namespace
-
-void embedding_forward(Tensor& out, const Tensor& table, const Tensor& ids) {
-  const char* op = "embedding_forward";
-  check_rows_pair(op, "table", table, "out", out, "ids", ids, out.device());
-  if (on_cuda(out)) no_cuda(op);
-  cpu::embedding_forward(out.data<float>(), table.data<float>(), ids.data<int32_t>(), out.dim(0), table.dim(0),
-                         table.dim(1));
-}
-
-void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids) {
-  const char* op = "embedding_backward";
-  check_rows_pair(op, "dtable", dtable, "dout", dout, "ids", ids, dtable.device());
-  if (on_cuda(dtable)) no_cuda(op);
-  cpu::embedding_backward(dtable.data<float>(), dout.data<float>(), ids.data<int32_t>(), dout.dim(0), dtable.dim(0),
-                          dtable.dim(1));
-}
-
-void scatter_rows(Tensor& out, const Tensor& src, const Tensor& index) {
-  const char* op = "scatter_rows";
-  check_rows_pair(op, "out", out, "src", src, "index", index, out.device());
-  if (on_cuda(out)) no_cuda(op);
-  cpu::scatter_rows(out.data<float>(), src.data<float>(), index.data<int32_t>(), src.dim(0), out.dim(0), out.dim(1));
-}
-
-void gather_rows(Tensor& out, const Tensor& src, const Tensor& index) {
-  const char* op = "gather_rows";
-  check_rows_pair(op, "src", src, "out", out, "index", index, out.device());
-  if (on_cuda(out)) no_cuda(op);
-  cpu::gather_rows(out.data<float>(), src.data<float>(), index.data<int32_t>(), out.dim(0), src.dim(0), src.dim(1));
-}
-
-namespace {
-// images [B, C, H, W] and patches; returns nothing, aborts on mismatch.
-void check_patches(const char* op, const char* images_name, const Tensor& images, const char* patches_name,
-                   const Tensor& patches, int patch, Device dev) {
-  check_tensor(op, images_name, images, DType::f32, dev);
-  check_ndim(op, images_name, images, 4);
-  VLM_CHECK(patch > 0 && images.dim(2) % patch == 0 && images.dim(3) % patch == 0, "ops::", op, ": ", images_name,
-            " is ", images.describe(), ", not divisible into ", patch, "x", patch, " patches");
-  const int64_t b = images.dim(0), c = images.dim(1), gh = images.dim(2) / patch, gw = images.dim(3) / patch;
-  check_f32(op, patches_name, patches, dev, Shape{b * gh * gw, c * patch * patch});
-}
-}  // namespace
-
-void image_to_patches(Tensor& patches, const Tensor& images, int patch) {
-  const char* op = "image_to_patches";
-  check_patches(op, "images", images, "patches", patches, patch, patches.device());
-  if (on_cuda(patches)) no_cuda(op);
-  cpu::image_to_patches(patches.data<float>(), images.data<float>(), images.dim(0), images.dim(1), images.dim(2),
-                        images.dim(3), patch);
-}
-
-void image_to_patches_backward(Tensor& dimages, const Tensor& dpatches, int patch) {
-  const char* op = "image_to_patches_backward";
-  check_patches(op, "dimages", dimages, "dpatches", dpatches, patch, dimages.device());
-  if (on_cuda(dimages)) no_cuda(op);
-  cpu::image_to_patches_backward(dimages.data<float>(), dpatches.data<float>(), dimages.dim(0), dimages.dim(1),
-                                 dimages.dim(2), dimages.dim(3), patch);
-}
-
-namespace {
-// x [B, S*S, C] and y [B, (S/r)^2, C*r*r]; returns S.
-int64_t check_pixel_shuffle(const char* op, const char* x_name, const Tensor& x, const char* y_name, const Tensor& y,
-                            int factor, Device dev) {
-  check_tensor(op, x_name, x, DType::f32, dev);
-  check_ndim(op, x_name, x, 3);
-  const int64_t n = x.dim(1);
-  const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(n))));
-  VLM_CHECK(side * side == n, "ops::", op, ": ", x_name, " is ", x.describe(), ", whose ", n,
-            " tokens are not a square grid");
-  VLM_CHECK(factor > 0 && side % factor == 0, "ops::", op, ": ", x_name, " is ", x.describe(), ", a ", side, "x", side,
-            " grid not divisible by factor ", factor);
-  const int64_t out_side = side / factor;
-  check_f32(op, y_name, y, dev, Shape{x.dim(0), out_side * out_side, x.dim(2) * factor * factor});
-  return side;
-}
-}  // namespace
-
-void pixel_shuffle_forward(Tensor& y, const Tensor& x, int factor) {
-  const char* op = "pixel_shuffle_forward";
-  const int64_t side = check_pixel_shuffle(op, "x", x, "y", y, factor, y.device());
-  if (on_cuda(y)) no_cuda(op);
-  cpu::pixel_shuffle_forward(y.data<float>(), x.data<float>(), x.dim(0), side, x.dim(2), factor);
-}
-
-void pixel_shuffle_backward(Tensor& dx, const Tensor& dy, int factor) {
-  const char* op = "pixel_shuffle_backward";
-  const int64_t side = check_pixel_shuffle(op, "dx", dx, "dy", dy, factor, dx.device());
-  if (on_cuda(dx)) no_cuda(op);
-  cpu::pixel_shuffle_backward(dx.data<float>(), dy.data<float>(), dx.dim(0), side, dx.dim(2), factor);
-}
-
-// ---- optimizer ---------------------------------------------------------------------------------------------
-
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p) {
-  const char* op = "adamw_step";
-  const Device dev = param.device();
-  check_tensor(op, "param", param, DType::f32, dev);
-  check_f32(op, "grad", grad, dev, param.shape());
-  check_f32(op, "m", m, dev, param.shape());
-  check_f32(op, "v", v, dev, param.shape());
-  VLM_CHECK(p.step >= 1, "ops::", op, ": step ", p.step, " must be >= 1 (1-based, for the bias correction)");
-  VLM_CHECK(p.beta1 >= 0.f && p.beta1 < 1.f && p.beta2 >= 0.f && p.beta2 < 1.f, "ops::", op, ": betas (", p.beta1, ", ",
-            p.beta2, ") must lie in [0, 1)");
-  if (on_cuda(param)) no_cuda(op);
-  const double step = static_cast<double>(p.step);
-  const cpu::AdamWScalars s{p.lr,
-                            p.beta1,
-                            p.beta2,
-                            p.eps,
-                            p.weight_decay,
-                            p.grad_scale,
-                            static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), step)),
-                            static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), step))};
-  cpu::adamw_step(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), param.numel(), s);
-}
-
-double sum_of_squares(const std::vector<Tensor>& tensors) {
-  double total = 0.0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
-    const std::string name = str("tensors[", i, "]");
-    check_tensor("sum_of_squares", name.c_str(), t, DType::f32, t.device());
-    if (on_cuda(t)) no_cuda("sum_of_squares");
-    total += cpu::sum_of_squares(t.data<float>(), t.numel());
-  }
-  return total;
 }
 
 }  // namespace vlm::ops

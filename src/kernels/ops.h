@@ -1,13 +1,36 @@
-// Every op vlm.cpp computes, declared once. Each has a plain CPU reference in cpu/ and (where supported) a fast
-// CUDA version in cuda/; the functions here validate shapes/dtypes at the boundary and dispatch on the device of
-// the output. Layout conventions:
+// Every op vlm.cpp computes, declared once. Each has a plain CPU reference in cpu/ and a fast CUDA version in
+// cuda/; the functions here validate shapes/dtypes at the boundary and dispatch on the device of the output. Layout
+// conventions:
 //   * activations are row-major 2-D [T, C] (T = tokens or rows, C = channels) unless stated; linear, layernorm
 //     and rmsnorm also take [..., C], flattening the leading dims into T;
 //   * linear weights use the Hugging Face layout W [out_features, in_features];
 //   * attention tensors are [T, H, D] with sequences packed back to back and delimited by cu_seqlens (i32 [B+1]).
 // Gradient contract (llm.c's): backward functions OVERWRITE (=) activation gradients (dx, dq, ...) and ACCUMULATE
 // (+=) into parameter gradients (dw, db, dtable, dpos). An undefined gradient tensor means "not needed": it is
-// skipped. CPU tensors are f32 (ids/positions/cu_seqlens are i32).
+// skipped.
+//
+// Dtype contract:
+//   * CPU: every floating tensor is f32 (the reference backend); a bf16 tensor on the CPU aborts naming the op and
+//     the tensor (cast() is the one op that converts there).
+//   * CUDA: activations (x, y, dx, dy, q, k, v, out, dout, logits, dlogits, gate, up, images, patches, ...) are f32
+//     OR bf16, and all the activations of one call share one dtype, the call's "compute dtype". bf16 is the
+//     training dtype; f32 exists so an fp32 GPU run can be compared tightly with the CPU run.
+//   * Parameters passed to an op (w, b, norm weights, embedding table, position table) are in the compute dtype.
+//   * Parameter gradients (dw, db, dtable, dpos) are f32 and ACCUMULATED (+=) on every device: bf16 inputs, fp32
+//     accumulation and output (cuBLASLt: A/B bf16, C/D f32, compute 32F).
+//   * Statistics (mean, rstd, lse, losses) are f32. ids, targets, positions, index and cu_seqlens are i32 on the
+//     op's device. AdamW's param (the fp32 master), grad, m and v are f32; it can also write a bf16 copy of the
+//     updated weights in the same pass.
+//   * Inside CUDA kernels all math and every reduction runs in fp32 (sum_of_squares in fp64); a bf16 result is
+//     rounded to nearest even once, when stored.
+// Determinism: CUDA reductions (norm weight grads, bias grads, dpos, dtable, attention, losses, sum_of_squares) use
+// fixed-order trees and per-block partials summed in a second pass, never float atomics, so repeating a call on the
+// same device and shapes gives bit-identical results (GEMMs: cuBLASLt with the algorithm cached per shape).
+// Bad indices: CPU ops abort naming the entry. CUDA ops cannot abort without a host sync, so they write NaN where
+// the bad index was used and record the first one; check_index_errors() reports it (with VLM_CUDA_SYNC=1 each op
+// checks right after its launch and aborts naming the entry).
+// Streams: CUDA ops run asynchronously on the current stream of the output's device (kernels/cuda/cuda_context.h;
+// the legacy default stream unless set). Only sum_of_squares and check_index_errors synchronize.
 #pragma once
 
 #include <string>
@@ -17,11 +40,18 @@
 
 namespace vlm::ops {
 
-// True when `op` (e.g. "attention_forward") has an implementation for `device`.
+// True when `op` (e.g. "attention_forward") has an implementation for `device` (every op on the CPU; every op on
+// CUDA in a build with VLM_CUDA).
 bool supports(const std::string& op, Device device);
 
+// ---- precision ---------------------------------------------------------------------------------------------
+// out = in converted between f32 and bf16 (round to nearest even; a plain copy when the dtypes match). Same shape,
+// same device, any device.
+void cast(Tensor& out, const Tensor& in);
+
 // ---- GEMM --------------------------------------------------------------------------------------------------
-// out[M, N] = alpha * op(a) @ op(b) + beta * out, op(x) = x or x^T. 2-D contiguous tensors.
+// out[M, N] = alpha * op(a) @ op(b) + beta * out, op(x) = x or x^T. 2-D contiguous tensors. a and b share the
+// compute dtype; out is in the compute dtype or f32 (bf16 inputs, f32 output). beta == 0 ignores out's contents.
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha = 1.f,
             float beta = 0.f);
 // Batched: a, b, out are 3-D with the same leading batch size; same semantics per batch entry.
@@ -32,6 +62,10 @@ void matmul_batched(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a,
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b);
 // dx[T, in] = dy @ w (overwrite);  dw[out, in] += dy^T @ x;  db[out] += sum_t dy[t, :].
 void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w);
+// The ViT MLP's first layer: pre[T, out] = x @ w^T + b (b may be undefined), y = gelu_tanh(pre); pre is saved for
+// the backward (gelu_tanh_backward(dpre, dy, pre), then linear_backward with dpre). On CUDA with bf16 this is one
+// cuBLASLt GEMM with the GELU_AUX_BIAS epilogue where cuBLASLt supports the shape.
+void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor& b);
 
 // ---- elementwise -------------------------------------------------------------------------------------------
 void fill(Tensor& x, float value);
@@ -54,6 +88,18 @@ void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, co
 // y = x * rstd * w,  rstd = 1 / sqrt(mean(x^2) + eps) [T] saved (may be undefined when no backward follows).
 void rmsnorm_forward(Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& w, float eps);
 void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd);
+// Fused residual add + norm (pre-norm transformer blocks): h = x + residual (the updated residual stream, stored in
+// the compute dtype; h may alias x or residual), y = norm(h) with mean/rstd saved as above.
+void add_layernorm_forward(Tensor& h, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& residual,
+                           const Tensor& w, const Tensor& b, float eps);
+void add_rmsnorm_forward(Tensor& h, Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& residual, const Tensor& w,
+                         float eps);
+// Their backward: dh = norm_backward(dy) + dh_next (overwrite; dh_next is the gradient reaching h through the
+// residual stream, and dh may alias it); dh is then the gradient of both x and residual. dw, db += .
+void add_layernorm_backward(Tensor& dh, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& dh_next,
+                            const Tensor& h, const Tensor& w, const Tensor& mean, const Tensor& rstd);
+void add_rmsnorm_backward(Tensor& dh, Tensor& dw, const Tensor& dy, const Tensor& dh_next, const Tensor& h,
+                          const Tensor& w, const Tensor& rstd);
 
 // ---- activations -------------------------------------------------------------------------------------------
 // GELU with the tanh approximation (SigLIP's gelu_pytorch_tanh).
@@ -92,6 +138,19 @@ void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& t
 // dlogits may alias logits (the logits are then overwritten by their gradient).
 void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
                             int ignore_index);
+// Both in one pass over the logits (the chunked LM head computes one chunk of logits, then this): losses as the
+// forward, dlogits as the backward; dlogits may alias logits. On CUDA: one block per row, the vocabulary read in
+// chunks with an online max/sum in fp32, no fp32 copy of the logits.
+void cross_entropy_forward_backward(Tensor& losses, Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                                    float dloss, int ignore_index);
+// The LM head and its loss over chunks of `chunk_rows` rows, so only one [chunk_rows, V] block of logits exists at a
+// time, in the compute dtype (never a full [T, V], never an fp32 copy of bf16 logits). For each chunk: logits =
+// hidden @ w^T, then cross_entropy_forward_backward in place, then linear_backward on the logits' gradient.
+//   hidden [T, C], w [V, C] (compute dtype); targets i32 [T]; losses f32 [T] (ignored rows: 0);
+//   dhidden [T, C] (compute dtype, optional) = dlogits @ w, overwritten;  dw [V, C] (f32, optional) += dlogits^T @
+//   hidden;  dlogits = (softmax - onehot) * dloss. With neither gradient defined, only the losses are computed.
+void lm_head_cross_entropy(Tensor& losses, Tensor& dhidden, Tensor& dw, const Tensor& hidden, const Tensor& w,
+                           const Tensor& targets, float dloss, int ignore_index, int64_t chunk_rows);
 
 // ---- embeddings and data movement --------------------------------------------------------------------------
 // out[T, C] = table[ids[t], :]; ids i32 [T] must lie in [0, V).
@@ -126,7 +185,26 @@ struct AdamWParams {
 // Decoupled weight decay (Loshchilov & Hutter): p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p).
 // param, grad, m, v: same shape, f32.
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p);
-// Sum of squares of every element of every tensor, accumulated in double, returned as f64.
+// The same, also writing param_bf16 (bf16, same shape and device) = the updated param rounded to bf16: the weight
+// copy the bf16 forward/backward reads.
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p, Tensor& param_bf16);
+// One parameter tensor of a multi-tensor step; param_bf16 is optional (undefined: no copy written).
+struct AdamWTensors {
+  Tensor param, grad, m, v;
+  Tensor param_bf16;
+};
+// adamw_step over many tensors (all on one device) with one set of hyperparameters; on CUDA a few fused launches
+// cover all of them (up to 64 tensors per launch).
+void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParams& p);
+// Sum of squares of every element of every tensor, accumulated in double, returned as f64 (the global grad norm is
+// its square root). On CUDA (f32 or bf16 tensors, all on one device): reduced on the device in fp64 with a fixed
+// order, one synchronization for the result.
 double sum_of_squares(const std::vector<Tensor>& tensors);
+
+// ---- errors ------------------------------------------------------------------------------------------------
+// Synchronizes `device` and returns (then clears) the first bad index a CUDA op recorded there (ids, targets,
+// index or cu_seqlens out of range; repeated scatter_rows index), naming the op, entry and value. Always ok on the
+// CPU, whose ops abort instead.
+Status check_index_errors(Device device);
 
 }  // namespace vlm::ops

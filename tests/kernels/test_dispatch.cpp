@@ -1,5 +1,5 @@
-// The op boundary: supports(), the CUDA dispatch (no CUDA op in this build yet) and malformed calls, each of which
-// must abort with a message naming the op.
+// The op boundary: supports(), the CUDA dispatch (in a build without CUDA, a CUDA tensor aborts naming the op) and
+// malformed calls, each of which must abort with a message naming the op.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -10,10 +10,12 @@
 namespace vlm::testing {
 namespace {
 
-const char* const kAllOps[] = {"matmul",
+const char* const kAllOps[] = {"cast",
+                               "matmul",
                                "matmul_batched",
                                "linear_forward",
                                "linear_backward",
+                               "linear_gelu_forward",
                                "fill",
                                "scale",
                                "add",
@@ -24,6 +26,10 @@ const char* const kAllOps[] = {"matmul",
                                "layernorm_backward",
                                "rmsnorm_forward",
                                "rmsnorm_backward",
+                               "add_layernorm_forward",
+                               "add_layernorm_backward",
+                               "add_rmsnorm_forward",
+                               "add_rmsnorm_backward",
                                "gelu_tanh_forward",
                                "gelu_tanh_backward",
                                "swiglu_forward",
@@ -34,6 +40,8 @@ const char* const kAllOps[] = {"matmul",
                                "attention_backward",
                                "cross_entropy_forward",
                                "cross_entropy_backward",
+                               "cross_entropy_forward_backward",
+                               "lm_head_cross_entropy",
                                "embedding_forward",
                                "embedding_backward",
                                "image_to_patches",
@@ -43,12 +51,19 @@ const char* const kAllOps[] = {"matmul",
                                "scatter_rows",
                                "gather_rows",
                                "adamw_step",
+                               "adamw_step_multi",
                                "sum_of_squares"};
 
-TEST(Dispatch, SupportsEveryOpOnCpuAndNoneOnCudaYet) {
+#ifdef VLM_HAVE_CUDA
+constexpr bool kCudaBuild = true;
+#else
+constexpr bool kCudaBuild = false;
+#endif
+
+TEST(Dispatch, SupportsEveryOpOnCpuAndOnCudaInACudaBuild) {
   for (const char* op : kAllOps) {
     EXPECT_TRUE(ops::supports(op, Device::cpu())) << op;
-    EXPECT_FALSE(ops::supports(op, Device::cuda(0))) << op;
+    EXPECT_EQ(ops::supports(op, Device::cuda(0)), kCudaBuild) << op;
   }
   EXPECT_FALSE(ops::supports("no_such_op", Device::cpu()));
   EXPECT_FALSE(ops::supports("", Device::cpu()));
@@ -62,7 +77,8 @@ Tensor fake_cuda(const Shape& shape, DType dtype = DType::f32) {
   return Tensor::borrow(&dummy[next++ % 64], shape, dtype, Device::cuda(0), nullptr);
 }
 
-TEST(Dispatch, CudaTensorsAbortUntilACudaOpExists) {
+TEST(Dispatch, CudaTensorsAbortInABuildWithoutCuda) {
+  if (kCudaBuild) GTEST_SKIP() << "this build has the CUDA ops (tests/kernels/cuda)";
   use_threadsafe_death_tests();
   Tensor x = fake_cuda({4, 8}), y = fake_cuda({4, 8}), w = fake_cuda({8}), stats = fake_cuda({4});
   EXPECT_DEATH(ops::fill(x, 1.f), "ops::fill: no CUDA implementation in this build yet");
@@ -90,6 +106,11 @@ TEST(Dispatch, MalformedCallsAbortNamingTheOp) {
   auto i32 = [](const Shape& s) { return Tensor::zeros(s, DType::i32); };
   Tensor none;
   const std::vector<Misuse> cases = {
+      {"cast",
+       [&] {
+         Tensor o = f32({3});
+         ops::cast(o, f32({4}));
+       }},
       {"matmul",
        [&] {
          Tensor o = f32({3, 4});
@@ -109,6 +130,11 @@ TEST(Dispatch, MalformedCallsAbortNamingTheOp) {
        [&] {
          Tensor dx = f32({3, 5}), dw = f32({4, 5}), db = f32({5});
          ops::linear_backward(dx, dw, db, f32({3, 4}), f32({3, 5}), f32({4, 5}));
+       }},
+      {"linear_gelu_forward",
+       [&] {
+         Tensor y = f32({3, 4}), pre = f32({3, 5});
+         ops::linear_gelu_forward(y, pre, f32({3, 6}), f32({4, 6}), none);
        }},
       {"fill",
        [&] {
@@ -159,6 +185,26 @@ TEST(Dispatch, MalformedCallsAbortNamingTheOp) {
        [&] {
          Tensor dx = f32({3, 4}), dw = f32({3});
          ops::rmsnorm_backward(dx, dw, f32({3, 4}), f32({3, 4}), f32({4}), f32({3}));
+       }},
+      {"add_layernorm_forward",
+       [&] {
+         Tensor h = f32({3, 4}), y = f32({3, 4}), m = f32({3}), r = f32({3});
+         ops::add_layernorm_forward(h, y, m, r, f32({3, 4}), f32({2, 4}), f32({4}), none, 1e-5f);
+       }},
+      {"add_layernorm_backward",
+       [&] {
+         Tensor dh = f32({3, 4}), dw = f32({4}), db = f32({4});
+         ops::add_layernorm_backward(dh, dw, db, f32({3, 4}), f32({3, 5}), f32({3, 4}), f32({4}), f32({3}), f32({3}));
+       }},
+      {"add_rmsnorm_forward",
+       [&] {
+         Tensor h, y = f32({3, 4}), r = f32({3});
+         ops::add_rmsnorm_forward(h, y, r, f32({3, 4}), f32({3, 4}), f32({4}), 1e-5f);
+       }},  // h missing
+      {"add_rmsnorm_backward",
+       [&] {
+         Tensor dh = f32({3, 4}), dw = f32({4});
+         ops::add_rmsnorm_backward(dh, dw, f32({3, 4}), f32({3, 4}), f32({3, 4}), f32({4}), f32({2}));
        }},
       {"gelu_tanh_forward",
        [&] {
@@ -212,6 +258,16 @@ TEST(Dispatch, MalformedCallsAbortNamingTheOp) {
          Tensor d = f32({3, 6});
          ops::cross_entropy_backward(d, f32({3, 7}), i32({3}), 1.f, -100);
        }},
+      {"cross_entropy_forward_backward",
+       [&] {
+         Tensor l = f32({2}), d = f32({3, 7});
+         ops::cross_entropy_forward_backward(l, d, f32({3, 7}), i32({3}), 1.f, -100);
+       }},
+      {"lm_head_cross_entropy",
+       [&] {
+         Tensor l = f32({3});
+         ops::lm_head_cross_entropy(l, none, none, f32({3, 4}), f32({7, 4}), i32({3}), 1.f, -100, 0);
+       }},  // chunk_rows 0
       {"embedding_forward",
        [&] {
          Tensor o = f32({3, 4});
@@ -256,6 +312,10 @@ TEST(Dispatch, MalformedCallsAbortNamingTheOp) {
        [&] {
          Tensor p = f32({3}), m = f32({3}), v = f32({2});
          ops::adamw_step(p, f32({3}), m, v, {});
+       }},
+      {"adamw_step_multi",
+       [&] {
+         ops::adamw_step_multi({{f32({3}), f32({3}), f32({3}), f32({4}), none}}, {});
        }},
       {"sum_of_squares",
        [&] {

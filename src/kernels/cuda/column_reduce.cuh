@@ -1,0 +1,89 @@
+// Deterministic column reductions for parameter gradients (norm weights and biases, linear biases): sums over the
+// rows of per-(row, column) values, added (+=) into f32 outputs, with no float atomics.
+//   pass 1: a block owns a tile of kColTile columns x row_chunk rows (kRowLanes rows in flight, a fixed stride per
+//           lane), sums it per column and writes the result to partial[n][chunk][col];
+//   pass 2: one thread per column adds its chunk partials in chunk order and adds the total into the output.
+// Every addition's order depends on (rows, cols) alone, so repeated runs give bit-identical results.
+#pragma once
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace vlm::ops::cuda {
+
+constexpr int kColTile = 32;           // columns per block: one warp wide, so global reads are coalesced
+constexpr int kRowLanes = 8;           // blockDim.y: rows summed in parallel within a chunk
+constexpr int64_t kMinRowChunk = 128;  // rows per chunk (more when rows would need over 65535 chunks)
+
+// F: __device__ void operator()(int64_t row, int64_t col, float (&v)[N]) const — the N values of one element.
+template <int N, class F>
+__global__ void column_partials_kernel(float* __restrict__ partial, int64_t rows, int64_t cols, int64_t row_chunk,
+                                       F f) {
+  __shared__ float tile[N][kRowLanes][kColTile + 1];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
+  const int64_t chunk = blockIdx.y, chunks = gridDim.y;
+  const int64_t r0 = chunk * row_chunk, r1 = min(rows, r0 + row_chunk);
+  float acc[N];
+#pragma unroll
+  for (int n = 0; n < N; ++n) acc[n] = 0.f;
+  if (c < cols) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
+      float v[N];
+      f(r, c, v);
+#pragma unroll
+      for (int n = 0; n < N; ++n) acc[n] += v[n];
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < N; ++n) tile[n][threadIdx.y][threadIdx.x] = acc[n];
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      float s = 0.f;
+      for (int y = 0; y < kRowLanes; ++y) s += tile[n][y][threadIdx.x];
+      partial[(n * chunks + chunk) * cols + c] = s;
+    }
+  }
+}
+
+template <int N>
+struct ColumnOutputs {
+  float* out[N];  // each may be null (not needed)
+};
+
+template <int N>
+__global__ void column_finish_kernel(ColumnOutputs<N> outs, const float* __restrict__ partial, int64_t chunks,
+                                     int64_t cols) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    if (outs.out[n] == nullptr) continue;
+    float s = 0.f;
+    for (int64_t ch = 0; ch < chunks; ++ch) s += partial[(n * chunks + ch) * cols + c];
+    outs.out[n][c] += s;
+  }
+}
+
+// outs.out[n][c] += sum_{r < rows} value_n(r, c) for every column c < cols, on `device`'s current stream.
+template <int N, class F>
+void column_reduce(ColumnOutputs<N> outs, int64_t rows, int64_t cols, Device device, F f) {
+  if (rows == 0 || cols == 0) return;
+  bool any = false;
+  for (int n = 0; n < N; ++n) any = any || outs.out[n] != nullptr;
+  if (!any) return;
+  const int64_t row_chunk = std::max(kMinRowChunk, ceil_div(rows, 65535));
+  const int64_t chunks = ceil_div(rows, row_chunk);
+  Tensor partial = scratch(Shape{N * chunks * cols}, DType::f32, device);
+  cudaStream_t stream = stream_of(device);
+  const dim3 grid(static_cast<unsigned>(ceil_div(cols, kColTile)), static_cast<unsigned>(chunks));
+  column_partials_kernel<N><<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(ptr<float>(partial), rows, cols,
+                                                                              row_chunk, f);
+  VLM_CUDA_CHECK_LAUNCH();
+  constexpr int kThreads = 256;
+  column_finish_kernel<N><<<static_cast<unsigned>(ceil_div(cols, kThreads)), kThreads, 0, stream>>>(
+      outs, ptr<float>(partial), chunks, cols);
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace vlm::ops::cuda

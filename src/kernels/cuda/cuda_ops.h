@@ -1,0 +1,92 @@
+// The CUDA ops, at the Tensor level: one entry per op of ../ops.h, called by ops.cpp after it has validated shapes,
+// dtypes, devices and contiguity (so these only read sizes and pointers). Semantics, shapes and the dtype contract
+// are those of ops.h. Every entry runs on current_stream() of the output's device (cuda_context.h), launches
+// asynchronously and never synchronizes, except sum_of_squares (which returns a host value).
+// No CUDA headers here: ops.cpp includes this file when built with VLM_HAVE_CUDA.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/ops.h"
+
+namespace vlm::ops::cuda {
+
+// ---- gemm.cpp (cuBLASLt) ---------------------------------------------------------------------------------------
+// out[m, n] = alpha * op(a) @ op(b) + beta * out per batch entry (batch = 0 for plain 2-D tensors).
+void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
+            bool batched);
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b);
+// pre = x @ w^T + b;  y = gelu_tanh(pre) (the cuBLASLt GELU_AUX_BIAS epilogue where it applies).
+void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor& b);
+void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w);
+
+// ---- reduce.cu -------------------------------------------------------------------------------------------------
+// out[c] += sum_r in[r, c] over rows (f32 out, in f32 or bf16): per-chunk partial sums, then a second pass in order.
+void column_sums_accumulate(Tensor& out, const Tensor& in, int64_t rows, int64_t cols);
+
+// ---- elementwise.cu --------------------------------------------------------------------------------------------
+void cast(Tensor& out, const Tensor& in);
+void fill(Tensor& x, float value);
+void scale(Tensor& x, float s);
+void add(Tensor& out, const Tensor& a, const Tensor& b);
+void add_inplace(Tensor& a, const Tensor& b);
+void add_rows_broadcast(Tensor& x, const Tensor& pos, int64_t blocks);
+void add_rows_broadcast_backward(Tensor& dpos, const Tensor& dx, int64_t blocks);
+void gelu_tanh_forward(Tensor& y, const Tensor& x);
+void gelu_tanh_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
+void swiglu_forward(Tensor& y, const Tensor& gate, const Tensor& up);
+void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dy, const Tensor& gate, const Tensor& up);
+
+// ---- norm.cu ---------------------------------------------------------------------------------------------------
+// `residual` (optional): h = x + residual is formed first, stored into `h` and normalized.
+void layernorm_forward(Tensor& h, Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& residual,
+                       const Tensor& w, const Tensor& b, float eps);
+// `dres` (optional) is added into dx (dx may alias dres).
+void layernorm_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& dres, const Tensor& x,
+                        const Tensor& w, const Tensor& mean, const Tensor& rstd);
+void rmsnorm_forward(Tensor& h, Tensor& y, Tensor& rstd, const Tensor& x, const Tensor& residual, const Tensor& w,
+                     float eps);
+void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& dres, const Tensor& x, const Tensor& w,
+                      const Tensor& rstd);
+
+// ---- rope.cu ---------------------------------------------------------------------------------------------------
+void rope(Tensor& x, const Tensor& positions, float theta, bool backward);
+
+// ---- attention.cu ----------------------------------------------------------------------------------------------
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
+                       float scale, bool causal);
+void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
+                        const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,
+                        const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal);
+
+// ---- loss.cu ---------------------------------------------------------------------------------------------------
+// losses and dlogits are each optional (at least one defined); dlogits may alias logits.
+void cross_entropy(Tensor& losses, Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
+                   int ignore_index);
+
+// ---- embedding.cu ----------------------------------------------------------------------------------------------
+void embedding_forward(Tensor& out, const Tensor& table, const Tensor& ids);
+void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids);
+void scatter_rows(Tensor& out, const Tensor& src, const Tensor& index);
+void gather_rows(Tensor& out, const Tensor& src, const Tensor& index);
+
+// ---- layout.cu -------------------------------------------------------------------------------------------------
+// Forward: dst = patches, src = images [B, channels, height, width]; backward: dst = dimages, src = dpatches.
+void image_to_patches(Tensor& dst, const Tensor& src, int64_t channels, int64_t height, int64_t width, int64_t patch,
+                      bool backward);
+// Forward: dst = y, src = x [B, side * side, cols]; backward: dst = dx, src = dy.
+void pixel_shuffle(Tensor& dst, const Tensor& src, int64_t side, int64_t cols, int64_t factor, bool backward);
+
+// ---- optimizer.cu ----------------------------------------------------------------------------------------------
+// Bias corrections precomputed in double by the caller (1 - beta^step).
+struct AdamWScalars {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale, bias_correction1, bias_correction2;
+};
+// Every entry validated: param, grad, m, v f32 of one shape; param_bf16 undefined or bf16 of that shape.
+void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWScalars& s);
+// Tensors f32 or bf16, all on `device`.
+double sum_of_squares(const std::vector<Tensor>& tensors, Device device);
+
+}  // namespace vlm::ops::cuda

@@ -1,0 +1,337 @@
+// GEMMs through cuBLASLt: matmul (plain and strided-batched), linear forward (bias epilogue), linear + GELU-tanh
+// (GELU_AUX_BIAS epilogue, saving the pre-activation) and linear backward (dx in the compute dtype; dw += in f32
+// with beta = 1, i.e. bf16 A/B, f32 C/D, compute 32F; db += through the deterministic column reduction).
+//
+// Row-major to cuBLASLt's column-major: out[m, n] = op(a) @ op(b) is, read column-major, out^T[n, m] =
+// op(b)^T @ op(a)^T, so cuBLASLt's A is our b and its B is our a, with the same transpose flags and no copies.
+// Per device: one cuBLASLt handle; per (device, stream): a 32 MiB workspace; per problem (shape, dtypes, flags,
+// epilogue, pointer alignments): the heuristic's first algorithm, cached, so a shape always runs the same
+// algorithm and repeated calls are bit-identical. Compute type is always 32F (no TF32), so f32 GEMMs are fp32.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "core/cuda_check.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_ops.h"
+
+#define VLM_CUBLASLT_CHECK(call)                                                                             \
+  do {                                                                                                       \
+    cublasStatus_t _vlm_status = (call);                                                                     \
+    if (_vlm_status != CUBLAS_STATUS_SUCCESS)                                                                \
+      ::vlm::detail::check_failed(__FILE__, __LINE__, #call,                                                 \
+                                  ::vlm::str(cublasLtGetStatusName(_vlm_status), ": ",                      \
+                                             cublasLtGetStatusString(_vlm_status)));                        \
+  } while (0)
+
+namespace vlm::ops::cuda {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // what NVIDIA recommends for Hopper
+constexpr int kMaxDevices = 64;
+
+// One row-major GEMM: out[m, n] (ld n) = alpha * op(a) @ op(b) + beta * out for each of `batch` entries, with an
+// optional epilogue: + bias[n] (in the out dtype), then GELU-tanh with the pre-activation written to aux [m, n].
+struct Gemm {
+  void* out = nullptr;
+  cudaDataType_t out_type = CUDA_R_32F;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  cudaDataType_t in_type = CUDA_R_32F;
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  bool trans_a = false, trans_b = false;
+  float alpha = 1.f, beta = 0.f;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;
+  void* aux = nullptr;
+};
+
+using GemmKey = std::array<int64_t, 16>;
+
+struct DeviceState {
+  cublasLtHandle_t handle = nullptr;
+  std::map<StreamHandle, void*> workspaces;
+  std::map<GemmKey, std::optional<cublasLtMatmulAlgo_t>> algos;  // nullopt: no algorithm for this problem
+};
+
+std::mutex g_mutex;
+std::array<DeviceState, kMaxDevices> g_devices;
+
+cudaDataType_t lt_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::bf16: return CUDA_R_16BF;
+    default: VLM_FAIL("gemm: cuBLASLt path takes f32 or bf16, got ", dtype_name(dtype));
+  }
+}
+
+size_t type_size(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+// Largest power of two (up to 256) that divides the address: what cuBLASLt may assume about the pointer.
+uint32_t alignment(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && v % a != 0) a /= 2;
+  return a;
+}
+
+// RAII owners of the per-call descriptors.
+struct MatmulDesc {
+  cublasLtMatmulDesc_t d = nullptr;
+  ~MatmulDesc() {
+    if (d) cublasLtMatmulDescDestroy(d);
+  }
+};
+struct Layout {
+  cublasLtMatrixLayout_t l = nullptr;
+  ~Layout() {
+    if (l) cublasLtMatrixLayoutDestroy(l);
+  }
+};
+struct Preference {
+  cublasLtMatmulPreference_t p = nullptr;
+  ~Preference() {
+    if (p) cublasLtMatmulPreferenceDestroy(p);
+  }
+};
+
+template <class V>
+void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const V& value) {
+  VLM_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &value, sizeof(value)));
+}
+
+// A column-major rows x cols matrix with leading dimension ld, batched with `stride` elements between entries.
+void make_layout(Layout& layout, cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                 int64_t stride) {
+  VLM_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&layout.l, type, static_cast<uint64_t>(rows),
+                                                static_cast<uint64_t>(cols), ld));
+  if (batch > 1) {
+    const auto count = static_cast<int32_t>(batch);
+    VLM_CUBLASLT_CHECK(
+        cublasLtMatrixLayoutSetAttribute(layout.l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    VLM_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(layout.l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                        &stride, sizeof(stride)));
+  }
+}
+
+DeviceState& device_state(Device dev) {
+  VLM_CHECK(dev.index >= 0 && dev.index < kMaxDevices, "gemm: device index ", dev.index, " out of range");
+  DeviceState& st = g_devices[static_cast<size_t>(dev.index)];
+  if (st.handle == nullptr) VLM_CUBLASLT_CHECK(cublasLtCreate(&st.handle));
+  return st;
+}
+
+void* workspace(DeviceState& st, StreamHandle stream) {
+  void*& w = st.workspaces[stream];
+  if (w == nullptr) VLM_CUDA_CHECK(cudaMalloc(&w, kWorkspaceBytes));
+  return w;
+}
+
+// Runs g on `dev`'s current stream; false (nothing launched) when cuBLASLt has no algorithm for it, which only
+// happens with the GELU epilogue.
+bool run_gemm(const Gemm& g, Device dev) {
+  VLM_CHECK(g.m > 0 && g.n > 0 && g.k > 0 && g.batch >= 1, "gemm: empty problem reached cuBLASLt");
+  const StreamHandle stream = current_stream(dev);
+  MatmulDesc desc;
+  VLM_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // cuBLASLt's A = our b, its B = our a (see the top of the file).
+  const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_desc(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+  set_desc(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+  if (g.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    set_desc(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, g.epilogue);
+    if (g.bias != nullptr) set_desc(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+    if (g.aux != nullptr) {
+      set_desc(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
+      set_desc(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.n);
+    }
+  }
+  Layout la, lb, lc;
+  if (g.trans_b) make_layout(la, g.in_type, g.k, g.n, g.k, g.batch, g.n * g.k);  // b stored [n, k]
+  else make_layout(la, g.in_type, g.n, g.k, g.n, g.batch, g.n * g.k);             // b stored [k, n]
+  if (g.trans_a) make_layout(lb, g.in_type, g.m, g.k, g.m, g.batch, g.m * g.k);  // a stored [k, m]
+  else make_layout(lb, g.in_type, g.k, g.m, g.k, g.batch, g.m * g.k);             // a stored [m, k]
+  make_layout(lc, g.out_type, g.n, g.m, g.n, g.batch, g.m * g.n);
+
+  const uint32_t align_a = alignment(g.b), align_b = alignment(g.a), align_c = alignment(g.out);
+  const GemmKey key{dev.index,
+                    g.m,
+                    g.n,
+                    g.k,
+                    g.batch,
+                    (g.trans_a ? 1 : 0) | (g.trans_b ? 2 : 0) | (g.beta != 0.f ? 4 : 0),
+                    static_cast<int64_t>(g.in_type),
+                    static_cast<int64_t>(g.out_type),
+                    static_cast<int64_t>(g.epilogue),
+                    align_a,
+                    align_b,
+                    align_c,
+                    g.bias != nullptr ? alignment(g.bias) : 0,
+                    g.aux != nullptr ? alignment(g.aux) : 0,
+                    0,
+                    0};
+  std::optional<cublasLtMatmulAlgo_t> algo;
+  cublasLtHandle_t handle;
+  void* ws;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    DeviceState& st = device_state(dev);
+    handle = st.handle;
+    ws = workspace(st, stream);
+    auto it = st.algos.find(key);
+    if (it == st.algos.end()) {
+      Preference pref;
+      VLM_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
+      auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, auto value) {
+        VLM_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, attr, &value, sizeof(value)));
+      };
+      set_pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kWorkspaceBytes));
+      set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
+      set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
+      set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
+      set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c);
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      const cublasStatus_t status =
+          cublasLtMatmulAlgoGetHeuristic(handle, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, 1, &result, &found);
+      std::optional<cublasLtMatmulAlgo_t> entry;
+      if (status == CUBLAS_STATUS_SUCCESS && found > 0) entry = result.algo;
+      else if (status != CUBLAS_STATUS_NOT_SUPPORTED && g.aux == nullptr) VLM_CUBLASLT_CHECK(status);
+      // (an aux epilogue cuBLASLt rejects, for any reason, falls back to the unfused path)
+      it = st.algos.emplace(key, entry).first;
+    }
+    algo = it->second;
+  }
+  if (!algo) {
+    VLM_CHECK(g.epilogue != CUBLASLT_EPILOGUE_DEFAULT && g.epilogue != CUBLASLT_EPILOGUE_BIAS,
+              "gemm: cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " batch=", g.batch);
+    return false;
+  }
+  VLM_CUBLASLT_CHECK(cublasLtMatmul(handle, desc.d, &g.alpha, g.b, la.l, g.a, lb.l, &g.beta, g.out, lc.l, g.out, lc.l,
+                                    &*algo, ws, kWorkspaceBytes, static_cast<cudaStream_t>(stream)));
+  return true;
+}
+
+// out = beta * out when the inner dimension is empty (the product is zero); beta == 0 overwrites, NaN included.
+void empty_product(Tensor& out, float beta) {
+  if (beta == 0.f) fill(out, 0.f);
+  else if (beta != 1.f) scale(out, beta);
+}
+
+int64_t rows_of(const Tensor& t) { return t.dim(-1) > 0 ? t.numel() / t.dim(-1) : 0; }
+
+// y[T, out] = x @ w^T (+ b) with an optional GELU epilogue writing the pre-activation to `pre`; false when the
+// epilogue has no algorithm.
+bool linear_gemm(Tensor& y, Tensor* pre, const Tensor& x, const Tensor& w, const Tensor& b) {
+  Gemm g;
+  g.out = y.raw_data();
+  g.out_type = lt_type(y.dtype());
+  g.a = x.raw_data();
+  g.b = w.raw_data();
+  g.in_type = lt_type(x.dtype());
+  g.m = rows_of(x);
+  g.n = w.dim(0);
+  g.k = w.dim(1);
+  g.trans_b = true;
+  if (pre != nullptr) {
+    g.epilogue = b.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    g.aux = pre->raw_data();
+  } else if (b.defined()) {
+    g.epilogue = CUBLASLT_EPILOGUE_BIAS;
+  }
+  if (b.defined()) g.bias = b.raw_data();
+  return run_gemm(g, y.device());
+}
+
+}  // namespace
+
+void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
+            bool batched) {
+  const int first = batched ? 1 : 0;
+  Gemm g;
+  g.m = out.dim(first);
+  g.n = out.dim(first + 1);
+  g.k = a.dim(trans_a ? first : first + 1);
+  g.batch = batched ? out.dim(0) : 1;
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  DeviceGuard guard(out.device());
+  if (g.k == 0) return empty_product(out, beta);
+  g.out = out.raw_data();
+  g.out_type = lt_type(out.dtype());
+  g.a = a.raw_data();
+  g.b = b.raw_data();
+  g.in_type = lt_type(a.dtype());
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  g.alpha = alpha;
+  g.beta = beta;
+  run_gemm(g, out.device());
+}
+
+void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b) {
+  const int64_t rows = rows_of(x), out = w.dim(0), in = w.dim(1);
+  if (rows == 0 || out == 0) return;
+  DeviceGuard guard(y.device());
+  if (in == 0) {  // y = b broadcast (or 0)
+    fill(y, 0.f);
+    if (b.defined()) add_rows_broadcast(y, b, rows);
+    return;
+  }
+  linear_gemm(y, nullptr, x, w, b);
+}
+
+void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor& b) {
+  const int64_t rows = rows_of(x), out = w.dim(0), in = w.dim(1);
+  if (rows == 0 || out == 0) return;
+  DeviceGuard guard(y.device());
+  // The fused epilogue for bf16 (its GELU need not match ours bit for bit; f32 is the tight parity path) when the
+  // pre-activation's leading dimension meets cuBLASLt's multiple-of-8 rule.
+  if (in > 0 && y.dtype() == DType::bf16 && out % 8 == 0 && linear_gemm(y, &pre, x, w, b)) return;
+  linear_forward(pre, x, w, b);
+  gelu_tanh_forward(y, pre);
+}
+
+void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w) {
+  const int64_t rows = rows_of(x), out = w.dim(0), in = w.dim(1);
+  const Device dev = dy.device();
+  DeviceGuard guard(dev);
+  if (dx.defined() && rows > 0 && in > 0) {  // dx[T, in] = dy[T, out] @ w[out, in]
+    if (out == 0) {
+      fill(dx, 0.f);
+    } else {
+      Gemm g;
+      g.out = dx.raw_data();
+      g.out_type = lt_type(dx.dtype());
+      g.a = dy.raw_data();
+      g.b = w.raw_data();
+      g.in_type = lt_type(dy.dtype());
+      g.m = rows;
+      g.n = in;
+      g.k = out;
+      run_gemm(g, dev);
+    }
+  }
+  if (dw.defined() && rows > 0 && out > 0 && in > 0) {  // dw[out, in] += dy^T @ x, f32 output
+    Gemm g;
+    g.out = dw.raw_data();
+    g.out_type = CUDA_R_32F;
+    g.a = dy.raw_data();
+    g.b = x.raw_data();
+    g.in_type = lt_type(dy.dtype());
+    g.m = out;
+    g.n = in;
+    g.k = rows;
+    g.trans_a = true;
+    g.beta = 1.f;
+    run_gemm(g, dev);
+  }
+  if (db.defined()) column_sums_accumulate(db, dy, rows, out);
+}
+
+}  // namespace vlm::ops::cuda

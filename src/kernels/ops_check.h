@@ -1,0 +1,101 @@
+// Internal to the op boundary (ops.cpp, ops_sequence.cpp): the validation helpers every op runs before it
+// dispatches, and the one dispatch point per op. Each helper aborts with a message that names the op and the
+// offending tensor. The compute dtype of a call is taken from one of its activations: f32 on the CPU (the
+// reference backend is f32 only), f32 or bf16 on CUDA (see the dtype contract in ops.h).
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+#ifdef VLM_HAVE_CUDA
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_ops.h"
+// The dispatch point of an op: on a CUDA device, run `call` (a cuda:: entry of kernels/cuda/cuda_ops.h) and return.
+#define VLM_DISPATCH_CUDA(device, op, call) \
+  do {                                      \
+    if ((device).is_cuda()) {               \
+      call;                                 \
+      return;                               \
+    }                                       \
+  } while (0)
+#else
+// Without CUDA the call is never compiled; a CUDA tensor (which cannot exist in such a build) aborts.
+#define VLM_DISPATCH_CUDA(device, op, call)                    \
+  do {                                                         \
+    if ((device).is_cuda()) ::vlm::ops::detail::no_cuda(op);   \
+  } while (0)
+#endif
+
+namespace vlm::ops::detail {
+
+[[noreturn]] inline void no_cuda(const char* op) {
+  VLM_FAIL("ops::", op, ": no CUDA implementation in this build yet (configure with -DVLM_CUDA=ON)");
+}
+
+// The compute dtype of a call whose activations include `t` (see above).
+inline DType compute_dtype(const char* op, const char* name, const Tensor& t) {
+  VLM_CHECK(t.defined(), "ops::", op, ": ", name, " is undefined");
+  if (t.device().is_cuda()) {
+    VLM_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16, "ops::", op, ": ", name, " is ", t.describe(),
+              ", expected dtype f32 or bf16");
+    return t.dtype();
+  }
+  VLM_CHECK(t.dtype() == DType::f32, "ops::", op, ": ", name, " is ", t.describe(),
+            ", expected dtype f32 (the CPU ops are f32 only; bf16 runs on CUDA)");
+  return DType::f32;
+}
+
+// `t` must be defined, contiguous, of `dtype` and on `device`.
+inline void check_tensor(const char* op, const char* name, const Tensor& t, DType dtype, Device device) {
+  VLM_CHECK(t.defined(), "ops::", op, ": ", name, " is undefined");
+  VLM_CHECK(t.dtype() == dtype, "ops::", op, ": ", name, " is ", t.describe(), ", expected dtype ", dtype_name(dtype));
+  VLM_CHECK(t.device() == device, "ops::", op, ": ", name, " is ", t.describe(), ", expected device ",
+            device.to_string());
+  VLM_CHECK(t.is_contiguous(), "ops::", op, ": ", name, " is ", t.describe(), " and not contiguous");
+}
+
+inline void check_shape(const char* op, const char* name, const Tensor& t, const Shape& shape) {
+  VLM_CHECK(t.shape() == shape, "ops::", op, ": ", name, " is ", t.describe(), ", expected shape ", shape.to_string());
+}
+
+// A defined tensor of `dtype` and exactly `shape` on `device`.
+inline void check_like(const char* op, const char* name, const Tensor& t, DType dtype, Device device,
+                       const Shape& shape) {
+  check_tensor(op, name, t, dtype, device);
+  check_shape(op, name, t, shape);
+}
+
+// Same for an optional tensor (an undefined one passes).
+inline void check_optional(const char* op, const char* name, const Tensor& t, DType dtype, Device device,
+                           const Shape& shape) {
+  if (t.defined()) check_like(op, name, t, dtype, device, shape);
+}
+
+inline void check_ndim(const char* op, const char* name, const Tensor& t, int ndim) {
+  VLM_CHECK(t.ndim() == ndim, "ops::", op, ": ", name, " is ", t.describe(), ", expected ", ndim, "-D");
+}
+
+// Checks an i32 index vector of `n` entries (ids, targets, positions, index).
+inline void check_i32_vector(const char* op, const char* name, const Tensor& t, Device device, int64_t n) {
+  check_tensor(op, name, t, DType::i32, device);
+  check_shape(op, name, t, Shape{n});
+}
+
+inline float* f32_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+
+// Rows of a [..., C] activation: the product of all but the last dim.
+inline int64_t leading_rows(const Tensor& t) {
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < t.ndim(); ++i) rows *= t.dim(i);
+  return rows;
+}
+
+// `like` with its last dim replaced by `last`.
+inline Shape with_last_dim(const Tensor& like, int64_t last) {
+  Shape s = like.shape();
+  s[s.ndim() - 1] = last;
+  return s;
+}
+
+}  // namespace vlm::ops::detail

@@ -1,0 +1,370 @@
+// The op boundary, part 2 (see ops.cpp for part 1): attention, the loss, embeddings and row/layout movement, the
+// optimizer and the index-error check. Same pattern: validate (aborting with the op and tensor named), then the one
+// VLM_DISPATCH_CUDA line, then the CPU reference.
+#include <cmath>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/ops.h"
+#include "kernels/ops_check.h"
+
+namespace vlm::ops {
+
+using namespace detail;  // NOLINT: the boundary helpers of ops_check.h
+
+// ---- attention ---------------------------------------------------------------------------------------------
+
+namespace {
+// Validates the inputs shared by forward and backward (q, k, v in the compute dtype `dt`) and fills the params.
+cpu::AttentionParams check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const Tensor& cu_q, const Tensor& cu_k, int max_seqlen_q, int max_seqlen_k,
+                                     float scale, bool causal, DType dt, Device dev) {
+  check_tensor(op, "q", q, dt, dev);
+  check_tensor(op, "k", k, dt, dev);
+  check_ndim(op, "q", q, 3);
+  check_ndim(op, "k", k, 3);
+  check_like(op, "v", v, dt, dev, k.shape());
+  const int64_t heads_q = q.dim(1), heads_kv = k.dim(1), dim = q.dim(2);
+  VLM_CHECK(k.dim(2) == dim && dim > 0, "ops::", op, ": q is ", q.describe(), ", k is ", k.describe(),
+            " (head dims must match and be > 0)");
+  VLM_CHECK(heads_kv > 0 && heads_q % heads_kv == 0, "ops::", op, ": q is ", q.describe(), ", k is ", k.describe(),
+            " (q heads must be a multiple of kv heads)");
+  check_tensor(op, "cu_seqlens_q", cu_q, DType::i32, dev);
+  check_tensor(op, "cu_seqlens_k", cu_k, DType::i32, dev);
+  check_ndim(op, "cu_seqlens_q", cu_q, 1);
+  VLM_CHECK(cu_q.dim(0) >= 1, "ops::", op, ": cu_seqlens_q is ", cu_q.describe(), ", expected [B + 1]");
+  check_shape(op, "cu_seqlens_k", cu_k, cu_q.shape());
+  VLM_CHECK(max_seqlen_q >= 0 && max_seqlen_k >= 0, "ops::", op, ": negative max_seqlen (", max_seqlen_q, ", ",
+            max_seqlen_k, ")");
+  cpu::AttentionParams p;
+  p.batch = cu_q.dim(0) - 1;
+  p.tokens_q = q.dim(0);
+  p.tokens_k = k.dim(0);
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.head_dim = dim;
+  p.max_seqlen_q = max_seqlen_q;
+  p.max_seqlen_k = max_seqlen_k;
+  p.scale = scale;
+  p.causal = causal;
+  if (dev.is_cpu()) {  // host pointers only; the cu_seqlens values are checked by the CPU op (on CUDA, on device)
+    p.q = q.data<float>();
+    p.k = k.data<float>();
+    p.v = v.data<float>();
+    p.cu_seqlens_q = cu_q.data<int32_t>();
+    p.cu_seqlens_k = cu_k.data<int32_t>();
+  }
+  return p;
+}
+}  // namespace
+
+void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
+                       float scale, bool causal) {
+  const char* op = "attention_forward";
+  const Device dev = out.device();
+  const DType dt = compute_dtype(op, "q", q);
+  const cpu::AttentionParams p = check_attention(op, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                 scale, causal, dt, dev);
+  check_like(op, "out", out, dt, dev, q.shape());
+  check_like(op, "lse", lse, DType::f32, dev, Shape{p.heads_q, p.tokens_q});
+  VLM_DISPATCH_CUDA(dev, op,
+                    cuda::attention_forward(out, lse, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                            scale, causal));
+  cpu::attention_forward(out.data<float>(), lse.data<float>(), p);
+}
+
+void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
+                        const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,
+                        const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal) {
+  const char* op = "attention_backward";
+  const Device dev = dout.device();
+  const DType dt = compute_dtype(op, "dout", dout);
+  const cpu::AttentionParams p = check_attention(op, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                 scale, causal, dt, dev);
+  check_like(op, "dout", dout, dt, dev, q.shape());
+  check_like(op, "out", out, dt, dev, q.shape());
+  check_like(op, "lse", lse, DType::f32, dev, Shape{p.heads_q, p.tokens_q});
+  check_optional(op, "dq", dq, dt, dev, q.shape());
+  check_optional(op, "dk", dk, dt, dev, k.shape());
+  check_optional(op, "dv", dv, dt, dev, k.shape());
+  VLM_DISPATCH_CUDA(dev, op,
+                    cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+                                             max_seqlen_q, max_seqlen_k, scale, causal));
+  cpu::attention_backward(f32_or_null(dq), f32_or_null(dk), f32_or_null(dv), dout.data<float>(), out.data<float>(),
+                          lse.data<float>(), p);
+}
+
+// ---- loss --------------------------------------------------------------------------------------------------
+
+namespace {
+// logits [T, V] in the compute dtype (returned), targets i32 [T].
+DType check_logits(const char* op, const char* name, const Tensor& logits, const Tensor& targets, Device dev) {
+  const DType dt = compute_dtype(op, name, logits);
+  check_tensor(op, name, logits, dt, dev);
+  check_ndim(op, name, logits, 2);
+  VLM_CHECK(logits.dim(1) > 0, "ops::", op, ": ", name, " is ", logits.describe(), ", expected a vocabulary > 0");
+  check_i32_vector(op, "targets", targets, dev, logits.dim(0));
+  return dt;
+}
+}  // namespace
+
+void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets, int ignore_index) {
+  const char* op = "cross_entropy_forward";
+  const Device dev = losses.device();
+  check_logits(op, "logits", logits, targets, dev);
+  check_like(op, "losses", losses, DType::f32, dev, Shape{logits.dim(0)});
+  Tensor no_dlogits;
+  VLM_DISPATCH_CUDA(dev, op, cuda::cross_entropy(losses, no_dlogits, logits, targets, 0.f, ignore_index));
+  cpu::cross_entropy_forward(losses.data<float>(), logits.data<float>(), targets.data<int32_t>(), logits.dim(0),
+                             logits.dim(1), ignore_index);
+}
+
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
+                            int ignore_index) {
+  const char* op = "cross_entropy_backward";
+  const Device dev = dlogits.device();
+  const DType dt = check_logits(op, "logits", logits, targets, dev);
+  check_like(op, "dlogits", dlogits, dt, dev, logits.shape());
+  Tensor no_losses;
+  VLM_DISPATCH_CUDA(dev, op, cuda::cross_entropy(no_losses, dlogits, logits, targets, dloss, ignore_index));
+  cpu::cross_entropy_backward(dlogits.data<float>(), logits.data<float>(), targets.data<int32_t>(), dloss,
+                              logits.dim(0), logits.dim(1), ignore_index);
+}
+
+void cross_entropy_forward_backward(Tensor& losses, Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                                    float dloss, int ignore_index) {
+  const char* op = "cross_entropy_forward_backward";
+  const Device dev = dlogits.device();
+  const DType dt = check_logits(op, "logits", logits, targets, dev);
+  check_like(op, "dlogits", dlogits, dt, dev, logits.shape());
+  check_like(op, "losses", losses, DType::f32, dev, Shape{logits.dim(0)});
+  VLM_DISPATCH_CUDA(dev, op, cuda::cross_entropy(losses, dlogits, logits, targets, dloss, ignore_index));
+  // The forward reads the logits before the backward overwrites them (dlogits may alias logits).
+  cpu::cross_entropy_forward(losses.data<float>(), logits.data<float>(), targets.data<int32_t>(), logits.dim(0),
+                             logits.dim(1), ignore_index);
+  cpu::cross_entropy_backward(dlogits.data<float>(), logits.data<float>(), targets.data<int32_t>(), dloss,
+                              logits.dim(0), logits.dim(1), ignore_index);
+}
+
+// ---- embeddings and data movement --------------------------------------------------------------------------
+
+namespace {
+// table-like [R, C] (`table_dtype`) and rows-like [N, C] (the compute dtype) with an i32 index [N].
+void check_rows_pair(const char* op, const char* table_name, const Tensor& table, DType table_dtype,
+                     const char* rows_name, const Tensor& rows, const char* index_name, const Tensor& index,
+                     Device dev) {
+  check_tensor(op, table_name, table, table_dtype, dev);
+  check_tensor(op, rows_name, rows, compute_dtype(op, rows_name, rows), dev);
+  check_ndim(op, table_name, table, 2);
+  check_ndim(op, rows_name, rows, 2);
+  VLM_CHECK(table.dim(1) == rows.dim(1), "ops::", op, ": ", table_name, " is ", table.describe(), " but ", rows_name,
+            " is ", rows.describe(), " (row widths differ)");
+  check_i32_vector(op, index_name, index, dev, rows.dim(0));
+}
+}  // namespace
+
+void embedding_forward(Tensor& out, const Tensor& table, const Tensor& ids) {
+  const char* op = "embedding_forward";
+  check_rows_pair(op, "table", table, compute_dtype(op, "out", out), "out", out, "ids", ids, out.device());
+  VLM_DISPATCH_CUDA(out.device(), op, cuda::embedding_forward(out, table, ids));
+  cpu::embedding_forward(out.data<float>(), table.data<float>(), ids.data<int32_t>(), out.dim(0), table.dim(0),
+                         table.dim(1));
+}
+
+void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids) {
+  const char* op = "embedding_backward";
+  check_rows_pair(op, "dtable", dtable, DType::f32, "dout", dout, "ids", ids, dtable.device());
+  VLM_DISPATCH_CUDA(dtable.device(), op, cuda::embedding_backward(dtable, dout, ids));
+  cpu::embedding_backward(dtable.data<float>(), dout.data<float>(), ids.data<int32_t>(), dout.dim(0), dtable.dim(0),
+                          dtable.dim(1));
+}
+
+void scatter_rows(Tensor& out, const Tensor& src, const Tensor& index) {
+  const char* op = "scatter_rows";
+  check_rows_pair(op, "out", out, compute_dtype(op, "src", src), "src", src, "index", index, out.device());
+  VLM_DISPATCH_CUDA(out.device(), op, cuda::scatter_rows(out, src, index));
+  cpu::scatter_rows(out.data<float>(), src.data<float>(), index.data<int32_t>(), src.dim(0), out.dim(0), out.dim(1));
+}
+
+void gather_rows(Tensor& out, const Tensor& src, const Tensor& index) {
+  const char* op = "gather_rows";
+  check_rows_pair(op, "src", src, compute_dtype(op, "out", out), "out", out, "index", index, out.device());
+  VLM_DISPATCH_CUDA(out.device(), op, cuda::gather_rows(out, src, index));
+  cpu::gather_rows(out.data<float>(), src.data<float>(), index.data<int32_t>(), out.dim(0), src.dim(0), src.dim(1));
+}
+
+namespace {
+// images [B, C, H, W] and patches, both in the compute dtype of images; aborts on mismatch.
+void check_patches(const char* op, const char* images_name, const Tensor& images, const char* patches_name,
+                   const Tensor& patches, int patch, Device dev) {
+  const DType dt = compute_dtype(op, images_name, images);
+  check_tensor(op, images_name, images, dt, dev);
+  check_ndim(op, images_name, images, 4);
+  VLM_CHECK(patch > 0 && images.dim(2) % patch == 0 && images.dim(3) % patch == 0, "ops::", op, ": ", images_name,
+            " is ", images.describe(), ", not divisible into ", patch, "x", patch, " patches");
+  const int64_t b = images.dim(0), c = images.dim(1), gh = images.dim(2) / patch, gw = images.dim(3) / patch;
+  check_like(op, patches_name, patches, dt, dev, Shape{b * gh * gw, c * patch * patch});
+}
+}  // namespace
+
+void image_to_patches(Tensor& patches, const Tensor& images, int patch) {
+  const char* op = "image_to_patches";
+  check_patches(op, "images", images, "patches", patches, patch, patches.device());
+  VLM_DISPATCH_CUDA(patches.device(), op,
+                    cuda::image_to_patches(patches, images, images.dim(1), images.dim(2), images.dim(3), patch, false));
+  cpu::image_to_patches(patches.data<float>(), images.data<float>(), images.dim(0), images.dim(1), images.dim(2),
+                        images.dim(3), patch);
+}
+
+void image_to_patches_backward(Tensor& dimages, const Tensor& dpatches, int patch) {
+  const char* op = "image_to_patches_backward";
+  check_patches(op, "dimages", dimages, "dpatches", dpatches, patch, dimages.device());
+  VLM_DISPATCH_CUDA(dimages.device(), op,
+                    cuda::image_to_patches(dimages, dpatches, dimages.dim(1), dimages.dim(2), dimages.dim(3), patch,
+                                           true));
+  cpu::image_to_patches_backward(dimages.data<float>(), dpatches.data<float>(), dimages.dim(0), dimages.dim(1),
+                                 dimages.dim(2), dimages.dim(3), patch);
+}
+
+namespace {
+// x [B, S*S, C] and y [B, (S/r)^2, C*r*r] in the compute dtype of x; returns S.
+int64_t check_pixel_shuffle(const char* op, const char* x_name, const Tensor& x, const char* y_name, const Tensor& y,
+                            int factor, Device dev) {
+  const DType dt = compute_dtype(op, x_name, x);
+  check_tensor(op, x_name, x, dt, dev);
+  check_ndim(op, x_name, x, 3);
+  const int64_t n = x.dim(1);
+  const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(n))));
+  VLM_CHECK(side * side == n, "ops::", op, ": ", x_name, " is ", x.describe(), ", whose ", n,
+            " tokens are not a square grid");
+  VLM_CHECK(factor > 0 && side % factor == 0, "ops::", op, ": ", x_name, " is ", x.describe(), ", a ", side, "x", side,
+            " grid not divisible by factor ", factor);
+  const int64_t out_side = side / factor;
+  check_like(op, y_name, y, dt, dev, Shape{x.dim(0), out_side * out_side, x.dim(2) * factor * factor});
+  return side;
+}
+}  // namespace
+
+void pixel_shuffle_forward(Tensor& y, const Tensor& x, int factor) {
+  const char* op = "pixel_shuffle_forward";
+  const int64_t side = check_pixel_shuffle(op, "x", x, "y", y, factor, y.device());
+  VLM_DISPATCH_CUDA(y.device(), op, cuda::pixel_shuffle(y, x, side, x.dim(2), factor, false));
+  cpu::pixel_shuffle_forward(y.data<float>(), x.data<float>(), x.dim(0), side, x.dim(2), factor);
+}
+
+void pixel_shuffle_backward(Tensor& dx, const Tensor& dy, int factor) {
+  const char* op = "pixel_shuffle_backward";
+  const int64_t side = check_pixel_shuffle(op, "dx", dx, "dy", dy, factor, dx.device());
+  VLM_DISPATCH_CUDA(dx.device(), op, cuda::pixel_shuffle(dx, dy, side, dx.dim(2), factor, true));
+  cpu::pixel_shuffle_backward(dx.data<float>(), dy.data<float>(), dx.dim(0), side, dx.dim(2), factor);
+}
+
+// ---- optimizer ---------------------------------------------------------------------------------------------
+
+namespace {
+void check_adamw_params(const char* op, const AdamWParams& p) {
+  VLM_CHECK(p.step >= 1, "ops::", op, ": step ", p.step, " must be >= 1 (1-based, for the bias correction)");
+  VLM_CHECK(p.beta1 >= 0.f && p.beta1 < 1.f && p.beta2 >= 0.f && p.beta2 < 1.f, "ops::", op, ": betas (", p.beta1, ", ",
+            p.beta2, ") must lie in [0, 1)");
+}
+
+// One tensor set: param, grad, m, v f32 of one shape on `dev`; param_bf16 (optional) bf16 of that shape.
+void check_adamw_tensors(const char* op, const AdamWTensors& t, Device dev) {
+  check_tensor(op, "param", t.param, DType::f32, dev);
+  check_like(op, "grad", t.grad, DType::f32, dev, t.param.shape());
+  check_like(op, "m", t.m, DType::f32, dev, t.param.shape());
+  check_like(op, "v", t.v, DType::f32, dev, t.param.shape());
+  check_optional(op, "param_bf16", t.param_bf16, DType::bf16, dev, t.param.shape());
+}
+
+// The step's scalars with the bias corrections computed in double.
+cpu::AdamWScalars adamw_scalars(const AdamWParams& p) {
+  const double step = static_cast<double>(p.step);
+  return {p.lr,
+          p.beta1,
+          p.beta2,
+          p.eps,
+          p.weight_decay,
+          p.grad_scale,
+          static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), step)),
+          static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), step))};
+}
+
+void adamw_cpu(const AdamWTensors& t, const cpu::AdamWScalars& s) {
+  cpu::adamw_step(t.param.data<float>(), t.grad.data<float>(), t.m.data<float>(), t.v.data<float>(), t.param.numel(),
+                  s);
+  if (!t.param_bf16.defined()) return;
+  const float* src = t.param.data<float>();
+  auto* dst = static_cast<uint16_t*>(t.param_bf16.raw_data());
+  for (int64_t i = 0; i < t.param.numel(); ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
+#ifdef VLM_HAVE_CUDA
+cuda::AdamWScalars to_cuda(const cpu::AdamWScalars& s) {
+  return {s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale, s.bias_correction1, s.bias_correction2};
+}
+#endif
+}  // namespace
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p) {
+  Tensor none;
+  adamw_step(param, grad, m, v, p, none);
+}
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p, Tensor& param_bf16) {
+  const char* op = "adamw_step";
+  const AdamWTensors t{param, grad, m, v, param_bf16};
+  check_adamw_tensors(op, t, param.device());
+  check_adamw_params(op, p);
+  const cpu::AdamWScalars s = adamw_scalars(p);
+  VLM_DISPATCH_CUDA(param.device(), op, cuda::adamw_step_multi({t}, to_cuda(s)));
+  adamw_cpu(t, s);
+}
+
+void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParams& p) {
+  const char* op = "adamw_step_multi";
+  check_adamw_params(op, p);
+  if (tensors.empty()) return;
+  const Device dev = tensors.front().param.device();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string name = str("tensors[", i, "]");
+    VLM_CHECK(tensors[i].param.defined(), "ops::", op, ": ", name, ".param is undefined");
+    check_adamw_tensors(str(op, ": ", name).c_str(), tensors[i], dev);
+  }
+  const cpu::AdamWScalars s = adamw_scalars(p);
+  VLM_DISPATCH_CUDA(dev, op, cuda::adamw_step_multi(tensors, to_cuda(s)));
+  for (const AdamWTensors& t : tensors) adamw_cpu(t, s);
+}
+
+double sum_of_squares(const std::vector<Tensor>& tensors) {
+  const char* op = "sum_of_squares";
+  bool any_cuda = false;
+  for (const Tensor& t : tensors) any_cuda = any_cuda || (t.defined() && t.device().is_cuda());
+  const Device cuda_dev = any_cuda ? tensors.front().device() : Device::cpu();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string name = str("tensors[", i, "]");
+    const Tensor& t = tensors[i];
+    check_tensor(op, name.c_str(), t, compute_dtype(op, name.c_str(), t), any_cuda ? cuda_dev : t.device());
+  }
+#ifdef VLM_HAVE_CUDA
+  if (any_cuda) return cuda::sum_of_squares(tensors, cuda_dev);
+#else
+  if (any_cuda) no_cuda(op);
+#endif
+  double total = 0.0;
+  for (const Tensor& t : tensors) total += cpu::sum_of_squares(t.data<float>(), t.numel());
+  return total;
+}
+
+// ---- errors ------------------------------------------------------------------------------------------------
+
+Status check_index_errors(Device device) {
+  if (device.is_cpu()) return Status();
+#ifdef VLM_HAVE_CUDA
+  return cuda::take_index_error(device);
+#else
+  return unsupported(str("ops::check_index_errors: ", device.to_string(), " in a build without CUDA"));
+#endif
+}
+
+}  // namespace vlm::ops

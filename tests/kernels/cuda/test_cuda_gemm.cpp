@@ -1,0 +1,194 @@
+// cuBLASLt GEMMs against the CPU (OpenBLAS) reference: matmul (transposes, alpha/beta, bf16 in / f32 out),
+// batched matmul, linear forward (bias epilogue), linear + GELU (GELU_AUX_BIAS epilogue or its fallback) and linear
+// backward (dx overwritten, dw/db accumulated in f32), on odd and empty shapes, f32 and bf16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cuda_test_util.h"
+#include "kernels/kernel_test_util.h"
+#include "kernels/ops.h"
+
+namespace vlm::testing {
+namespace {
+
+// fp32 dot products of length k over N(0, 1) entries: partial sums grow like sqrt(k) and each addition rounds, so
+// two summation orders differ by a few k * 2^-24 at most.
+Tolerance dot_tolerance(int64_t k) { return {1e-5, 3e-7 * static_cast<double>(std::max<int64_t>(k, 1))}; }
+
+struct MatmulCase {
+  int64_t m, n, k;
+  bool trans_a, trans_b;
+  float alpha, beta;
+};
+
+const MatmulCase kMatmulCases[] = {
+    {1, 1, 1, false, false, 1.f, 0.f},     {3, 17, 5, false, true, 1.f, 0.f},    {17, 33, 129, true, false, 1.f, 0.f},
+    {64, 48, 1000, false, false, 1.f, 0.f}, {129, 7, 300, true, true, 0.5f, 2.f}, {5, 9, 3, false, true, -1.f, 1.f},
+    {0, 3, 4, false, false, 1.f, 0.f},     {4, 3, 0, false, false, 1.f, 0.5f},   {4, 3, 0, true, false, 1.f, 0.f}};
+
+Shape operand_shape(int64_t rows, int64_t cols, bool trans) { return trans ? Shape{cols, rows} : Shape{rows, cols}; }
+
+TEST(CudaGemm, MatmulMatchesCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  uint64_t seed = 1;
+  // (input dtype, output dtype): same-dtype GEMMs and bf16 inputs with an f32 output.
+  const std::pair<DType, DType> kDtypePairs[] = {
+      {DType::f32, DType::f32}, {DType::bf16, DType::bf16}, {DType::bf16, DType::f32}};
+  for (const auto& [dt, out_dt] : kDtypePairs)
+      for (const MatmulCase& c : kMatmulCases) {
+        SCOPED_TRACE(::testing::Message() << dtype_label(dt) << "->" << dtype_label(out_dt) << " m=" << c.m
+                                        << " n=" << c.n << " k=" << c.k << " ta=" << c.trans_a << " tb=" << c.trans_b
+                                        << " alpha=" << c.alpha << " beta=" << c.beta);
+        const Tensor a = random_normal(operand_shape(c.m, c.k, c.trans_a), seed++);
+        const Tensor b = random_normal(operand_shape(c.k, c.n, c.trans_b), seed++);
+        const Tensor c0 = random_normal({c.m, c.n}, seed++);
+        Tensor ref = rounded(c0, out_dt);
+        ops::matmul(ref, rounded(a, dt), rounded(b, dt), c.trans_a, c.trans_b, c.alpha, c.beta);
+        // beta == 0 must ignore the old contents: start from NaN there.
+        Guarded out = c.beta == 0.f ? Guarded(Shape{c.m, c.n}, out_dt) : Guarded(c0, out_dt);
+        ops::matmul(out.view(), to_gpu(a, dt), to_gpu(b, dt), c.trans_a, c.trans_b, c.alpha, c.beta);
+        Tolerance tol = dot_tolerance(c.k);
+        tol.atol *= std::fabs(c.alpha);
+        EXPECT_TRUE(matches(out, ref, output_tolerance(out_dt, tol)));
+      }
+}
+
+TEST(CudaGemm, MatmulBatchedMatchesCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  uint64_t seed = 100;
+  for (DType dt : compute_dtypes())
+    for (const MatmulCase& c : kMatmulCases) {
+      for (int64_t batch : {1, 3}) {
+        SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " batch=" << batch << " m=" << c.m << " n=" << c.n
+                                        << " k=" << c.k << " ta=" << c.trans_a << " tb=" << c.trans_b);
+        const Shape as = operand_shape(c.m, c.k, c.trans_a), bs = operand_shape(c.k, c.n, c.trans_b);
+        const Tensor a = random_normal({batch, as[0], as[1]}, seed++);
+        const Tensor b = random_normal({batch, bs[0], bs[1]}, seed++);
+        const Tensor c0 = random_normal({batch, c.m, c.n}, seed++);
+        Tensor ref = rounded(c0, dt);
+        ops::matmul_batched(ref, rounded(a, dt), rounded(b, dt), c.trans_a, c.trans_b, c.alpha, c.beta);
+        Guarded out = c.beta == 0.f ? Guarded(Shape{batch, c.m, c.n}, dt) : Guarded(c0, dt);
+        ops::matmul_batched(out.view(), to_gpu(a, dt), to_gpu(b, dt), c.trans_a, c.trans_b, c.alpha, c.beta);
+        Tolerance tol = dot_tolerance(c.k);
+        tol.atol *= std::fabs(c.alpha);
+        EXPECT_TRUE(matches(out, ref, output_tolerance(dt, tol)));
+      }
+    }
+}
+
+struct LinearCase {
+  Shape x;  // [..., in]
+  int64_t out;
+  bool bias;
+};
+
+const LinearCase kLinearCases[] = {{{1, 1}, 1, true},    {{3, 17}, 5, true},    {{17, 65}, 33, false},
+                                   {{2, 3, 16}, 24, true}, {{129, 64}, 40, true}, {{7, 100}, 256, true},
+                                   {{0, 8}, 16, true},    {{4, 0}, 8, true}};
+
+int64_t rows_of(const Shape& s) { return s.numel() / s[s.ndim() - 1]; }
+Shape with_last(Shape s, int64_t last) {
+  s[s.ndim() - 1] = last;
+  return s;
+}
+
+TEST(CudaGemm, LinearForwardMatchesCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  uint64_t seed = 200;
+  for (DType dt : compute_dtypes())
+    for (const LinearCase& c : kLinearCases) {
+      SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " x=" << c.x.to_string() << " out=" << c.out
+                                      << (c.bias ? " bias" : ""));
+      const int64_t in = c.x[c.x.ndim() - 1];
+      const Tensor x = random_normal(c.x, seed++), w = random_normal({c.out, in}, seed++);
+      const Tensor b = c.bias ? random_normal({c.out}, seed++) : Tensor();
+      const Shape ys = with_last(c.x, c.out);
+      Tensor ref = Tensor::empty(ys, DType::f32);
+      ops::linear_forward(ref, rounded(x, dt), rounded(w, dt), c.bias ? rounded(b, dt) : Tensor());
+      Guarded y(ys, dt);
+      ops::linear_forward(y.view(), to_gpu(x, dt), to_gpu(w, dt), c.bias ? to_gpu(b, dt) : Tensor());
+      EXPECT_TRUE(matches(y, ref, output_tolerance(dt, dot_tolerance(in))));
+    }
+}
+
+TEST(CudaGemm, LinearGeluForwardMatchesCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  uint64_t seed = 300;
+  for (DType dt : compute_dtypes())
+    for (const LinearCase& c : kLinearCases) {
+      SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " x=" << c.x.to_string() << " out=" << c.out
+                                      << (c.bias ? " bias" : ""));
+      const int64_t in = c.x[c.x.ndim() - 1];
+      // Scaled so that pre ~ N(0, 1), where GELU bends.
+      const Tensor x = random_normal(c.x, seed++);
+      const float w_std = 1.f / std::sqrt(static_cast<float>(std::max<int64_t>(in, 1)));
+      const Tensor w = random_normal({c.out, in}, seed++, w_std);
+      const Tensor b = c.bias ? random_normal({c.out}, seed++, 0.5f) : Tensor();
+      const Shape ys = with_last(c.x, c.out);
+      Tensor ref_y = Tensor::empty(ys, DType::f32), ref_pre = Tensor::empty(ys, DType::f32);
+      ops::linear_gelu_forward(ref_y, ref_pre, rounded(x, dt), rounded(w, dt), c.bias ? rounded(b, dt) : Tensor());
+      Guarded y(ys, dt), pre(ys, dt);
+      ops::linear_gelu_forward(y.view(), pre.view(), to_gpu(x, dt), to_gpu(w, dt), c.bias ? to_gpu(b, dt) : Tensor());
+      const Tolerance pre_tol = output_tolerance(dt, dot_tolerance(in));
+      EXPECT_TRUE(matches(pre, ref_pre, pre_tol));
+      // y against gelu of the reference pre-activation: the GPU may take GELU of the unrounded (epilogue) or of
+      // the stored bf16 pre-activation; |gelu_tanh'| <= 1.13, so y carries up to 1.13x the pre-activation's error
+      // plus its own rounding.
+      const Tensor pre_host = ref_pre;
+      EXPECT_TRUE(close_within(y.view(), ref_y, [&](int64_t i, double expected) {
+        const double p = pre_host.data<float>()[i];
+        const double pre_err = pre_tol.rtol * std::fabs(p) + pre_tol.atol;
+        return 1.13 * pre_err + output_tolerance(dt, {1e-6, 1e-6}).rtol * std::fabs(expected) + 1e-6;
+      }));
+      EXPECT_TRUE(y.guards_intact());
+    }
+}
+
+TEST(CudaGemm, LinearBackwardMatchesCpuAndAccumulates) {
+  VLM_SKIP_WITHOUT_CUDA();
+  uint64_t seed = 400;
+  for (DType dt : compute_dtypes())
+    for (const LinearCase& c : kLinearCases) {
+      SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " x=" << c.x.to_string() << " out=" << c.out);
+      const int64_t in = c.x[c.x.ndim() - 1], rows = rows_of(c.x);
+      const Tensor x = random_normal(c.x, seed++), w = random_normal({c.out, in}, seed++);
+      const Tensor dy = random_normal(with_last(c.x, c.out), seed++);
+      // dw, db start from values: the op must add to them (+=), in f32.
+      const Tensor dw0 = random_normal({c.out, in}, seed++), db0 = random_normal({c.out}, seed++);
+      Tensor ref_dx = Tensor::empty(c.x, DType::f32), ref_dw = dw0.clone(), ref_db = db0.clone();
+      ops::linear_backward(ref_dx, ref_dw, ref_db, rounded(dy, dt), rounded(x, dt), rounded(w, dt));
+      Guarded dx(c.x, dt), dw(dw0, DType::f32), db(db0, DType::f32);
+      ops::linear_backward(dx.view(), dw.view(), db.view(), to_gpu(dy, dt), to_gpu(x, dt), to_gpu(w, dt));
+      EXPECT_TRUE(matches(dx, ref_dx, output_tolerance(dt, dot_tolerance(c.out))));
+      EXPECT_TRUE(matches(dw, ref_dw, dot_tolerance(rows)));
+      EXPECT_TRUE(matches(db, ref_db, dot_tolerance(rows)));
+      // Undefined gradients are skipped; dw alone still accumulates.
+      Tensor none;
+      Guarded dw_only(dw0, DType::f32);
+      ops::linear_backward(none, dw_only.view(), none, to_gpu(dy, dt), to_gpu(x, dt), to_gpu(w, dt));
+      EXPECT_TRUE(matches(dw_only, ref_dw, dot_tolerance(rows)));
+    }
+}
+
+TEST(CudaGemm, RepeatedCallsAreBitwiseIdentical) {
+  VLM_SKIP_WITHOUT_CUDA();
+  for (DType dt : compute_dtypes()) {
+    SCOPED_TRACE(dtype_label(dt));
+    const Tensor x = to_gpu(random_normal({257, 192}, 1), dt), w = to_gpu(random_normal({320, 192}, 2), dt);
+    const Tensor b = to_gpu(random_normal({320}, 3), dt), dy = to_gpu(random_normal({257, 320}, 4), dt);
+    auto run = [&] {
+      Tensor y = Tensor::empty({257, 320}, dt, gpu()), dx = Tensor::empty({257, 192}, dt, gpu());
+      Tensor dw = Tensor::zeros({320, 192}, DType::f32, gpu()), db = Tensor::zeros({320}, DType::f32, gpu());
+      ops::linear_forward(y, x, w, b);
+      ops::linear_backward(dx, dw, db, dy, x, w);
+      return std::vector<Tensor>{y.to(Device::cpu()), dx.to(Device::cpu()), dw.to(Device::cpu()),
+                                 db.to(Device::cpu())};
+    };
+    const std::vector<Tensor> first = run(), second = run();
+    for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(bitwise_equal(first[i], second[i])) << "output " << i;
+  }
+}
+
+}  // namespace
+}  // namespace vlm::testing

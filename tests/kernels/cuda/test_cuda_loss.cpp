@@ -1,0 +1,147 @@
+// Cross-entropy on CUDA against the CPU reference: forward, backward, the fused forward+backward, in place over the
+// logits (dlogits aliasing logits), ignored rows, vocabularies from 1 to 50k (several chunks per thread), large
+// logits (the max subtraction), f32 and bf16 logits; the chunked LM-head loss; and bad targets, which the GPU records
+// instead of aborting.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cuda_test_util.h"
+#include "kernels/kernel_test_util.h"
+#include "kernels/ops.h"
+
+namespace vlm::testing {
+namespace {
+
+constexpr int kIgnore = -100;
+
+struct LossCase {
+  int64_t rows, vocab;
+  float logit_std;
+};
+const LossCase kCases[] = {{1, 1, 1.f}, {3, 17, 1.f}, {17, 129, 3.f}, {5, 1000, 10.f}, {4, 50257, 2.f}, {2, 7, 80.f}};
+
+std::vector<int32_t> make_targets(int64_t rows, int64_t vocab, uint64_t seed) {
+  Philox rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i)
+    t[static_cast<size_t>(i)] =
+        i % 4 == 3 ? kIgnore : static_cast<int32_t>(std::min<int64_t>(vocab - 1, rng.uniform() * vocab));
+  return t;
+}
+
+TEST(CudaLoss, CrossEntropyMatchesCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  uint64_t seed = 1;
+  for (DType dt : compute_dtypes())
+    for (const LossCase& c : kCases) {
+      SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " rows=" << c.rows << " vocab=" << c.vocab
+                                        << " std=" << c.logit_std);
+      const Tensor logits = random_normal({c.rows, c.vocab}, seed++, c.logit_std);
+      const std::vector<int32_t> targets = make_targets(c.rows, c.vocab, seed++);
+      const Tensor logits_r = rounded(logits, dt), targets_cpu = i32_tensor(targets), targets_gpu = gpu_i32(targets);
+      const float dloss = 1.f / static_cast<float>(c.rows);
+
+      Tensor ref_losses = Tensor::empty({c.rows}, DType::f32), ref_dlogits = Tensor::empty(logits.shape(), DType::f32);
+      ops::cross_entropy_forward(ref_losses, logits_r, targets_cpu, kIgnore);
+      ops::cross_entropy_backward(ref_dlogits, logits_r, targets_cpu, dloss, kIgnore);
+      // The CPU sums the exponentials in double; the GPU in fp32 over at most 50k terms per row.
+      const Tolerance loss_tol{1e-5, 1e-5 * c.logit_std};
+      // dlogits = (p - onehot) * dloss with p in (0, 1]: an lse error e (up to an ulp of |lse|, ~1.5e-5 for the
+      // largest logits here) moves p relatively by e; at the target, p - 1 cancels, hence the dloss-scaled floor.
+      const Tolerance grad_tol = output_tolerance(dt, {5e-5, 5e-5 * dloss});
+
+      Guarded losses(Shape{c.rows}, DType::f32);
+      ops::cross_entropy_forward(losses.view(), to_gpu(logits, dt), targets_gpu, kIgnore);
+      EXPECT_TRUE(matches(losses, ref_losses, loss_tol));
+
+      Guarded dlogits(logits.shape(), dt);
+      ops::cross_entropy_backward(dlogits.view(), to_gpu(logits, dt), targets_gpu, dloss, kIgnore);
+      EXPECT_TRUE(matches(dlogits, ref_dlogits, grad_tol));
+
+      // Fused, in place: the logits buffer ends up holding its gradient.
+      Guarded fused_losses(Shape{c.rows}, DType::f32), in_place(logits, dt);
+      ops::cross_entropy_forward_backward(fused_losses.view(), in_place.view(), in_place.view(), targets_gpu, dloss,
+                                          kIgnore);
+      EXPECT_TRUE(matches(fused_losses, ref_losses, loss_tol));
+      EXPECT_TRUE(matches(in_place, ref_dlogits, grad_tol));
+    }
+  EXPECT_TRUE(ops::check_index_errors(gpu()).ok());
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, static_cast<double>(std::fabs(t.data<float>()[i])));
+  return m;
+}
+
+// The chunked LM-head loss on CUDA against the CPU op. For bf16 the reference follows the GPU's rounding points: the
+// logits of each chunk are stored in bf16 (so they are rounded before the softmax) and so is their gradient. What is
+// left is the fp32 summation order of the GEMMs, which can move a logit across a bf16 rounding boundary (one bf16
+// ulp, at most 2^-7 relative): at the target that moves the loss by up to 2^-7 |logit|.
+TEST(CudaLoss, ChunkedLmHeadMatchesCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  struct HeadCase {
+    int64_t rows, cols, vocab, chunk;
+  };
+  const HeadCase cases[] = {{1, 8, 3, 1}, {37, 64, 1000, 16}, {64, 96, 5003, 64}, {9, 40, 257, 100}};
+  uint64_t seed = 500;
+  for (DType dt : compute_dtypes())
+    for (const HeadCase& c : cases) {
+      SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " T=" << c.rows << " C=" << c.cols << " V=" << c.vocab
+                                        << " chunk=" << c.chunk);
+      const bool bf16 = dt == DType::bf16;
+      const Tensor hidden = rounded(random_normal({c.rows, c.cols}, seed++), dt);
+      const float w_std = 2.f / std::sqrt(static_cast<float>(c.cols));  // logits ~ N(0, 4)
+      const Tensor w = rounded(random_normal({c.vocab, c.cols}, seed++, w_std), dt);
+      const std::vector<int32_t> targets = make_targets(c.rows, c.vocab, seed++);
+      const float dloss = 1.f / static_cast<float>(c.rows);
+      Tensor none, ref_losses = Tensor::empty({c.rows}, DType::f32);
+      Tensor ref_dhidden = Tensor::empty(hidden.shape(), DType::f32), ref_dw = Tensor::zeros(w.shape(), DType::f32);
+      Tensor logits = Tensor::empty({c.rows, c.vocab}, DType::f32);
+      ops::linear_forward(logits, hidden, w, none);
+      const double logit_max = max_abs(logits);
+      logits = rounded(logits, dt);
+      ops::cross_entropy_forward_backward(ref_losses, logits, logits, i32_tensor(targets), dloss, kIgnore);
+      logits = rounded(logits, dt);
+      ops::linear_backward(ref_dhidden, ref_dw, none, logits, hidden, w);
+
+      Guarded losses(Shape{c.rows}, DType::f32), dhidden(hidden.shape(), dt);
+      Guarded dw(Tensor::zeros(w.shape(), DType::f32), DType::f32);
+      const Tensor hg = to_gpu(hidden, dt), wg = to_gpu(w, dt), tg = gpu_i32(targets);
+      ops::lm_head_cross_entropy(losses.view(), dhidden.view(), dw.view(), hg, wg, tg, dloss, kIgnore, c.chunk);
+      const double loss_atol = bf16 ? std::ldexp(1.0, -7) * logit_max + 1e-5 : 1e-5;
+      EXPECT_TRUE(matches(losses, ref_losses, {1e-5, loss_atol}));
+      const double dh_scale = max_abs(ref_dhidden), dw_scale = max_abs(ref_dw);
+      const double rel = bf16 ? 4 * kBf16HalfUlp : 1e-5;
+      EXPECT_TRUE(close_within(dhidden.view(), ref_dhidden, [&](int64_t, double e) {
+        return rel * std::fabs(e) + rel * dh_scale + 1e-7;
+      })) << "dhidden";
+      EXPECT_TRUE(close_within(dw.view(), ref_dw, [&](int64_t, double e) {
+        return rel * std::fabs(e) + rel * dw_scale + 1e-7;
+      })) << "dw";
+      EXPECT_TRUE(dhidden.guards_intact());
+      EXPECT_TRUE(dw.guards_intact());
+    }
+  EXPECT_TRUE(ops::check_index_errors(gpu()).ok());
+}
+
+TEST(CudaLoss, BadTargetGivesNanAndIsRecorded) {
+  VLM_SKIP_WITHOUT_CUDA();
+  ASSERT_TRUE(ops::check_index_errors(gpu()).ok());
+  const Tensor logits = to_gpu(random_normal({3, 10}, 1), DType::f32);
+  Tensor losses = Tensor::empty({3}, DType::f32, gpu());
+  ops::cross_entropy_forward(losses, logits, gpu_i32({2, 10, kIgnore}), kIgnore);
+  const Tensor host = losses.to(Device::cpu());
+  EXPECT_TRUE(std::isfinite(host.data<float>()[0]));
+  EXPECT_TRUE(std::isnan(host.data<float>()[1]));
+  EXPECT_EQ(host.data<float>()[2], 0.f);
+  const Status s = ops::check_index_errors(gpu());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cross_entropy (targets): entry 1 = 10 is outside [0, 10)"), std::string::npos)
+      << s.message();
+  EXPECT_TRUE(ops::check_index_errors(gpu()).ok());
+}
+
+}  // namespace
+}  // namespace vlm::testing

@@ -1,0 +1,167 @@
+// The optimizer ops on CUDA against the CPU reference: single-tensor AdamW (with and without the bf16 weight copy),
+// the multi-tensor AdamW over more tensors than one launch takes (odd and empty sizes), and sum_of_squares over f32
+// and bf16 tensors; plus the bit-reproducibility of every CUDA op with a reduction, and supports().
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cuda_test_util.h"
+#include "kernels/kernel_test_util.h"
+#include "kernels/ops.h"
+
+namespace vlm::testing {
+namespace {
+
+// One fp32 update from identical state: the GPU may contract a multiply-add (FMA) that the CPU rounds twice.
+constexpr Tolerance kUpdate{2e-6, 1e-7};
+
+ops::AdamWParams params_at(int64_t step) {
+  ops::AdamWParams p;
+  p.lr = 1e-2f;
+  p.beta1 = 0.9f;
+  p.beta2 = 0.95f;
+  p.eps = 1e-8f;
+  p.weight_decay = 0.1f;
+  p.step = step;
+  p.grad_scale = 0.5f;
+  return p;
+}
+
+struct HostState {
+  Tensor param, grad, m, v;
+};
+HostState random_state(int64_t n, uint64_t seed) {
+  return {random_normal({n}, seed), random_normal({n}, seed + 1), random_normal({n}, seed + 2, 0.1f),
+          random_uniform({n}, seed + 3, 0.f, 0.01f)};
+}
+
+TEST(CudaOptimizer, AdamWMatchesCpuWithAndWithoutTheBf16Copy) {
+  VLM_SKIP_WITHOUT_CUDA();
+  uint64_t seed = 1;
+  for (int64_t n : {1, 3, 1000, 8193, 70001})
+    for (bool copy : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "n=" << n << (copy ? " with bf16 copy" : ""));
+      const HostState s = random_state(n, seed += 4);
+      const ops::AdamWParams p = params_at(7);
+      HostState ref{s.param.clone(), s.grad, s.m.clone(), s.v.clone()};
+      Tensor ref_bf16 = Tensor::empty({n}, DType::bf16);
+      ops::adamw_step(ref.param, ref.grad, ref.m, ref.v, p, ref_bf16);
+      Guarded param(s.param, DType::f32), m(s.m, DType::f32), v(s.v, DType::f32), bf16(Shape{n}, DType::bf16);
+      if (copy) ops::adamw_step(param.view(), s.grad.to(gpu()), m.view(), v.view(), p, bf16.view());
+      else ops::adamw_step(param.view(), s.grad.to(gpu()), m.view(), v.view(), p);
+      EXPECT_TRUE(matches(param, ref.param, kUpdate));
+      EXPECT_TRUE(matches(m, ref.m, kUpdate));
+      EXPECT_TRUE(matches(v, ref.v, kUpdate));
+      if (copy) {  // the rounding of (nearly) the same f32 value
+        EXPECT_TRUE(matches(bf16, ref.param, output_tolerance(DType::bf16, kUpdate)));
+      }
+    }
+}
+
+TEST(CudaOptimizer, MultiTensorAdamWMatchesCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  // 150 tensors (three launches of at most 64), sizes odd, empty and over several chunks; every third has a copy.
+  std::vector<HostState> host;
+  std::vector<ops::AdamWTensors> cpu_set, gpu_set;
+  std::vector<Guarded> gpu_params, gpu_m, gpu_v, gpu_copy;
+  std::vector<Tensor> ref_copies;
+  const int kTensors = 150;
+  gpu_params.reserve(kTensors);
+  gpu_m.reserve(kTensors);
+  gpu_v.reserve(kTensors);
+  gpu_copy.reserve(kTensors);
+  for (int i = 0; i < kTensors; ++i) {
+    const int64_t n = i % 10 == 0 ? 0 : (i * 977) % 20000 + 1;
+    host.push_back(random_state(n, 1000 + 4 * static_cast<uint64_t>(i)));
+    const HostState& s = host.back();
+    const bool copy = i % 3 == 0;
+    ref_copies.push_back(copy ? Tensor::empty({n}, DType::bf16) : Tensor());
+    cpu_set.push_back({s.param.clone(), s.grad, s.m.clone(), s.v.clone(), ref_copies.back()});
+    gpu_params.emplace_back(s.param, DType::f32);
+    gpu_m.emplace_back(s.m, DType::f32);
+    gpu_v.emplace_back(s.v, DType::f32);
+    gpu_copy.emplace_back(Shape{copy ? n : 0}, DType::bf16);
+    gpu_set.push_back({gpu_params.back().view(), s.grad.to(gpu()), gpu_m.back().view(), gpu_v.back().view(),
+                       copy ? gpu_copy.back().view() : Tensor()});
+  }
+  const ops::AdamWParams p = params_at(1);
+  ops::adamw_step_multi(cpu_set, p);
+  ops::adamw_step_multi(gpu_set, p);
+  for (int i = 0; i < kTensors; ++i) {
+    SCOPED_TRACE(::testing::Message() << "tensor " << i << " n=" << host[static_cast<size_t>(i)].param.numel());
+    const ops::AdamWTensors& ref = cpu_set[static_cast<size_t>(i)];
+    EXPECT_TRUE(matches(gpu_params[static_cast<size_t>(i)], ref.param, kUpdate));
+    EXPECT_TRUE(matches(gpu_m[static_cast<size_t>(i)], ref.m, kUpdate));
+    EXPECT_TRUE(matches(gpu_v[static_cast<size_t>(i)], ref.v, kUpdate));
+    if (ref.param_bf16.defined()) {
+      EXPECT_TRUE(matches(gpu_copy[static_cast<size_t>(i)], ref.param, output_tolerance(DType::bf16, kUpdate)));
+    }
+  }
+}
+
+TEST(CudaOptimizer, SumOfSquaresMatchesCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  std::vector<Tensor> cpu_tensors, gpu_tensors;
+  for (int i = 0; i < 100; ++i) {  // more tensors than one launch takes, empty ones, f32 and bf16
+    const int64_t n = i % 7 == 0 ? 0 : (i * 7919) % 50000 + 1;
+    const DType dt = i % 2 == 0 ? DType::f32 : DType::bf16;
+    const Tensor x = random_normal({n}, 5000 + static_cast<uint64_t>(i), 0.01f * static_cast<float>(i + 1));
+    cpu_tensors.push_back(rounded(x, dt));
+    gpu_tensors.push_back(to_gpu(x, dt));
+  }
+  const double ref = ops::sum_of_squares(cpu_tensors), got = ops::sum_of_squares(gpu_tensors);
+  EXPECT_NEAR(got, ref, 1e-12 * ref);  // both in fp64, different orders
+  EXPECT_EQ(ops::sum_of_squares(gpu_tensors), got);  // deterministic
+  EXPECT_EQ(ops::sum_of_squares(std::vector<Tensor>{gpu_tensors[0]}), 0.0);
+  const Tensor one = to_gpu(Tensor::full({5}, 3.f), DType::bf16);
+  EXPECT_EQ(ops::sum_of_squares({one}), 45.0);
+}
+
+// Every CUDA op with a reduction, run twice on the same inputs: bit-identical results.
+TEST(CudaDeterminism, ReductionsAreBitwiseReproducible) {
+  VLM_SKIP_WITHOUT_CUDA();
+  const int64_t rows = 1031, cols = 384, vocab = 3001;
+  for (DType dt : compute_dtypes()) {
+    SCOPED_TRACE(dtype_label(dt));
+    const Tensor x = to_gpu(random_normal({rows, cols}, 1), dt), w = to_gpu(random_normal({cols}, 2), dt);
+    const Tensor b = to_gpu(random_normal({cols}, 3), dt), dy = to_gpu(random_normal({rows, cols}, 4), dt);
+    const Tensor logits = to_gpu(random_normal({rows, vocab}, 5, 3.f), dt);
+    std::vector<int32_t> ids(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * i) % 97);
+    const Tensor ids_g = gpu_i32(ids);
+    auto run = [&] {
+      Tensor y = Tensor::empty(x.shape(), dt, gpu()), mean = Tensor::empty({rows}, DType::f32, gpu());
+      Tensor rstd = Tensor::empty({rows}, DType::f32, gpu()), dx = Tensor::empty(x.shape(), dt, gpu());
+      Tensor dw = Tensor::zeros({cols}, DType::f32, gpu()), db = Tensor::zeros({cols}, DType::f32, gpu());
+      ops::layernorm_forward(y, mean, rstd, x, w, b, 1e-5f);
+      ops::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd);
+      Tensor rms_dw = Tensor::zeros({cols}, DType::f32, gpu()), rms_dx = Tensor::empty(x.shape(), dt, gpu());
+      ops::rmsnorm_forward(y, rstd, x, w, 1e-5f);
+      ops::rmsnorm_backward(rms_dx, rms_dw, dy, x, w, rstd);
+      Tensor dtable = Tensor::zeros({97, cols}, DType::f32, gpu()), dpos = Tensor::zeros({1, cols}, DType::f32, gpu());
+      ops::embedding_backward(dtable, dy, ids_g);
+      ops::add_rows_broadcast_backward(dpos, dy);
+      Tensor losses = Tensor::empty({rows}, DType::f32, gpu()), dlogits = Tensor::empty(logits.shape(), dt, gpu());
+      ops::cross_entropy_forward_backward(losses, dlogits, logits, ids_g, 0.5f, -100);
+      std::vector<Tensor> outs;
+      for (const Tensor& t : {y, mean, rstd, dx, dw, db, rms_dw, rms_dx, dtable, dpos, losses, dlogits})
+        outs.push_back(t.to(Device::cpu()));
+      return outs;
+    };
+    const std::vector<Tensor> first = run(), second = run();
+    for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(bitwise_equal(first[i], second[i])) << "output " << i;
+  }
+}
+
+TEST(CudaDispatch, SupportsEveryOpOnCuda) {
+  for (const char* op : {"matmul", "linear_gelu_forward", "add_rmsnorm_backward", "attention_backward",
+                         "cross_entropy_forward_backward", "embedding_backward", "adamw_step_multi", "cast",
+                         "sum_of_squares"}) {
+    EXPECT_TRUE(ops::supports(op, Device::cuda(0))) << op;
+    EXPECT_TRUE(ops::supports(op, Device::cpu())) << op;
+  }
+  EXPECT_FALSE(ops::supports("no_such_op", Device::cuda(0)));
+}
+
+}  // namespace
+}  // namespace vlm::testing
