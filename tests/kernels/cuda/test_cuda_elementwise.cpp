@@ -128,17 +128,20 @@ TEST(CudaActivation, GeluTanhAndSwigluMatchCpu) {
       const Tensor dy = random_normal({n}, seed++);
       const Tensor xr = rounded(x, dt), upr = rounded(up, dt), dyr = rounded(dy, dt);
       const Tolerance tol = output_tolerance(dt, kElementwise);
+      // GELU-tanh: x * (1 + tanh(u)) / 2 cancels for negative x (tanh -> -1), and tanhf carries ~2 ulp, so the f32
+      // error is absolute, about |x| * a few eps (x ~ N(0, 3) here): 4e-6 covers |x| <= ~8 at 4 eps.
+      const Tolerance gelu_tol = output_tolerance(dt, {kElementwise.rtol, 4e-6});
 
       Tensor ref = Tensor::empty({n}, DType::f32);
       ops::gelu_tanh_forward(ref, xr);
       Guarded y(Shape{n}, dt);
       ops::gelu_tanh_forward(y.view(), to_gpu(x, dt));
-      EXPECT_TRUE(matches(y, ref, tol));
+      EXPECT_TRUE(matches(y, ref, gelu_tol));
 
       ops::gelu_tanh_backward(ref, dyr, xr);
       Guarded dx(Shape{n}, dt);
       ops::gelu_tanh_backward(dx.view(), to_gpu(dy, dt), to_gpu(x, dt));
-      EXPECT_TRUE(matches(dx, ref, tol));
+      EXPECT_TRUE(matches(dx, ref, gelu_tol));
 
       ops::swiglu_forward(ref, xr, upr);
       Guarded s(Shape{n}, dt);

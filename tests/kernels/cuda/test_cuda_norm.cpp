@@ -19,7 +19,11 @@ constexpr Tolerance kRow{2e-5, 2e-5};
 // Weight gradients sum over all rows.
 Tolerance column_tolerance(int64_t rows) { return {2e-5, 2e-6 * static_cast<double>(rows + 1)}; }
 
-Shape rows_of(const Shape& s) { return Shape{s.numel() / s[s.ndim() - 1]}; }
+Shape rows_of(const Shape& s) {  // product of the leading dims (numel / C fails for C == 0)
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < s.ndim(); ++i) rows *= s[i];
+  return Shape{rows};
+}
 
 TEST(CudaNorm, LayerNormMatchesCpu) {
   VLM_SKIP_WITHOUT_CUDA();

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# GPU training checks, run on the GPU machine from the repo root with a prebuilt CUDA `vlm` (see below):
+#   1. curve: the demo config for STEPS steps (default 20) on the CPU (fp32 reference) and on the GPU (fp32), and
+#      the largest relative loss difference per step (the GPU run must follow the CPU run tightly);
+#   2. demo: the whole demo config (configs/shapes-tiny.toml) trained on the GPU, with its held-out VQA accuracy
+#      and wall time, to compare with the CPU demo.
+#   scripts/gpu_train_check.sh [curve] [demo]        (default: both)
+# Environment: VLM_BIN (default .carry/train: vlm and lib/), OUT (default ./gpu_train_out), STEPS (default 20),
+# GPU_SET (extra --set arguments for the GPU runs, e.g. "train.precision=bf16").
+# To prepare the binary on the build machine:
+#   cmake --preset cuda && cmake --build build-cuda --target vlm
+#   mkdir -p .carry/train/lib && cp build-cuda/apps/vlm/vlm .carry/train/ && \
+#     cp -L /usr/lib/x86_64-linux-gnu/lib{turbojpeg,webp,sharpyuv}.so.* .carry/train/lib/
+set -uo pipefail
+BIN=${VLM_BIN:-.carry/train}
+OUT=${OUT:-gpu_train_out}
+STEPS=${STEPS:-20}
+read -r -a GPU_EXTRA <<<"${GPU_SET:-}"
+export LD_LIBRARY_PATH="$BIN/lib:${LD_LIBRARY_PATH:-}"
+VLM="$BIN/vlm"
+mkdir -p "$OUT"
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(curve demo)
+status=0
+note() { printf '\n==== %s\n' "$*" | tee -a "$OUT/summary.log"; }
+gpu_sets=()
+for s in "${GPU_EXTRA[@]}"; do gpu_sets+=(--set "$s"); done
+
+data=data/shapes
+if [ ! -f "$data/.done-50000" ]; then
+  note "making the shapes dataset"
+  rm -rf "$data"
+  "$VLM" data synth shapes --out "$data/train" --samples 50000 --seed 1 >>"$OUT/data.log" 2>&1
+  "$VLM" data synth shapes --out "$data/val" --samples 1000 --seed 2 >>"$OUT/data.log" 2>&1
+  "$VLM" data tokenizer-train --shards "$data/train" --out "$data/tokenizer.json" --vocab-size 384 \
+    --max-samples 5000 >>"$OUT/data.log" 2>&1
+  touch "$data/.done-50000"
+fi
+
+for step in "${steps[@]}"; do
+  case $step in
+    curve)
+      note "curve: $STEPS steps, cpu fp32 vs cuda ${GPU_SET:-fp32}"
+      common=(--config configs/shapes-tiny.toml --set "train.steps=$STEPS" --set train.log_every=1
+              --set train.ckpt_every=0 --set data.val_shards=)
+      OMP_NUM_THREADS=8 "$VLM" train "${common[@]}" --set train.device=cpu --run-dir "$OUT/curve_cpu" \
+        >"$OUT/curve_cpu.log" 2>&1 || status=1
+      "$VLM" train "${common[@]}" --set train.device=cuda "${gpu_sets[@]}" --run-dir "$OUT/curve_gpu" \
+        >"$OUT/curve_gpu.log" 2>&1 || status=1
+      python3 - "$OUT/curve_cpu/metrics.jsonl" "$OUT/curve_gpu/metrics.jsonl" <<'PY' | tee -a "$OUT/summary.log" || status=1
+import json, sys
+def losses(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+steps = sorted(set(a) & set(b))
+if not steps:
+    sys.exit("no common steps")
+worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps)
+for s in steps:
+    print(f"step {s:3d}  cpu {a[s]:.6f}  gpu {b[s]:.6f}  rel {abs(a[s]-b[s])/abs(a[s]):.2e}")
+print(f"max relative loss difference over {len(steps)} steps: {worst:.3e}")
+PY
+      ;;
+    demo)
+      note "demo config on cuda ${GPU_SET:-fp32}"
+      start=$(date +%s)
+      "$VLM" train --config configs/shapes-tiny.toml --set train.device=cuda "${gpu_sets[@]}" \
+        --run-dir "$OUT/demo_gpu" >"$OUT/demo_gpu.log" 2>&1 || status=1
+      echo "wall time $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.log"
+      tail -3 "$OUT/demo_gpu.log" | tee -a "$OUT/summary.log"
+      python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('held-out VQA', r['vqa_accuracy'], 'caption EM', r['caption_exact_match'])" \
+        "$OUT/demo_gpu/eval/final.json" 2>&1 | tee -a "$OUT/summary.log"
+      ;;
+    *) echo "unknown step $step"; status=2 ;;
+  esac
+done
+exit $status
