@@ -11,10 +11,12 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_set>
 
 #include "core/logging.h"
 #include "core/philox.h"
 #include "core/thread_pool.h"
+#include "data/dedup/content_hash.h"
 #include "data/partitioned_stream.h"
 #include "data/sample_stream.h"
 #include "data/webdataset.h"
@@ -166,6 +168,7 @@ nlohmann::json counters_json(const LoaderCounters& c) {
           {"bad_text", c.bad_text},     {"bad_members", c.bad_members},
           {"truncated_sequences", c.truncated_sequences}, {"shards_failed", c.shards_failed},
           {"epochs_completed", c.epochs_completed}, {"samples_filtered", c.samples_filtered},
+          {"samples_duplicate", c.samples_duplicate},
           {"filter", nlohmann::json::parse(c.filter.to_json())}};
 }
 
@@ -181,6 +184,7 @@ LoaderCounters counters_from_json(const nlohmann::json& j) {
   c.shards_failed = j.value("shards_failed", uint64_t{0});
   c.epochs_completed = j.value("epochs_completed", uint64_t{0});
   c.samples_filtered = j.value("samples_filtered", uint64_t{0});
+  c.samples_duplicate = j.value("samples_duplicate", uint64_t{0});
   if (j.contains("filter") && j["filter"].is_object())
     for (int r = 0; r < kFilterReasonCount; ++r)
       c.filter.counts[static_cast<size_t>(r)] = j["filter"].value(filter_reason_name(static_cast<FilterReason>(r)),
@@ -193,6 +197,63 @@ struct ReadyBatch {
   Expected<PackedBatch> batch = out_of_range("not built");
   SlotPosition position;
   LoaderCounters counters;
+  // Online dedup: the epoch of the hashes below, and the image hashes this batch added to that epoch's seen set
+  // (the consumer's copy of the set follows the batches it hands out, so state() never sees the producer's future).
+  uint64_t dedup_epoch = 0;
+  std::vector<ImageContentHash> dedup_added;
+};
+
+// The image bytes a sample's hash is taken of (the first image field, as prepare_sample picks it); null if none.
+const std::vector<uint8_t>* image_bytes_of(const WebDatasetSample& s) {
+  for (const char* f : {"jpg", "jpeg", "png", "webp"})
+    if (const auto* b = s.get(f)) return b;
+  return nullptr;
+}
+
+// Per-epoch seen set of image hashes with its insertion log (the log is what state() saves).
+struct EpochSeenSet {
+  uint64_t epoch = 0;
+  std::vector<ImageContentHash> log;
+  std::unordered_set<ImageContentHash, ImageContentHashHasher> set;
+  void reset(uint64_t e) {
+    epoch = e;
+    log.clear();
+    set.clear();
+  }
+  bool insert(const ImageContentHash& h) {
+    if (!set.insert(h).second) return false;
+    log.push_back(h);
+    return true;
+  }
+  nlohmann::json to_json() const {
+    std::string hex;
+    hex.reserve(log.size() * 32);
+    char buf[40];
+    for (const auto& h : log) {
+      std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(h.hi),
+                    static_cast<unsigned long long>(h.lo));
+      hex += buf;
+    }
+    return {{"epoch", epoch}, {"hashes", hex}};
+  }
+  Status from_json(const nlohmann::json& j) {
+    if (!j.is_object() || !j.contains("hashes") || !j["hashes"].is_string())
+      return parse_error("loader state: \"dedup\" needs \"epoch\" and a \"hashes\" string");
+    const std::string& hex = j["hashes"].get_ref<const std::string&>();
+    if (hex.size() % 32 != 0) return parse_error("loader state: dedup hashes are not a multiple of 32 hex digits");
+    reset(j.value("epoch", uint64_t{0}));
+    for (size_t i = 0; i < hex.size(); i += 32) {
+      ImageContentHash h;
+      char* end = nullptr;
+      const std::string hi = hex.substr(i, 16), lo = hex.substr(i + 16, 16);
+      h.hi = std::strtoull(hi.c_str(), &end, 16);
+      if (end != hi.c_str() + 16) return parse_error("loader state: bad dedup hash '" + hex.substr(i, 32) + "'");
+      h.lo = std::strtoull(lo.c_str(), &end, 16);
+      if (end != lo.c_str() + 16) return parse_error("loader state: bad dedup hash '" + hex.substr(i, 32) + "'");
+      insert(h);
+    }
+    return Status();
+  }
 };
 
 }  // namespace
@@ -208,6 +269,8 @@ struct VlmBatchLoader::Impl {
   LoaderCounters consumed_counters;
   int batch_size = 0;
   uint64_t shards_broken_at_open = 0;  // found while counting samples (their good samples are still read)
+  EpochSeenSet seen;                   // online dedup, producer side (as of the last batch built)
+  EpochSeenSet consumed_seen;          // as of the last batch handed out (what state() saves)
 
   // Prefetching: a producer thread fills `ready` up to options.prefetch_batches.
   std::thread producer;
@@ -250,12 +313,29 @@ struct VlmBatchLoader::Impl {
       }
     }
     if (slots[0].index == 0 && slots[0].epoch > 0) ++counters.epochs_completed;
+    // Online exact dedup, in slot order (before the parallel decode), so the kept sample never depends on threads.
+    std::vector<bool> duplicate(slots.size(), false);
+    if (options.dedup_exact) {
+      for (size_t i = 0; i < slots.size(); ++i) {
+        if (!slots[i].ok) continue;
+        if (slots[i].epoch != seen.epoch) seen.reset(slots[i].epoch);
+        const std::vector<uint8_t>* img = image_bytes_of(slots[i].sample);
+        if (!img) continue;  // prepare_sample reports the missing image
+        const ImageContentHash h = content_hash(img->data(), img->size());
+        if (seen.insert(h)) {
+          out.dedup_added.push_back(h);
+        } else {
+          duplicate[i] = true;
+        }
+      }
+      out.dedup_epoch = seen.epoch;
+    }
     // Decode in parallel into indexed results: the batch never depends on the thread count.
     std::vector<std::optional<Expected<PreparedSample>>> prepared(slots.size());
     std::vector<SamplePart> failed(slots.size(), SamplePart::text);
     std::vector<std::optional<FilterReason>> verdicts(slots.size());
     auto work = [&](size_t i) {
-      if (!slots[i].ok) return;
+      if (!slots[i].ok || duplicate[i]) return;
       FilterReason verdict = FilterReason::pass;
       prepared[i] = prepare_sample(slots[i].sample, options, slots[i].global_index, &failed[i], &verdict);
       if (options.filters) verdicts[i] = verdict;
@@ -271,6 +351,10 @@ struct VlmBatchLoader::Impl {
       if (!slots[i].ok) {
         ++counters.samples_skipped;
         ++counters.bad_members;
+        continue;
+      }
+      if (duplicate[i]) {
+        ++counters.samples_duplicate;
         continue;
       }
       if (verdicts[i]) counters.filter.add(*verdicts[i]);
@@ -375,6 +459,11 @@ Expected<PackedBatch> VlmBatchLoader::next_batch(int batch_size) {
   if (b.batch.ok()) {
     impl_->consumed_position = b.position;
     impl_->consumed_counters = b.counters;
+    if (impl_->options.dedup_exact) {
+      EpochSeenSet& cs = impl_->consumed_seen;
+      if (b.dedup_epoch != cs.epoch) cs.reset(b.dedup_epoch);
+      for (const auto& h : b.dedup_added) cs.insert(h);
+    }
   }
   return std::move(b.batch);
 }
@@ -389,6 +478,7 @@ std::string VlmBatchLoader::state() const {
   j["rank"] = impl_->options.rank;
   j["world"] = impl_->options.world;
   j["counters"] = counters_json(impl_->consumed_counters);
+  if (impl_->options.dedup_exact) j["dedup"] = impl_->consumed_seen.to_json();
   return j.dump();
 }
 
@@ -404,6 +494,12 @@ Status VlmBatchLoader::restore(const std::string& state) {
   impl_->stop_producer();
   VLM_RETURN_IF_ERROR(impl_->open_stream(pos));
   impl_->consumed_position = pos;
+  impl_->seen.reset(0);
+  impl_->consumed_seen.reset(0);
+  if (impl_->options.dedup_exact && j.contains("dedup")) {
+    VLM_RETURN_IF_ERROR(impl_->seen.from_json(j["dedup"]));
+    VLM_RETURN_IF_ERROR(impl_->consumed_seen.from_json(j["dedup"]));
+  }
   impl_->counters = impl_->consumed_counters = j.contains("counters") ? counters_from_json(j["counters"])
                                                                       : LoaderCounters{};
   return Status();

@@ -42,6 +42,11 @@ struct VlmDataOptions {
   // pixels equal a full decode + resize (on, they equal Pillow's draft() + resize: faster for large photos).
   bool dct_scaling = false;
   std::optional<FilterConfig> filters;        // pre-decode sample filters (none when empty)
+  // Online exact dedup: a sample whose encoded image bytes equal an earlier sample's of the same epoch on this rank
+  // is dropped (counted in samples_duplicate). Per rank and per epoch (epochs repeat the data by design; duplicates
+  // across ranks are what `vlm data dedup` is for). The epoch's hashes are part of state() (16 bytes per sample
+  // seen), so a resumed run drops exactly what the uninterrupted run would have.
+  bool dedup_exact = false;
   float mean[3] = {0.5f, 0.5f, 0.5f};
   float std[3] = {0.5f, 0.5f, 0.5f};
   int image_tokens = 16;     // placeholders per image
@@ -73,7 +78,8 @@ struct LoaderCounters {
   uint64_t slots = 0;               // samples this rank was assigned so far
   uint64_t samples_ok = 0;
   uint64_t samples_skipped = 0;     // bad samples, any reason below (filtered samples are not counted here)
-  uint64_t samples_filtered = 0;    // rejected by VlmDataOptions::filters (slots = ok + skipped + filtered)
+  uint64_t samples_filtered = 0;    // rejected by VlmDataOptions::filters (slots = ok + skipped + filtered + dup)
+  uint64_t samples_duplicate = 0;   // dropped by dedup_exact (same image bytes earlier in the epoch)
   uint64_t bad_images = 0;
   uint64_t bad_text = 0;            // missing/invalid json or txt
   uint64_t bad_members = 0;         // malformed tar groups and samples of broken or unreadable shards

@@ -31,6 +31,7 @@ void add_run_options(OptionSet& o, RunConfig& c) {
   o.add("data.max_pixels", &d.max_pixels, "skip source images with more pixels (decompression bombs)",
         positive<int64_t>());
   o.add("data.dct_scaling", &d.dct_scaling, "decode large JPEGs at 1/2..1/8 scale in the DCT domain (Pillow draft())");
+  o.add("data.dedup_exact", &d.dedup_exact, "drop samples whose image bytes already appeared this epoch (online)");
   DataFilterConfig& f = c.filter;
   o.add("filter.min_side", &f.min_side, "drop images whose shorter side is below this (0 = off)", non_negative<int>());
   o.add("filter.max_aspect_ratio", &f.max_aspect_ratio, "drop images with max(w,h)/min(w,h) above this (0 = off)",

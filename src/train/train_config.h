@@ -29,6 +29,7 @@ struct DataConfig {
   std::string resize_mode = "center_crop";  // center_crop | border_pad | random_resized_crop (train only)
   int64_t max_pixels = 64ll << 20;        // source images larger than this are skipped from the header (bombs)
   bool dct_scaling = false;               // JPEG decoded at 1/2..1/8 scale when the output needs no more
+  bool dedup_exact = false;               // drop samples whose image bytes repeat within the epoch (per rank)
 };
 
 // Pre-decode sample filters (data/filters.h); every value's default disables its check. Counters per reason land

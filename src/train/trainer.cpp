@@ -62,6 +62,7 @@ Expected<VlmDataOptions> make_data_options(const RunConfig& c, const std::string
   d.resize_mode = for_eval ? "center_crop" : c.data.resize_mode;
   d.max_pixels = static_cast<uint64_t>(c.data.max_pixels);
   d.dct_scaling = c.data.dct_scaling;
+  d.dedup_exact = c.data.dedup_exact && !for_eval;
   if (c.filter.any() && !for_eval) {
     const DataFilterConfig& f = c.filter;
     FilterConfig fc;
@@ -267,6 +268,7 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
       rec.add("target_tokens", static_cast<double>(target_tokens));
       rec.add("samples_skipped", static_cast<double>(lc.samples_skipped));
       rec.add("samples_filtered", static_cast<double>(lc.samples_filtered));  // dropped by data filters
+      if (c.data.dedup_exact) rec.add("samples_duplicate", static_cast<double>(lc.samples_duplicate));
       for (int r = 1; r < kFilterReasonCount; ++r)  // and why (reasons seen so far; 0 = pass)
         if (const uint64_t n = lc.filter.counts[static_cast<size_t>(r)])
           rec.add(std::string("filtered_") + filter_reason_name(static_cast<FilterReason>(r)), static_cast<double>(n));
