@@ -64,7 +64,7 @@ std::vector<std::vector<int32_t>> generate_greedy(VlmModel& model, const Tensor&
     Tensor active_image_tokens;
     if (!image_rows.empty()) {
       in.image_rows = i32(image_rows);
-      active_image_tokens = Tensor::empty({static_cast<int64_t>(image_rows.size()), hidden}, DType::f32, dev);
+      active_image_tokens = Tensor::empty({static_cast<int64_t>(image_rows.size()), hidden}, image_tokens.dtype(), dev);
       ops::gather_rows(active_image_tokens, image_tokens, i32(image_src));
     }
     Tensor logits = model.logits_at_rows(in, active_image_tokens, i32(last_rows)).to(Device::cpu());

@@ -7,7 +7,10 @@
 
 namespace vlm {
 
-Tensor new_like(const Shape& shape, const Tensor& like) { return Tensor::empty(shape, DType::f32, like.device()); }
+Tensor new_like(const Shape& shape, const Tensor& like) { return Tensor::empty(shape, like.dtype(), like.device()); }
+Tensor new_f32_like(const Shape& shape, const Tensor& like) {
+  return Tensor::empty(shape, DType::f32, like.device());
+}
 
 namespace {
 // The gradient slot of a parameter, or an undefined tensor when it is frozen (ops then skip it).
@@ -24,14 +27,14 @@ Linear Linear::create(ParameterStore& store, const std::string& prefix, ParamGro
 
 Tensor Linear::forward(const Tensor& x) const {
   Tensor y = new_like({x.dim(0), w->value.dim(0)}, x);
-  ops::linear_forward(y, x, w->value, b ? b->value : Tensor());
+  ops::linear_forward(y, x, w->weight(), b ? b->weight() : Tensor());
   return y;
 }
 
 Tensor Linear::backward(const Tensor& dy, const Tensor& x, bool need_dx) const {
   Tensor dx = need_dx ? new_like({x.dim(0), w->value.dim(1)}, x) : Tensor();
   Tensor dw = grad_of(w), db = grad_of(b);
-  ops::linear_backward(dx, dw, db, dy, x, w->value);
+  ops::linear_backward(dx, dw, db, dy, x, w->weight());
   return dx;
 }
 
@@ -46,16 +49,16 @@ LayerNorm LayerNorm::create(ParameterStore& store, const std::string& prefix, Pa
 
 Tensor LayerNorm::forward(const Tensor& x, Saved& saved) const {
   Tensor y = new_like(x.shape(), x);
-  saved.mean = new_like({x.dim(0)}, x);
-  saved.rstd = new_like({x.dim(0)}, x);
-  ops::layernorm_forward(y, saved.mean, saved.rstd, x, w->value, b->value, eps);
+  saved.mean = new_f32_like({x.dim(0)}, x);
+  saved.rstd = new_f32_like({x.dim(0)}, x);
+  ops::layernorm_forward(y, saved.mean, saved.rstd, x, w->weight(), b->weight(), eps);
   return y;
 }
 
 Tensor LayerNorm::backward(const Tensor& dy, const Tensor& x, const Saved& saved) const {
   Tensor dx = new_like(x.shape(), x);
   Tensor dw = grad_of(w), db = grad_of(b);
-  ops::layernorm_backward(dx, dw, db, dy, x, w->value, saved.mean, saved.rstd);
+  ops::layernorm_backward(dx, dw, db, dy, x, w->weight(), saved.mean, saved.rstd);
   return dx;
 }
 
@@ -69,15 +72,15 @@ RMSNorm RMSNorm::create(ParameterStore& store, const std::string& prefix, ParamG
 
 Tensor RMSNorm::forward(const Tensor& x, Saved& saved) const {
   Tensor y = new_like(x.shape(), x);
-  saved.rstd = new_like({x.dim(0)}, x);
-  ops::rmsnorm_forward(y, saved.rstd, x, w->value, eps);
+  saved.rstd = new_f32_like({x.dim(0)}, x);
+  ops::rmsnorm_forward(y, saved.rstd, x, w->weight(), eps);
   return y;
 }
 
 Tensor RMSNorm::backward(const Tensor& dy, const Tensor& x, const Saved& saved) const {
   Tensor dx = new_like(x.shape(), x);
   Tensor dw = grad_of(w);
-  ops::rmsnorm_backward(dx, dw, dy, x, w->value, saved.rstd);
+  ops::rmsnorm_backward(dx, dw, dy, x, w->weight(), saved.rstd);
   return dx;
 }
 
@@ -104,7 +107,7 @@ Tensor SelfAttention::forward(const Tensor& x, const SeqInfo& seq, Saved& s) con
     ops::rope_forward(s.k, seq.positions, shape.rope_theta);
   }
   s.out = new_like({T, H, D}, x);
-  s.lse = new_like({H, T}, x);
+  s.lse = new_f32_like({H, T}, x);
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   ops::attention_forward(s.out, s.lse, s.q, s.k, s.v, seq.cu_seqlens, seq.cu_seqlens, seq.max_seqlen, seq.max_seqlen,
                          scale, shape.causal);

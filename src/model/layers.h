@@ -1,5 +1,6 @@
 // Building blocks with explicit forward/backward: Linear, LayerNorm, RMSNorm and multi-head self-attention
-// (GQA, optional RoPE, causal or not) over packed variable-length sequences.
+// (GQA, optional RoPE, causal or not) over packed variable-length sequences. They read each parameter's weight()
+// (the compute copy in bf16 mode) and allocate activations in the dtype of their input.
 // Gradient contract for every backward here: returns the input gradient (fresh tensor, "overwrite"), and
 // ACCUMULATES (+=) into the grads of its parameters when they are trainable (frozen ones are left untouched).
 #pragma once
@@ -78,7 +79,10 @@ struct SelfAttention {
   Tensor backward(const Tensor& dy, const Tensor& x, const SeqInfo& seq, const Saved& saved) const;
 };
 
-// A new f32 tensor on the device of `like`.
+// A new tensor with the dtype and device of `like`: activations and their gradients, which share the compute
+// dtype of the weights (f32, or bf16 in bf16 mode).
 Tensor new_like(const Shape& shape, const Tensor& like);
+// A new f32 tensor on the device of `like`: statistics (norm mean/rstd, attention lse, losses) in every mode.
+Tensor new_f32_like(const Shape& shape, const Tensor& like);
 
 }  // namespace vlm

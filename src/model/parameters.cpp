@@ -22,11 +22,30 @@ Expected<ParamGroup> parse_param_group(const std::string& name) {
   return invalid_argument("unknown model part '" + name + "' (vision, projector, text)");
 }
 
+void Param::sync_compute() {
+  if (compute.defined()) ops::cast(compute, value);
+}
+
+void ParameterStore::set_compute_dtype(DType dtype) {
+  VLM_CHECK(dtype == DType::f32 || dtype == DType::bf16, "parameters: compute dtype ", dtype_name(dtype),
+            " is not supported (f32 or bf16)");
+  compute_dtype_ = dtype;
+  for (auto& p : params_) {
+    p.compute = dtype == DType::f32 ? Tensor() : Tensor::empty(p.value.shape(), dtype, p.value.device());
+    p.sync_compute();
+  }
+}
+
+void ParameterStore::sync_compute() {
+  for (auto& p : params_) p.sync_compute();
+}
+
 Param* ParameterStore::add(const std::string& name, ParamGroup group, const Shape& shape, bool decay, Device device) {
   VLM_CHECK(!by_name_.count(name), "parameter '", name, "' added twice");
   params_.push_back(Param{name, group, Tensor::zeros(shape, DType::f32, device), Tensor::zeros(shape, DType::f32, device),
-                          decay, true});
+                          decay, true, Tensor()});
   Param* p = &params_.back();
+  if (compute_dtype_ != DType::f32) p->compute = Tensor::zeros(shape, compute_dtype_, device);
   by_name_[name] = p;
   return p;
 }
@@ -44,6 +63,12 @@ int64_t ParameterStore::numel(bool trainable_only) const {
   int64_t n = 0;
   for (const auto& p : params_)
     if (!trainable_only || p.trainable) n += p.value.numel();
+  return n;
+}
+
+uint64_t ParameterStore::grad_bytes() const {
+  uint64_t n = 0;
+  for (const auto& p : params_) n += p.grad.nbytes();
   return n;
 }
 
@@ -77,6 +102,7 @@ void ParameterStore::init_normal(uint64_t seed, float std) {
     p.value.copy_from(host);
     ++index;
   }
+  sync_compute();
 }
 
 Status ParameterStore::save(const std::string& path, const std::map<std::string, std::string>& metadata) const {
@@ -106,6 +132,7 @@ Status ParameterStore::load(const std::string& path, bool allow_missing) {
     if (!by_name_.count(name) && !allow_missing)
       return invalid_argument(path + ": tensor '" + name + "' does not belong to this model");
   if (missing) VLM_WARN(path, ": ", missing, " parameters missing, kept their initial values");
+  sync_compute();
   return Status();
 }
 

@@ -1,5 +1,7 @@
 // Named model parameters (Hugging Face tensor names) with their gradients, grouped by model part so the trainer
-// can freeze parts and give them their own learning rates.
+// can freeze parts and give them their own learning rates. Precision: every parameter keeps f32 master weights and
+// an f32 gradient; in bf16 mode (the store's compute dtype is bf16, CUDA only) it also holds a bf16 `compute` copy
+// that the forward/backward ops read, refreshed by the optimizer step (adamw with param_bf16) and by sync_compute().
 #pragma once
 
 #include <deque>
@@ -21,13 +23,26 @@ struct Param {
   std::string name;   // e.g. "model.text_model.layers.0.self_attn.q_proj.weight"
   ParamGroup group;
   Tensor value;       // f32 master weights
-  Tensor grad;        // same shape; accumulated by backward passes
+  Tensor grad;        // f32, same shape; accumulated by backward passes
   bool decay = true;  // weight decay applies (false for norms, biases and embeddings of positions)
   bool trainable = true;
+  Tensor compute;     // bf16 copy of `value` in bf16 mode; undefined in fp32 mode
+
+  // The weights the ops read: the compute copy when there is one, else the master weights.
+  const Tensor& weight() const { return compute.defined() ? compute : value; }
+  // compute = value rounded to the compute dtype (no-op in fp32 mode). Call after writing `value` directly.
+  void sync_compute();
 };
 
 class ParameterStore {
  public:
+  // f32 (default) or bf16: the dtype of the weights the ops read, and so of every activation of the model. bf16
+  // allocates the compute copies of the existing parameters (and of those added later) and fills them.
+  void set_compute_dtype(DType dtype);
+  DType compute_dtype() const { return compute_dtype_; }
+  // Refreshes every compute copy from its master weights (after init or load; both call it themselves).
+  void sync_compute();
+
   // Creates a parameter; pointers stay valid for the store's lifetime.
   Param* add(const std::string& name, ParamGroup group, const Shape& shape, bool decay, Device device);
   Param* find(const std::string& name);
@@ -35,6 +50,7 @@ class ParameterStore {
   std::deque<Param>& all() { return params_; }
   const std::deque<Param>& all() const { return params_; }
   int64_t numel(bool trainable_only = false) const;
+  uint64_t grad_bytes() const;  // bytes held by the gradients
 
   void zero_grads();
   // Initialization: weights ~ N(0, std^2) from one Philox stream per parameter (seeded by (seed, index)), so the
@@ -43,13 +59,15 @@ class ParameterStore {
 
   // Model weights as safetensors with the parameters' names. Shared (tied) tensors are written once.
   Status save(const std::string& path, const std::map<std::string, std::string>& metadata = {}) const;
-  // Loads values by name. Missing or extra names and shape mismatches are errors naming the tensor, unless
-  // `allow_missing` (then missing ones keep their current values; the count is logged).
+  // Loads values by name (then refreshes the compute copies). Missing or extra names and shape mismatches are
+  // errors naming the tensor, unless `allow_missing` (then missing ones keep their current values; the count is
+  // logged).
   Status load(const std::string& path, bool allow_missing = false);
 
  private:
   std::deque<Param> params_;
   std::map<std::string, Param*> by_name_;
+  DType compute_dtype_ = DType::f32;
 };
 
 }  // namespace vlm

@@ -30,8 +30,8 @@ TextDecoder::TextDecoder(ParameterStore& store, const TextConfig& c, Device devi
 }
 
 Tensor TextDecoder::embed(const Tensor& tokens) const {
-  Tensor x = new_like({tokens.dim(0), config_.hidden}, embed_->value);
-  ops::embedding_forward(x, embed_->value, tokens);
+  Tensor x = new_like({tokens.dim(0), config_.hidden}, embed_->weight());
+  ops::embedding_forward(x, embed_->weight(), tokens);
   return x;
 }
 

@@ -28,7 +28,14 @@ VisionTransformer::VisionTransformer(ParameterStore& store, const VisionConfig& 
   post_ln_ = LayerNorm::create(store, root + "post_layernorm", g, c.hidden, c.ln_eps, device);
 }
 
-Tensor VisionTransformer::forward(const Tensor& images, Saved& s) const {
+Tensor VisionTransformer::forward(const Tensor& images_in, Saved& s) const {
+  // Images arrive f32 (loader, eval); in bf16 mode they are cast once, on the device, to the compute dtype.
+  const DType dt = patch_w_->weight().dtype();
+  Tensor images = images_in;
+  if (images.dtype() != dt) {
+    images = Tensor::empty(images_in.shape(), dt, images_in.device());
+    ops::cast(images, images_in);
+  }
   const int64_t N = images.dim(0);
   const int P = config_.n_patches(), D = config_.hidden;
   const int64_t T = N * P;
@@ -36,8 +43,8 @@ Tensor VisionTransformer::forward(const Tensor& images, Saved& s) const {
   s.patches = new_like({T, K}, images);
   ops::image_to_patches(s.patches, images, config_.patch_size);
   Tensor x = new_like({T, D}, images);
-  ops::linear_forward(x, s.patches, patch_w_->value.view({D, K}), patch_b_->value);
-  ops::add_rows_broadcast(x, pos_->value);
+  ops::linear_forward(x, s.patches, patch_w_->weight().view({D, K}), patch_b_->weight());
+  ops::add_rows_broadcast(x, pos_->weight());
 
   // Every image is one sequence of P patches.
   std::vector<int32_t> cu(static_cast<size_t>(N + 1));
@@ -90,7 +97,7 @@ void VisionTransformer::backward(const Tensor& dfeatures, const Saved& s) const 
   Tensor no_dx;
   Tensor dw = patch_w_->trainable ? patch_w_->grad.view({D, K}) : Tensor();
   Tensor db = patch_b_->trainable ? patch_b_->grad : Tensor();
-  ops::linear_backward(no_dx, dw, db, dx, s.patches, patch_w_->value.view({D, K}));
+  ops::linear_backward(no_dx, dw, db, dx, s.patches, patch_w_->weight().view({D, K}));
 }
 
 void VisionTransformer::init_position_embedding_sincos(float scale) {
@@ -116,6 +123,7 @@ void VisionTransformer::init_position_embedding_sincos(float scale) {
   const float k = ss > 0 ? static_cast<float>(scale / std::sqrt(ss / static_cast<double>(host.numel()))) : 0.f;
   for (int64_t i = 0; i < host.numel(); ++i) e[i] *= k;
   pos_->value.copy_from(host);
+  pos_->sync_compute();
 }
 
 }  // namespace vlm

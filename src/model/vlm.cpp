@@ -1,12 +1,17 @@
 // VlmModel: composition of the parts, the loss, and the pieces generation needs.
 #include "model/vlm.h"
 
+#include <algorithm>
+
 #include "kernels/ops.h"
 
 namespace vlm {
 
 namespace {
 constexpr int kIgnore = -100;
+// Logits elements per LM-head chunk (64 MiB in bf16): all rows at once for small vocabularies, a few hundred rows
+// of a 49k vocabulary.
+constexpr int64_t kLmHeadChunkElements = int64_t{1} << 25;
 
 bool group_trainable(const ParameterStore& store, ParamGroup g) {
   for (const auto& p : store.all())
@@ -17,8 +22,13 @@ bool group_trainable(const ParameterStore& store, ParamGroup g) {
 SeqInfo seq_info(const VlmInputs& in) { return SeqInfo{in.cu_seqlens, in.max_seqlen, in.positions}; }
 }  // namespace
 
-VlmModel::VlmModel(const ModelConfig& config, Device device) : config_(config), device_(device) {
+VlmModel::VlmModel(const ModelConfig& config, Device device, DType compute_dtype)
+    : config_(config), device_(device) {
   VLM_CHECK(validate_model_config(config).ok(), validate_model_config(config).message());
+  VLM_CHECK(compute_dtype == DType::f32 || (compute_dtype == DType::bf16 && device.is_cuda()),
+            "VlmModel: compute dtype ", dtype_name(compute_dtype), " on ", device.to_string(),
+            " is not supported (f32 anywhere, bf16 on cuda)");
+  params_.set_compute_dtype(compute_dtype);  // before the parts add their parameters: they get compute copies
   vision_ = std::make_unique<VisionTransformer>(params_, config.vision, device);
   projector_ = std::make_unique<Projector>(params_, config, device);
   text_ = std::make_unique<TextDecoder>(params_, config.text, device);
@@ -45,15 +55,26 @@ Tensor VlmModel::encode_images(const Tensor& images) {
   return projector_->forward(vision_->forward(images, vs), ps);
 }
 
-StepLoss VlmModel::loss_at_targets(const Tensor& hidden, const VlmInputs& in, Tensor* hsel, Tensor* logits) const {
+StepLoss VlmModel::loss_at_targets(const Tensor& hidden, const VlmInputs& in, float dloss, Tensor* dhidden) const {
   StepLoss out;
   const int64_t R = in.loss_rows.numel();
   if (R == 0) return out;
-  *hsel = new_like({R, hidden.dim(1)}, hidden);
-  ops::gather_rows(*hsel, hidden, in.loss_rows);
-  *logits = text_->lm_head().forward(*hsel);
-  Tensor losses = new_like({R}, hidden);
-  ops::cross_entropy_forward(losses, *logits, in.loss_targets, kIgnore);
+  const int64_t C = hidden.dim(1);
+  Tensor hsel = new_like({R, C}, hidden);
+  ops::gather_rows(hsel, hidden, in.loss_rows);
+  const Param* w = text_->lm_head().w;
+  Tensor losses = new_f32_like({R}, hidden);
+  Tensor dhsel, dw;
+  if (dhidden) {
+    dhsel = new_like({R, C}, hidden);
+    if (w->trainable) dw = w->grad;
+  }
+  const int64_t chunk_rows = std::max<int64_t>(1, kLmHeadChunkElements / w->value.dim(0));
+  ops::lm_head_cross_entropy(losses, dhsel, dw, hsel, w->weight(), in.loss_targets, dloss, kIgnore, chunk_rows);
+  if (dhidden) {
+    *dhidden = Tensor::zeros(hidden.shape(), hidden.dtype(), hidden.device());
+    ops::scatter_rows(*dhidden, dhsel, in.loss_rows);
+  }
   Tensor host = losses.to(Device::cpu());
   for (int64_t i = 0; i < R; ++i) out.loss_sum += host.data<float>()[i];
   out.tokens = R;
@@ -65,8 +86,7 @@ StepLoss VlmModel::forward_loss(const VlmInputs& in) {
   Tensor x0 = embed_with_images(in, image_tokens);
   TextDecoder::Saved ts;
   Tensor hidden = text_->forward(x0, seq_info(in), ts);
-  Tensor hsel, logits;
-  return loss_at_targets(hidden, in, &hsel, &logits);
+  return loss_at_targets(hidden, in, 0.f, nullptr);
 }
 
 StepLoss VlmModel::forward_backward(const VlmInputs& in, float grad_scale) {
@@ -86,22 +106,17 @@ StepLoss VlmModel::forward_backward(const VlmInputs& in, float grad_scale) {
   const SeqInfo seq = seq_info(in);
   Tensor hidden = text_->forward(x0, seq, ts);
 
-  Tensor hsel, logits;
-  const StepLoss out = loss_at_targets(hidden, in, &hsel, &logits);
+  Tensor dhidden;  // the LM head's backward runs inside the chunked loss
+  const StepLoss out = loss_at_targets(hidden, in, grad_scale, &dhidden);
   if (out.tokens == 0) return out;
 
-  // Backward. dlogits overwrites logits (they are not needed any more).
-  ops::cross_entropy_backward(logits, logits, in.loss_targets, grad_scale, kIgnore);
-  Tensor dhsel = text_->lm_head().backward(logits, hsel, true);
-  Tensor dhidden = Tensor::zeros(hidden.shape(), DType::f32, hidden.device());
-  ops::scatter_rows(dhidden, dhsel, in.loss_rows);
   Tensor dx0 = text_->backward(dhidden, seq, ts);
   Tensor dimage;
   if (has_images) {
     dimage = new_like({in.image_rows.numel(), dx0.dim(1)}, dx0);
     ops::gather_rows(dimage, dx0, in.image_rows);
     // The placeholder embeddings were replaced in the forward: they get no gradient.
-    Tensor zeros = Tensor::zeros(dimage.shape(), DType::f32, dx0.device());
+    Tensor zeros = Tensor::zeros(dimage.shape(), dx0.dtype(), dx0.device());
     ops::scatter_rows(dx0, zeros, in.image_rows);
   }
   text_->embed_backward(dx0, in.tokens);
@@ -118,7 +133,11 @@ Tensor VlmModel::logits_at_rows(const VlmInputs& in, const Tensor& image_tokens,
   Tensor hidden = text_->forward(x0, seq_info(in), ts);
   Tensor hsel = new_like({rows.numel(), hidden.dim(1)}, hidden);
   ops::gather_rows(hsel, hidden, rows);
-  return text_->lm_head().forward(hsel);
+  Tensor logits = text_->lm_head().forward(hsel);
+  if (logits.dtype() == DType::f32) return logits;
+  Tensor logits_f32 = new_f32_like(logits.shape(), logits);
+  ops::cast(logits_f32, logits);
+  return logits_f32;
 }
 
 }  // namespace vlm

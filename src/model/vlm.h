@@ -1,5 +1,7 @@
 // The VLM: vision transformer -> projector -> image tokens spliced into the text embeddings at the rows of the
-// `<image>` placeholders -> Llama decoder -> LM head and cross-entropy on the target rows only.
+// `<image>` placeholders -> Llama decoder -> LM head and cross-entropy on the target rows only (chunked, so the
+// [rows x vocab] logits never exist at once). Precision: the compute dtype (f32, or bf16 on CUDA) is the dtype of
+// the weights the ops read and of every activation; master weights, gradients, statistics and losses stay f32.
 #pragma once
 
 #include <memory>
@@ -15,7 +17,7 @@ namespace vlm {
 
 // One packed batch on the model's device. Sequences lie back to back in `tokens`.
 struct VlmInputs {
-  Tensor images;        // f32 [N, C, H, W], normalized; N may be 0
+  Tensor images;        // f32 (or the compute dtype) [N, C, H, W], normalized; N may be 0
   Tensor tokens;        // i32 [T]; rows in image_rows hold the placeholder id (their embedding is replaced)
   Tensor positions;     // i32 [T] position within the sequence
   Tensor cu_seqlens;    // i32 [B+1]
@@ -33,7 +35,8 @@ struct StepLoss {
 
 class VlmModel {
  public:
-  VlmModel(const ModelConfig& config, Device device);
+  // compute_dtype: f32 (default) or bf16 (CUDA only: the CPU backend computes in f32 and aborts on bf16).
+  VlmModel(const ModelConfig& config, Device device, DType compute_dtype = DType::f32);
 
   // Random init: every weight N(0, init_std^2) from Philox(seed), norms 1, biases 0, and the vision position
   // embeddings 2-D sine-cosine (model.vision.pos_init_scale rms; 0 keeps them random).
@@ -43,6 +46,7 @@ class VlmModel {
   const ParameterStore& params() const { return params_; }
   const ModelConfig& config() const { return config_; }
   Device device() const { return device_; }
+  DType compute_dtype() const { return params_.compute_dtype(); }
 
   // Forward + backward. Parameter grads += d(loss_sum * grad_scale)/dθ, where loss_sum is the sum of the per-token
   // losses (so grad_scale = 1 / total target tokens of the optimizer step gives a mean). Returns the loss sum.
@@ -50,15 +54,17 @@ class VlmModel {
   // Forward only.
   StepLoss forward_loss(const VlmInputs& in);
 
-  // Image tokens for generation: images [N, C, H, W] -> [N * image_tokens, text hidden].
+  // Image tokens for generation: images [N, C, H, W] -> [N * image_tokens, text hidden] in the compute dtype.
   Tensor encode_images(const Tensor& images);
-  // Logits [R, V] at `rows` (i32 [R]) for packed tokens whose image rows are filled from `image_tokens`.
+  // Logits [R, V] at `rows` (i32 [R]) for packed tokens whose image rows are filled from `image_tokens`. Always
+  // f32 (bf16 logits are cast on the device), ready for a host copy.
   Tensor logits_at_rows(const VlmInputs& in, const Tensor& image_tokens, const Tensor& rows);
 
  private:
   Tensor embed_with_images(const VlmInputs& in, const Tensor& image_tokens) const;
-  // Cross-entropy at the target rows of the final hidden states; hands back the gathered rows and their logits.
-  StepLoss loss_at_targets(const Tensor& hidden, const VlmInputs& in, Tensor* hsel, Tensor* logits) const;
+  // LM head + cross-entropy at the target rows of the final hidden states. With `dhidden`, also the backward:
+  // *dhidden = d(loss_sum * dloss)/d(hidden) (zero on other rows) and the LM head's weight gradient (+=).
+  StepLoss loss_at_targets(const Tensor& hidden, const VlmInputs& in, float dloss, Tensor* dhidden) const;
 
   ModelConfig config_;
   Device device_;

@@ -1,6 +1,7 @@
 // AdamW and the learning-rate schedule.
 #include "train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/safetensors.h"
@@ -14,6 +15,20 @@ AdamW::AdamW(ParameterStore& params, const AdamWConfig& config) : params_(params
     states_.push_back({&p, Tensor::zeros(p.value.shape(), DType::f32, p.value.device()),
                        Tensor::zeros(p.value.shape(), DType::f32, p.value.device())});
   }
+  for (const State& s : states_) {
+    auto set = std::find_if(update_sets_.begin(), update_sets_.end(), [&](const UpdateSet& u) {
+      return u.group == s.param->group && u.decay == s.param->decay;
+    });
+    if (set == update_sets_.end()) set = update_sets_.insert(update_sets_.end(), {s.param->group, s.param->decay, {}});
+    // Tensors are shared handles: the set sees the same memory as states_ and the store.
+    set->tensors.push_back({s.param->value, s.param->grad, s.m, s.v, s.param->compute});
+  }
+}
+
+uint64_t AdamW::state_bytes() const {
+  uint64_t n = 0;
+  for (const auto& s : states_) n += s.m.nbytes() + s.v.nbytes();
+  return n;
 }
 
 double AdamW::grad_norm() const {
@@ -27,8 +42,8 @@ double AdamW::step(float lr) {
   const double norm = grad_norm();
   float clip = 1.f;
   if (config_.grad_clip > 0 && norm > config_.grad_clip) clip = static_cast<float>(config_.grad_clip / (norm + 1e-6));
-  for (auto& s : states_) {
-    auto it = config_.lr_scale.find(s.param->group);
+  for (const UpdateSet& set : update_sets_) {
+    auto it = config_.lr_scale.find(set.group);
     const float scale = it == config_.lr_scale.end() ? 1.f : it->second;
     if (scale == 0.f) continue;
     ops::AdamWParams p;
@@ -36,10 +51,10 @@ double AdamW::step(float lr) {
     p.beta1 = config_.beta1;
     p.beta2 = config_.beta2;
     p.eps = config_.eps;
-    p.weight_decay = s.param->decay ? config_.weight_decay : 0.f;
+    p.weight_decay = set.decay ? config_.weight_decay : 0.f;
     p.step = step_;
     p.grad_scale = clip;
-    ops::adamw_step(s.param->value, s.param->grad, s.m, s.v, p);
+    ops::adamw_step_multi(set.tensors, p);
   }
   return norm;
 }

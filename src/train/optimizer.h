@@ -1,11 +1,13 @@
-// AdamW over a ParameterStore: fp32 master weights (the params themselves on the CPU), fp32 first and second
-// moments, per-part learning-rate multipliers, frozen parts skipped, global-norm gradient clipping.
+// AdamW over a ParameterStore: fp32 master weights, fp32 first and second moments, per-part learning-rate
+// multipliers, frozen parts skipped, global-norm gradient clipping. One step is a few multi-tensor launches (one
+// per model part and weight-decay setting), which in bf16 mode also refresh the parameters' bf16 compute copies.
 #pragma once
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "model/parameters.h"
 
 namespace vlm {
@@ -25,6 +27,8 @@ class AdamW {
   // One update with learning rate `lr`; returns the pre-clip gradient norm. Increments the step count.
   double step(float lr);
   int64_t steps_taken() const { return step_; }
+  // Bytes held by the moments (m and v of every trainable parameter).
+  uint64_t state_bytes() const;
 
   // Moments as safetensors ("<param>.exp_avg", "<param>.exp_avg_sq") with the step count in the metadata.
   Status save(const std::string& path) const;
@@ -38,6 +42,14 @@ class AdamW {
   ParameterStore& params_;
   AdamWConfig config_;
   std::vector<State> states_;  // trainable params only
+  // states_ split by (model part, weight decay): each set shares its AdamW hyperparameters and is one
+  // adamw_step_multi call.
+  struct UpdateSet {
+    ParamGroup group;
+    bool decay;
+    std::vector<ops::AdamWTensors> tensors;
+  };
+  std::vector<UpdateSet> update_sets_;
   int64_t step_ = 0;
 };
 

@@ -70,6 +70,8 @@ void add_run_options(OptionSet& o, RunConfig& c) {
         }));
   o.add("train.seed", &t.seed, "seed of the init and the data order", non_negative<int64_t>());
   o.add("train.device", &t.device, "cpu or cuda[:N]");
+  o.add("train.precision", &t.precision, "fp32, or bf16 weights/activations with fp32 master weights (cuda only)",
+        one_of({"fp32", "bf16"}));
   o.add("train.threads", &t.threads, "CPU threads (0 = all cores)", non_negative<int>());
   o.add("train.log_every", &t.log_every, "steps between metric records", positive<int64_t>());
   o.add("train.ckpt_every", &t.ckpt_every, "steps between checkpoints (0 = final only)", non_negative<int64_t>());
@@ -107,8 +109,21 @@ Expected<RunConfig> load_run_config(const std::string& path, const std::vector<s
   if (config.data.image_mean.size() != 3 || config.data.image_std.size() != 3)
     return invalid_argument((path.empty() ? std::string("config") : path) +
                             ": data.image_mean and data.image_std need 3 values");
+  VLM_RETURN_IF_ERROR(training_compute_dtype(config.train).status().with_context(path.empty() ? "config" : path));
   if (resolved_toml) *resolved_toml = options.to_toml();
   return config;
+}
+
+Expected<DType> training_compute_dtype(const OptimConfig& t) {
+  if (t.precision == "fp32") return DType::f32;
+  if (t.precision != "bf16")
+    return invalid_argument("train.precision: '" + t.precision + "' is not one of fp32, bf16");
+  Expected<Device> device = parse_device(t.device);
+  if (!device.ok()) return device.status().with_context("train.device");
+  if (!device->is_cuda())
+    return invalid_argument("train.precision = \"bf16\" needs train.device = cuda[:N] (got \"" + t.device +
+                            "\"): the CPU backend computes in fp32 only");
+  return DType::bf16;
 }
 
 }  // namespace vlm

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+#include "core/dtype.h"
 #include "core/options.h"
 #include "model/model_config.h"
 
@@ -68,6 +70,7 @@ struct OptimConfig {
   std::vector<std::string> freeze;        // parts not trained: vision, projector, text
   int64_t seed = 1234;
   std::string device = "cpu";
+  std::string precision = "fp32";         // fp32 | bf16 (bf16 weights/activations, fp32 master + moments; cuda only)
   int threads = 0;                        // CPU threads (0 = all cores)
   int64_t log_every = 1;
   int64_t ckpt_every = 200;               // 0 disables periodic checkpoints (a final one is always written)
@@ -95,5 +98,8 @@ void add_run_options(OptionSet& options, RunConfig& config);
 // `preset_from_file` handles "model.preset" so the preset's values sit below the file's own values.
 Expected<RunConfig> load_run_config(const std::string& path, const std::vector<std::string>& overrides,
                                     std::string* resolved_toml = nullptr);
+// The model's compute dtype for train.precision on train.device: f32 for "fp32", bf16 for "bf16" on cuda; an error
+// naming both options otherwise (the CPU backend computes in fp32 only).
+Expected<DType> training_compute_dtype(const OptimConfig& train);
 
 }  // namespace vlm

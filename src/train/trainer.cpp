@@ -15,6 +15,7 @@
 #include "track/metrics.h"
 #include "track/run_dir.h"
 #include "train/checkpoint.h"
+#include "train/memory_report.h"
 #include "train/optimizer.h"
 
 namespace vlm {
@@ -149,6 +150,7 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     openblas_set_num_threads(c.train.threads);
   }
   VLM_ASSIGN_OR_RETURN(Device device, parse_device(c.train.device));
+  VLM_ASSIGN_OR_RETURN(DType compute_dtype, training_compute_dtype(c.train));
   if (c.data.tokenizer.empty()) return invalid_argument("data.tokenizer: no tokenizer.json given");
   VLM_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::load(c.data.tokenizer));
   if (tokenizer.vocab_size() > c.model.text.vocab_size)
@@ -171,7 +173,7 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
   VLM_RETURN_IF_ERROR(write_run_info(o.run_dir, o.argv));
 
   // Model and optimizer.
-  VlmModel model(c.model, device);
+  VlmModel model(c.model, device, compute_dtype);  // bf16: weights read as bf16 copies of the f32 masters
   model.init_weights(static_cast<uint64_t>(c.train.seed));
   if (!c.train.init_from.empty() && !resume_from)
     VLM_RETURN_IF_ERROR(model.params().load(c.train.init_from, /*allow_missing=*/true));
@@ -210,7 +212,7 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
 
   VLM_INFO("model: ", model.params().numel(), " parameters (", model.params().numel(true), " trainable), ",
            c.model.image_tokens(), " image tokens per image; training steps ", st.step + 1, "..", c.train.steps,
-           " on ", device.to_string(), "; run dir ", o.run_dir);
+           " on ", device.to_string(), " in ", c.train.precision, "; run dir ", o.run_dir);
 
   std::optional<VlmDataOptions> val_data;
   if (!c.data.val_shards.empty()) {
@@ -227,8 +229,11 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
   double t_window = now_seconds();
   double window_samples = 0, window_tokens = 0, window_wait = 0;
   const int64_t start_step = st.step;
+  StepMemoryMeter memory_meter(device);  // over the first step of this process: memory.json
   while (st.step < c.train.steps) {
     const int64_t step = st.step + 1;
+    const bool measure_memory = step == start_step + 1;
+    if (measure_memory) memory_meter.begin();
     model.params().zero_grads();
     std::vector<PackedBatch> micro;
     int64_t target_tokens = 0;
@@ -254,6 +259,12 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     if (!std::isfinite(loss)) return internal_error(str("loss became ", loss, " at step ", step, "; stopping"));
     const float lr = lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
     const double grad_norm = opt.step(lr);
+    if (measure_memory) {
+      const MemoryReport mem = memory_meter.end(model.params(), opt.state_bytes(), c.train.precision);
+      VLM_INFO(mem.summary());
+      const std::string text = mem.to_json();
+      VLM_RETURN_IF_ERROR(write_file_atomic(o.run_dir + "/memory.json", text.data(), text.size()));
+    }
     st.step = step;
     st.loader_state = loader->state();
     result.final_loss = loss;

@@ -5,63 +5,17 @@
 #include <cmath>
 
 #include "core/philox.h"
+#include "kernels/ops.h"
 #include "model/generate.h"
 #include "model/vlm.h"
+#include "model_fixture.h"
 #include "testing/test_util.h"
 
 namespace vlm {
 namespace {
 
-ModelConfig tiny_config(bool tied, int projector_mlp) {
-  ModelConfig c;
-  c.vision = {16, 4, 3, 16, 2, 2, 32, 1e-6f};  // 16 patches
-  c.projector = {2, projector_mlp};            // 4 image tokens per image
-  c.text.vocab_size = 29;
-  c.text.hidden = 16;
-  c.text.layers = 2;
-  c.text.heads = 4;
-  c.text.kv_heads = 2;
-  c.text.intermediate = 24;
-  c.text.tie_embeddings = tied;
-  c.text.qkv_bias = !tied;  // exercise both
-  c.text.max_seq_len = 64;
-  c.init_std = 0.3f;  // large enough that every path carries signal
-  return c;
-}
-
-// Two sequences: one with an image (4 placeholder rows), one with two images.
-VlmInputs make_inputs(const ModelConfig& c, uint64_t seed) {
-  const int32_t image_id = 5;
-  std::vector<int32_t> seq_a = {1, image_id, image_id, image_id, image_id, 7, 8, 9, 10};
-  std::vector<int32_t> seq_b = {2, image_id, image_id, image_id, image_id, image_id, image_id, image_id, image_id,
-                                11, 12, 13};
-  std::vector<int32_t> tokens, positions, cu = {0}, image_rows, loss_rows, loss_targets;
-  Philox rng(seed);
-  for (const auto& s : {seq_a, seq_b}) {
-    const int base = static_cast<int>(tokens.size());
-    for (size_t i = 0; i < s.size(); ++i) {
-      if (s[i] == image_id) image_rows.push_back(base + static_cast<int>(i));
-      tokens.push_back(s[i]);
-      positions.push_back(static_cast<int32_t>(i));
-      if (i + 1 < s.size() && i >= 5) {  // text rows predict the next token
-        loss_rows.push_back(base + static_cast<int>(i));
-        loss_targets.push_back(static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(c.text.vocab_size))));
-      }
-    }
-    cu.push_back(static_cast<int32_t>(tokens.size()));
-  }
-  auto t = [](const std::vector<int32_t>& v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); };
-  VlmInputs in;
-  in.images = testing::random_normal({3, 3, c.vision.image_size, c.vision.image_size}, seed + 1);
-  in.tokens = t(tokens);
-  in.positions = t(positions);
-  in.cu_seqlens = t(cu);
-  in.max_seqlen = 12;
-  in.image_rows = t(image_rows);
-  in.loss_rows = t(loss_rows);
-  in.loss_targets = t(loss_targets);
-  return in;
-}
+using testing::make_inputs;
+using testing::tiny_config;
 
 void check_gradients(bool tied, int projector_mlp) {
   const ModelConfig c = tiny_config(tied, projector_mlp);
@@ -140,6 +94,32 @@ TEST(ModelGrad, FrozenPartsGetNoGradient) {
     else
       EXPECT_EQ(s, 0) << p.name;
   }
+}
+
+TEST(Model, ChunkedLossEqualsTheCrossEntropyOfTheLogits) {
+  const ModelConfig c = tiny_config(false, 24);
+  VlmModel model(c, Device::cpu());
+  model.init_weights(5);
+  EXPECT_EQ(model.compute_dtype(), DType::f32);
+  for (const auto& p : model.params().all()) EXPECT_FALSE(p.compute.defined()) << p.name << ": fp32 has no copies";
+  const VlmInputs in = make_inputs(c, 3);
+  // The reference: full logits at the loss rows (the generation path), then the plain cross-entropy op.
+  Tensor logits = model.logits_at_rows(in, model.encode_images(in.images), in.loss_rows);
+  ASSERT_EQ(logits.dtype(), DType::f32);
+  Tensor losses = Tensor::empty({logits.dim(0)}, DType::f32);
+  ops::cross_entropy_forward(losses, logits, in.loss_targets, -100);
+  double expected = 0;
+  for (int64_t i = 0; i < losses.numel(); ++i) expected += losses.data<float>()[i];
+  const StepLoss got = model.forward_loss(in);
+  EXPECT_EQ(got.tokens, in.loss_rows.numel());
+  EXPECT_EQ(got.loss_sum, expected);  // the same ops in the same order: bit for bit on the CPU
+  model.params().zero_grads();
+  EXPECT_EQ(model.forward_backward(in, 1.f).loss_sum, expected);
+}
+
+TEST(ModelDeathTest, Bf16NeedsCuda) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(VlmModel(tiny_config(true, 0), Device::cpu(), DType::bf16), "bf16 on cuda");
 }
 
 TEST(Model, GreedyGenerationStopsAndIsDeterministic) {

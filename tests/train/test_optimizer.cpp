@@ -4,6 +4,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "kernels/ops.h"
+
 #include "testing/test_util.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
@@ -51,6 +53,101 @@ TEST(AdamW, ClipsTheGlobalNormAndRespectsScalesAndFreezing) {
   AdamW opt2(frozen.s, c);
   opt2.step(0.1f);
   EXPECT_FLOAT_EQ(frozen.b->value.data<float>()[0], 1.f);
+}
+
+// A store of several parts and decay settings with random values and gradients, the same for every seed.
+ParameterStore random_store(uint64_t seed) {
+  ParameterStore s;
+  s.add("v.weight", ParamGroup::vision, {37, 5}, true, Device::cpu());
+  s.add("v.norm.weight", ParamGroup::vision, {5}, false, Device::cpu());
+  s.add("p.weight", ParamGroup::projector, {6, 7}, true, Device::cpu());
+  s.add("t.weight", ParamGroup::text, {300}, true, Device::cpu());
+  s.add("t.bias", ParamGroup::text, {11}, false, Device::cpu());
+  uint64_t i = 0;
+  for (auto& p : s.all()) {
+    p.value.copy_from(testing::random_normal(p.value.shape(), seed + i++));
+    p.grad.copy_from(testing::random_normal(p.grad.shape(), seed + 100 + i));
+  }
+  return s;
+}
+
+TEST(AdamW, MultiTensorStepEqualsOneStepPerTensorBitForBit) {
+  ParameterStore fused = random_store(5), single = random_store(5);
+  AdamWConfig c;
+  c.weight_decay = 0.1f;
+  c.grad_clip = 0.5f;  // active: the norm of these gradients is far above it
+  c.lr_scale = {{ParamGroup::vision, 4.f}, {ParamGroup::projector, 0.f}};
+  AdamW opt(fused, c);
+  // The reference: the per-tensor update AdamW did before the multi-tensor launches, same hyperparameters.
+  std::vector<Tensor> m, v;
+  for (auto& p : single.all()) {
+    m.push_back(Tensor::zeros(p.value.shape(), DType::f32));
+    v.push_back(Tensor::zeros(p.value.shape(), DType::f32));
+  }
+  for (int64_t step = 1; step <= 3; ++step) {
+    const float lr = 0.01f * static_cast<float>(step);
+    const double norm = opt.step(lr);
+    std::vector<Tensor> grads;
+    for (auto& p : single.all()) grads.push_back(p.grad);
+    const double ref_norm = std::sqrt(ops::sum_of_squares(grads));
+    EXPECT_EQ(norm, ref_norm);
+    size_t i = 0;
+    for (auto& p : single.all()) {
+      const float scale = c.lr_scale.count(p.group) ? c.lr_scale.at(p.group) : 1.f;
+      ops::AdamWParams ap;
+      ap.lr = lr * scale;
+      ap.beta1 = c.beta1;
+      ap.beta2 = c.beta2;
+      ap.eps = c.eps;
+      ap.weight_decay = p.decay ? c.weight_decay : 0.f;
+      ap.step = step;
+      ap.grad_scale = static_cast<float>(c.grad_clip / (ref_norm + 1e-6));
+      if (scale != 0.f) ops::adamw_step(p.value, p.grad, m[i], v[i], ap);
+      ++i;
+    }
+  }
+  for (auto& p : single.all()) {
+    const Param* f = fused.find(p.name);
+    ASSERT_NE(f, nullptr);
+    EXPECT_TRUE(testing::all_close(f->value, p.value, 0, 0)) << p.name;
+  }
+  EXPECT_TRUE(testing::all_close(fused.find("p.weight")->value, random_store(5).find("p.weight")->value, 0, 0))
+      << "an lr scale of 0 leaves the part unchanged";
+  EXPECT_EQ(opt.state_bytes(), 2u * 4u * static_cast<uint64_t>(fused.numel(true)));
+}
+
+TEST(AdamW, RefreshesTheBf16ComputeCopies) {
+  ParameterStore s = random_store(9);
+  for (const auto& p : s.all()) EXPECT_FALSE(p.compute.defined()) << "fp32 mode has no compute copies";
+  s.set_compute_dtype(DType::bf16);  // the copies are plain storage here: only cast and AdamW touch them on the CPU
+  auto matches_master = [&](const Param& p) {
+    Tensor expected = p.value.to(DType::bf16);
+    return std::equal(static_cast<const uint16_t*>(expected.raw_data()),
+                      static_cast<const uint16_t*>(expected.raw_data()) + expected.numel(),
+                      static_cast<const uint16_t*>(p.compute.raw_data()));
+  };
+  for (const auto& p : s.all()) {
+    ASSERT_TRUE(p.compute.defined());
+    EXPECT_EQ(p.compute.dtype(), DType::bf16);
+    EXPECT_EQ(&p.weight(), &p.compute);
+    EXPECT_TRUE(matches_master(p)) << p.name << " after set_compute_dtype";
+  }
+  AdamWConfig c;
+  c.lr_scale = {{ParamGroup::text, 0.f}};
+  AdamW opt(s, c);
+  opt.step(0.05f);
+  opt.step(0.05f);
+  for (const auto& p : s.all()) EXPECT_TRUE(matches_master(p)) << p.name << " after two steps";
+  // Writing the masters directly needs sync_compute(), which restores the match.
+  Param* t = s.find("t.weight");
+  t->value.copy_from(testing::random_normal(t->value.shape(), 77));
+  EXPECT_FALSE(matches_master(*t));
+  s.sync_compute();
+  EXPECT_TRUE(matches_master(*t));
+  // Back to fp32: the copies are dropped and the ops read the masters.
+  s.set_compute_dtype(DType::f32);
+  EXPECT_FALSE(t->compute.defined());
+  EXPECT_EQ(&t->weight(), &t->value);
 }
 
 TEST(AdamW, StateRoundTripsThroughSafetensors) {

@@ -52,5 +52,53 @@ TEST(RunConfig, BadValuesNameFileKeyAndReason) {
   EXPECT_NE(c.status().message().find("unknown model preset 'huge'"), std::string::npos) << c.status().message();
 }
 
+TEST(RunConfig, PrecisionIsParsedAndBf16NeedsCuda) {
+  auto c = load_run_config("", {});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->train.precision, "fp32");  // the default
+  ASSERT_TRUE(training_compute_dtype(c->train).ok());
+  EXPECT_EQ(*training_compute_dtype(c->train), DType::f32);
+
+  c = load_run_config(write("p1", "[train]\nprecision = \"bf16\"\ndevice = \"cuda:0\"\n"), {});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->train.precision, "bf16");
+  EXPECT_EQ(*training_compute_dtype(c->train), DType::bf16);
+  c = load_run_config("", {"train.device=cuda", "train.precision=bf16"});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(*training_compute_dtype(c->train), DType::bf16);
+
+  // bf16 on the CPU (explicitly or by the default device) is refused, naming the file and both options.
+  c = load_run_config(write("p2", "[train]\nprecision = \"bf16\"\n"), {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("p2.toml: train.precision = \"bf16\" needs train.device = cuda"),
+            std::string::npos)
+      << c.status().message();
+  EXPECT_NE(c.status().message().find("(got \"cpu\")"), std::string::npos) << c.status().message();
+  c = load_run_config("", {"train.precision=bf16", "train.device=cpu"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("train.precision"), std::string::npos) << c.status().message();
+  // --set can turn it back.
+  c = load_run_config(write("p3", "[train]\nprecision = \"bf16\"\n"), {"train.precision=fp32"});
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+
+  // Unknown precisions and devices are named.
+  c = load_run_config(write("p4", "[train]\nprecision = \"fp16\"\n"), {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("train.precision: must be one of"), std::string::npos) << c.status().message();
+  c = load_run_config(write("p5", "[train]\nprecision = 16\n"), {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("train.precision"), std::string::npos) << c.status().message();
+  OptimConfig t;
+  t.precision = "bf16";
+  t.device = "tpu";
+  auto dt = training_compute_dtype(t);
+  ASSERT_FALSE(dt.ok());
+  EXPECT_NE(dt.status().message().find("train.device"), std::string::npos) << dt.status().message();
+  t.precision = "int8";
+  dt = training_compute_dtype(t);
+  ASSERT_FALSE(dt.ok());
+  EXPECT_NE(dt.status().message().find("'int8'"), std::string::npos) << dt.status().message();
+}
+
 }  // namespace
 }  // namespace vlm

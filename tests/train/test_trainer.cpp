@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/safetensors.h"
 #include "testing/test_util.h"
@@ -188,6 +189,45 @@ TEST(Trainer, BadInputsAreClearErrors) {
   c.data.train_shards = data_dir() + "/nothing-{0..3}.tar";
   r = run_training(options_for(c, testing::scratch_dir("bad3")));
   ASSERT_FALSE(r.ok());
+  c = testing::tiny_run_config(data_dir());
+  c.train.precision = "bf16";  // the CPU backend is fp32 only
+  r = run_training(options_for(c, testing::scratch_dir("bad4")));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("train.precision = \"bf16\" needs train.device = cuda"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(Trainer, WritesTheMemoryReportOfTheFirstStep) {
+  RunConfig c = testing::tiny_run_config(data_dir());
+  c.data.val_shards = "";
+  c.train.steps = 2;
+  c.train.ckpt_every = 0;
+  c.train.freeze = {"vision"};
+  const std::string dir = testing::scratch_dir("memory");
+  ASSERT_TRUE(run_training(options_for(c, dir)).ok());
+  auto bytes = read_file_bytes(dir + "/memory.json");
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+  const auto j = nlohmann::json::parse(bytes->begin(), bytes->end(), nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  VlmModel model(c.model, Device::cpu());
+  const uint64_t all = static_cast<uint64_t>(model.params().numel());
+  uint64_t trainable = 0;
+  for (const auto& p : model.params().all())
+    if (p.group != ParamGroup::vision) trainable += static_cast<uint64_t>(p.value.numel());
+  EXPECT_EQ(j.at("device").get<std::string>(), "cpu");
+  EXPECT_EQ(j.at("precision").get<std::string>(), "fp32");
+  EXPECT_EQ(j.at("parameters_master_bytes").get<uint64_t>(), 4 * all);
+  EXPECT_EQ(j.at("parameters_compute_copy_bytes").get<uint64_t>(), 0u);  // fp32: the ops read the masters
+  EXPECT_EQ(j.at("parameters_bytes").get<uint64_t>(), 4 * all);
+  EXPECT_EQ(j.at("gradients_bytes").get<uint64_t>(), 4 * all);
+  EXPECT_EQ(j.at("optimizer_moments_bytes").get<uint64_t>(), 2 * 4 * trainable);  // frozen parts have no moments
+  // The forward/backward's transient memory was measured; the persistent state was in use when the step began.
+  EXPECT_GT(j.at("activations_peak_bytes").get<uint64_t>(), 0u);
+  EXPECT_EQ(j.at("step_peak_bytes").get<uint64_t>(),
+            j.at("step_start_bytes").get<uint64_t>() + j.at("activations_peak_bytes").get<uint64_t>());
+  EXPECT_GE(j.at("step_start_bytes").get<uint64_t>(),
+            j.at("parameters_bytes").get<uint64_t>() + j.at("gradients_bytes").get<uint64_t>() +
+                j.at("optimizer_moments_bytes").get<uint64_t>());
 }
 
 }  // namespace
