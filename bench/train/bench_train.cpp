@@ -1,0 +1,229 @@
+// `vlm bench train` (see bench_train.h). Synthetic inputs in the shape of the peer's batch: every sample is the
+// preset's image tokens followed by `text_tokens` text tokens, one packed sequence per sample, the loss on the text
+// positions (the next token of each). Timing: `warmup` untimed steps, then `steps` steps between two device
+// synchronizations (each step = zero grads + forward/backward + clipped AdamW, the grad norm read back to the host as
+// the trainer does). Peak memory: the device caching allocator's counters over one more step.
+#include "bench/train/bench_train.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/train/train_flops.h"
+#include "core/device.h"
+#include "kernels/ops.h"
+#include "model/vlm.h"
+#include "train/memory_report.h"
+#include "train/optimizer.h"
+
+namespace vlm::bench {
+namespace {
+
+constexpr double kPeakTflops = 989.0;  // H100/H200 SXM dense bf16
+
+struct Options {
+  std::string preset = "nanovlm-222m";
+  int batch = 64, text_tokens = 128, steps = 20, warmup = 5;
+  std::string precision = "bf16";
+  std::string peer_json, json_out;
+};
+
+const char* kUsage =
+    "usage: vlm bench train [--preset nanovlm-222m] [--batch 64] [--text-tokens 128] [--steps 20] [--warmup 5]\n"
+    "                       [--precision bf16|fp32] [--peer FILE] [--json FILE]\n\n"
+    "One training step of a model preset on cuda:0 with synthetic inputs: samples/s, model TFLOP/s, MFU against\n"
+    "989 TFLOP/s, peak memory by category. --peer reads the JSON lines of bench/peers/train_nanovlm.py (run with the\n"
+    "same --batch and shape) and prints our ratio to each of its modes.\n";
+
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "vlm bench train: %s needs a value\n", name);
+        return nullptr;
+      }
+      return argv[++i];
+    };
+    auto int_value = [&](const char* name, int* out) {
+      const char* v = value(name);
+      if (!v) return false;
+      char* end = nullptr;
+      const long x = std::strtol(v, &end, 10);
+      if (*end != '\0' || x <= 0) {
+        std::fprintf(stderr, "vlm bench train: %s must be a positive integer, got '%s'\n", name, v);
+        return false;
+      }
+      *out = static_cast<int>(x);
+      return true;
+    };
+    if (a == "--preset") {
+      const char* v = value("--preset");
+      if (!v) return false;
+      o.preset = v;
+    } else if (a == "--batch") {
+      if (!int_value("--batch", &o.batch)) return false;
+    } else if (a == "--text-tokens") {
+      if (!int_value("--text-tokens", &o.text_tokens)) return false;
+    } else if (a == "--steps") {
+      if (!int_value("--steps", &o.steps)) return false;
+    } else if (a == "--warmup") {
+      if (!int_value("--warmup", &o.warmup)) return false;
+    } else if (a == "--precision") {
+      const char* v = value("--precision");
+      if (!v) return false;
+      o.precision = v;
+      if (o.precision != "bf16" && o.precision != "fp32") {
+        std::fprintf(stderr, "vlm bench train: --precision is bf16 or fp32, got '%s'\n", v);
+        return false;
+      }
+    } else if (a == "--peer") {
+      const char* v = value("--peer");
+      if (!v) return false;
+      o.peer_json = v;
+    } else if (a == "--json") {
+      const char* v = value("--json");
+      if (!v) return false;
+      o.json_out = v;
+    } else {
+      std::fprintf(stderr, "vlm bench train: unknown flag '%s'\n\n%s", a.c_str(), kUsage);
+      return false;
+    }
+  }
+  return true;
+}
+
+// One packed batch on `dev`: per sample [image placeholders | text], loss on every text position's next token.
+VlmInputs synthetic_batch(const ModelConfig& c, int batch, int text_tokens, Device dev) {
+  std::mt19937_64 rng(1234);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_int_distribution<int32_t> token(0, c.text.vocab_size - 1);
+  const int img = c.image_tokens(), seq = img + text_tokens;
+  const int64_t side = c.vision.image_size;
+  std::vector<float> pixels(static_cast<size_t>(batch) * 3 * side * side);
+  for (float& p : pixels) p = normal(rng);
+  std::vector<int32_t> tokens, positions, cu{0}, image_rows, loss_rows, loss_targets;
+  for (int b = 0; b < batch; ++b) {
+    const int32_t base = b * seq;
+    for (int t = 0; t < seq; ++t) {
+      tokens.push_back(t < img ? 0 : token(rng));  // placeholders are replaced by image tokens
+      positions.push_back(t);
+      if (t < img) image_rows.push_back(base + t);
+    }
+    // The text positions' next tokens: rows img-1 .. seq-2 predict tokens img .. seq-1 (text_tokens targets).
+    for (int t = img - 1; t < seq - 1; ++t) {
+      loss_rows.push_back(base + t);
+      loss_targets.push_back(tokens[static_cast<size_t>(base + t + 1)]);
+    }
+    cu.push_back(base + seq);
+  }
+  auto i32 = [&](const std::vector<int32_t>& v) {
+    return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}).to(dev);
+  };
+  VlmInputs in;
+  in.images = Tensor::from_vector(pixels, {batch, 3, side, side}).to(dev);
+  in.tokens = i32(tokens);
+  in.positions = i32(positions);
+  in.cu_seqlens = i32(cu);
+  in.max_seqlen = seq;
+  in.image_rows = i32(image_rows);
+  in.loss_rows = i32(loss_rows);
+  in.loss_targets = i32(loss_targets);
+  return in;
+}
+
+void sync(Device dev) { (void)ops::check_index_errors(dev); }  // synchronizes the device
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+}  // namespace
+
+int bench_train_main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+  if (!parse(argc, argv, o)) return 2;
+  if (!cuda_available()) {
+    std::fprintf(stderr, "vlm bench train: no CUDA device\n");
+    return 1;
+  }
+  ModelConfig cfg;
+  if (Status s = apply_model_preset(o.preset, cfg); !s.ok()) {
+    std::fprintf(stderr, "vlm bench train: %s\n", s.to_string().c_str());
+    return 2;
+  }
+  const Device dev = Device::cuda(0);
+  const DType dtype = o.precision == "bf16" ? DType::bf16 : DType::f32;
+  VlmModel model(cfg, dev, dtype);
+  model.init_weights(1);
+  AdamW opt(model.params(), AdamWConfig{});
+  const VlmInputs in = synthetic_batch(cfg, o.batch, o.text_tokens, dev);
+  const float grad_scale = 1.f / static_cast<float>(o.batch * o.text_tokens);
+  double loss = 0;
+  auto step = [&] {
+    model.params().zero_grads();
+    loss = model.forward_backward(in, grad_scale).mean();
+    opt.step(1e-4f);
+  };
+  std::printf("vlm bench train: preset %s (%.1fM parameters), %s, batch %d x (%d image + %d text tokens)\n",
+              o.preset.c_str(), static_cast<double>(model.params().numel()) / 1e6, o.precision.c_str(), o.batch,
+              cfg.image_tokens(), o.text_tokens);
+  const double t_warm = now();
+  for (int i = 0; i < o.warmup; ++i) step();
+  sync(dev);
+  const double warmup_s = now() - t_warm;
+  const double t0 = now();
+  for (int i = 0; i < o.steps; ++i) step();
+  sync(dev);
+  const double step_s = (now() - t0) / o.steps;
+  StepMemoryMeter meter(dev);
+  meter.begin();
+  step();
+  sync(dev);
+  const MemoryReport mem = meter.end(model.params(), opt.state_bytes(), o.precision);
+
+  const double flops = train_flops_per_sample(cfg, o.text_tokens);
+  const double sps = o.batch / step_s, tflops = sps * flops / 1e12;
+  nlohmann::json ours = {{"peer", "vlm.cpp"},        {"mode", o.precision},
+                         {"batch", o.batch},         {"samples_per_s", sps},
+                         {"step_ms", step_s * 1e3},  {"tflops", tflops},
+                         {"mfu", tflops / kPeakTflops}, {"peak_gb", static_cast<double>(mem.step_peak_bytes) / 1e9},
+                         {"warmup_s", warmup_s},     {"loss", loss},
+                         {"gflop_per_sample", flops / 1e9}, {"memory", nlohmann::json::parse(mem.to_json())}};
+  std::printf("\n%-26s %10s %9s %9s %7s %9s\n", "", "samples/s", "step ms", "TFLOP/s", "MFU", "peak GB");
+  std::printf("%-26s %10.1f %9.2f %9.1f %6.1f%% %9.2f\n", ("vlm.cpp " + o.precision).c_str(), sps, step_s * 1e3,
+              tflops, 100 * tflops / kPeakTflops, static_cast<double>(mem.step_peak_bytes) / 1e9);
+  nlohmann::json peers = nlohmann::json::array();
+  if (!o.peer_json.empty()) {
+    std::ifstream in_peer(o.peer_json);
+    if (!in_peer) std::fprintf(stderr, "vlm bench train: cannot read the peer's results %s\n", o.peer_json.c_str());
+    std::string line;
+    while (std::getline(in_peer, line)) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.contains("samples_per_s")) continue;
+      const double psps = j["samples_per_s"].get<double>();
+      std::printf("%-26s %10.1f %9.2f %9.1f %6.1f%% %9.2f   ours / peer = %.2fx\n",
+                  ("pytorch " + j.value("mode", std::string("?"))).c_str(), psps, j.value("step_ms", 0.0),
+                  j.value("tflops", 0.0), 100 * j.value("mfu", 0.0), j.value("peak_gb", 0.0), sps / psps);
+      peers.push_back(j);
+    }
+  }
+  std::printf("\nmemory (one step): %s\n", mem.summary().c_str());
+  std::printf("model FLOPs per sample: %.2f GFLOP (training; the peer's formula)\n", flops / 1e9);
+  if (!o.json_out.empty()) {
+    std::ofstream out(o.json_out);
+    out << nlohmann::json({{"ours", ours}, {"peers", peers}}).dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace vlm::bench

@@ -1,0 +1,11 @@
+// `vlm bench train`: one training step of a model preset (default: the nanoVLM-222M shape) on the GPU, on synthetic
+// inputs, with samples/s, model TFLOP/s, MFU, peak memory, and the PyTorch peer's figures (bench/peers/
+// train_nanovlm.py, run in the same script) read from its JSON lines so the ratio is printed beside ours.
+#pragma once
+
+namespace vlm::bench {
+
+// argv[0] is "train". Returns the process exit code.
+int bench_train_main(int argc, char** argv);
+
+}  // namespace vlm::bench
