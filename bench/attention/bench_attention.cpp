@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench/attention/bench_fill.h"
+#include "bench/bench_options.h"
 #include "core/allocator.h"
 #include "core/cuda_check.h"
 #include "kernels/cuda/flash/flash_api.h"
@@ -37,12 +38,7 @@ struct Options {
 };
 
 // One declaration per option drives both parsing and --help.
-struct OptionSpec {
-  const char* name;
-  const char* help;
-  std::function<bool(Options&, const std::string&)> set;  // null for flags
-  std::function<void(Options&)> flag;
-};
+using OptionSpec = bench::OptionSpec<Options>;
 
 bool parse_ints(const std::string& s, std::vector<int>* out) {
   out->clear();
@@ -115,11 +111,6 @@ const std::vector<OptionSpec>& option_specs() {
        nullptr},
   };
   return specs;
-}
-
-void print_help(const char* prog) {
-  std::printf("usage: %s [options]\n", prog);
-  for (const auto& s : option_specs()) std::printf("  %-16s %s%s\n", s.name, s.set ? "VALUE  " : "", s.help);
 }
 
 double median(std::vector<float> v) {
@@ -289,29 +280,8 @@ std::string join(const std::vector<int>& v) {
 
 int bench_attention_main(int argc, char** argv) {
   Options opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      print_help(argv[0]);
-      return 0;
-    }
-    const OptionSpec* spec = nullptr;
-    for (const auto& s : option_specs())
-      if (a == s.name) spec = &s;
-    if (!spec) {
-      std::fprintf(stderr, "bench attention: unknown option %s (see --help)\n", a.c_str());
-      return 2;
-    }
-    if (spec->flag) {
-      spec->flag(opt);
-      continue;
-    }
-    if (i + 1 >= argc || !spec->set(opt, argv[i + 1])) {
-      std::fprintf(stderr, "bench attention: bad or missing value for %s\n", a.c_str());
-      return 2;
-    }
-    ++i;
-  }
+  if (const int code = parse_bench_options("bench attention", argc, argv, option_specs(), 16, opt); code >= 0)
+    return code;
   for (int d : opt.head_dims)
     if (opt.hidden % d != 0) {
       std::fprintf(stderr, "bench attention: hidden %d is not a multiple of head dim %d\n", opt.hidden, d);

@@ -20,6 +20,7 @@
 
 #include <time.h>
 
+#include "bench/bench_options.h"
 #include "bench/data/bench_shards.h"
 #include "data/image_pipeline.h"
 #include "data/tokenizer/tokenizer.h"
@@ -38,12 +39,7 @@ struct Options {
   bool run_peer = true, regenerate = false;
 };
 
-struct OptionSpec {
-  const char* name;
-  const char* help;
-  std::function<bool(Options&, const std::string&)> set;  // null for flags
-  std::function<void(Options&)> flag;
-};
+using OptionSpec = bench::OptionSpec<Options>;
 
 bool parse_int(const std::string& s, int* out, int lo = 1) {
   char* end = nullptr;
@@ -110,11 +106,6 @@ const std::vector<OptionSpec>& option_specs() {
        [](Options& o, const std::string& v) { return !(o.json_out = v).empty(); }, nullptr},
   };
   return specs;
-}
-
-void print_help(const char* prog) {
-  std::printf("usage: %s [options]\n", prog);
-  for (const auto& s : option_specs()) std::printf("  %-14s %s%s\n", s.name, s.set ? "VALUE  " : "", s.help);
 }
 
 // bench/peers/data_pillow.py under the working directory, else under the source tree this was built from.
@@ -227,29 +218,8 @@ Expected<nlohmann::json> run_peer(const Options& o, const std::vector<std::strin
 
 int bench_data_main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      print_help(argv[0]);
-      return 0;
-    }
-    const OptionSpec* spec = nullptr;
-    for (const auto& s : option_specs())
-      if (a == s.name) spec = &s;
-    if (!spec) {
-      std::fprintf(stderr, "bench data: unknown option %s (see --help)\n", a.c_str());
-      return 2;
-    }
-    if (spec->flag) {
-      spec->flag(o);
-      continue;
-    }
-    if (i + 1 >= argc || !spec->set(o, argv[i + 1])) {
-      std::fprintf(stderr, "bench data: bad or missing value for %s\n", a.c_str());
-      return 2;
-    }
-    ++i;
-  }
+  if (const int code = parse_bench_options("bench data", argc, argv, option_specs(), 14, o); code >= 0)
+    return code;
   if (o.peer_script.empty()) o.peer_script = default_peer_script();
   const double load_before = load_average();
 

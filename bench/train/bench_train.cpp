@@ -8,13 +8,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench/bench_options.h"
 #include "bench/train/train_flops.h"
 #include "core/device.h"
 #include "kernels/ops.h"
@@ -34,69 +34,35 @@ struct Options {
   std::string peer_json, json_out;
 };
 
-const char* kUsage =
-    "usage: vlm bench train [--preset nanovlm-222m] [--batch 64] [--text-tokens 128] [--steps 20] [--warmup 5]\n"
-    "                       [--precision bf16|fp32] [--peer FILE] [--json FILE]\n\n"
-    "One training step of a model preset on cuda:0 with synthetic inputs: samples/s, model TFLOP/s, MFU against\n"
-    "989 TFLOP/s, peak memory by category. --peer reads the JSON lines of bench/peers/train_nanovlm.py (run with the\n"
-    "same --batch and shape) and prints our ratio to each of its modes.\n";
-
-bool parse(int argc, char** argv, Options& o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "vlm bench train: %s needs a value\n", name);
-        return nullptr;
-      }
-      return argv[++i];
-    };
-    auto int_value = [&](const char* name, int* out) {
-      const char* v = value(name);
-      if (!v) return false;
-      char* end = nullptr;
-      const long x = std::strtol(v, &end, 10);
-      if (*end != '\0' || x <= 0) {
-        std::fprintf(stderr, "vlm bench train: %s must be a positive integer, got '%s'\n", name, v);
-        return false;
-      }
-      *out = static_cast<int>(x);
-      return true;
-    };
-    if (a == "--preset") {
-      const char* v = value("--preset");
-      if (!v) return false;
-      o.preset = v;
-    } else if (a == "--batch") {
-      if (!int_value("--batch", &o.batch)) return false;
-    } else if (a == "--text-tokens") {
-      if (!int_value("--text-tokens", &o.text_tokens)) return false;
-    } else if (a == "--steps") {
-      if (!int_value("--steps", &o.steps)) return false;
-    } else if (a == "--warmup") {
-      if (!int_value("--warmup", &o.warmup)) return false;
-    } else if (a == "--precision") {
-      const char* v = value("--precision");
-      if (!v) return false;
-      o.precision = v;
-      if (o.precision != "bf16" && o.precision != "fp32") {
-        std::fprintf(stderr, "vlm bench train: --precision is bf16 or fp32, got '%s'\n", v);
-        return false;
-      }
-    } else if (a == "--peer") {
-      const char* v = value("--peer");
-      if (!v) return false;
-      o.peer_json = v;
-    } else if (a == "--json") {
-      const char* v = value("--json");
-      if (!v) return false;
-      o.json_out = v;
-    } else {
-      std::fprintf(stderr, "vlm bench train: unknown flag '%s'\n\n%s", a.c_str(), kUsage);
-      return false;
-    }
-  }
+bool positive_int(const std::string& v, int* out) {
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || x <= 0 || x > 1 << 30) return false;
+  *out = static_cast<int>(x);
   return true;
+}
+
+const std::vector<OptionSpec<Options>>& option_specs() {
+  static const std::vector<OptionSpec<Options>> specs = {
+      {"--preset", "model shape preset (default nanovlm-222m)",
+       [](Options& o, const std::string& v) { return !(o.preset = v).empty(); }, nullptr},
+      {"--batch", "samples per step (default 64)",
+       [](Options& o, const std::string& v) { return positive_int(v, &o.batch); }, nullptr},
+      {"--text-tokens", "text tokens per sample after the image tokens (default 128)",
+       [](Options& o, const std::string& v) { return positive_int(v, &o.text_tokens); }, nullptr},
+      {"--steps", "timed steps (default 20)",
+       [](Options& o, const std::string& v) { return positive_int(v, &o.steps); }, nullptr},
+      {"--warmup", "untimed steps first (default 5)",
+       [](Options& o, const std::string& v) { return positive_int(v, &o.warmup); }, nullptr},
+      {"--precision", "bf16 or fp32 (default bf16)",
+       [](Options& o, const std::string& v) { return (v == "bf16" || v == "fp32") && !(o.precision = v).empty(); },
+       nullptr},
+      {"--peer", "JSON lines of bench/peers/train_nanovlm.py (same shape): its modes and our ratio to each",
+       [](Options& o, const std::string& v) { return !(o.peer_json = v).empty(); }, nullptr},
+      {"--json", "also write every figure to this JSON file",
+       [](Options& o, const std::string& v) { return !(o.json_out = v).empty(); }, nullptr},
+  };
+  return specs;
 }
 
 // One packed batch on `dev`: per sample [image placeholders | text], loss on every text position's next token.
@@ -146,12 +112,7 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 
 int bench_train_main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i)
-    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      std::printf("%s", kUsage);
-      return 0;
-    }
-  if (!parse(argc, argv, o)) return 2;
+  if (const int code = parse_bench_options("bench train", argc, argv, option_specs(), 14, o); code >= 0) return code;
   if (!cuda_available()) {
     std::fprintf(stderr, "vlm bench train: no CUDA device\n");
     return 1;
