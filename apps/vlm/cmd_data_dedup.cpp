@@ -34,14 +34,15 @@ bool parse_number(const std::string& text, double& out) {
 }  // namespace
 
 int data_dedup(int argc, char** argv, int first) {
-  std::string shards, out, caption_jaccard_text;
+  std::string shards, out, caption_jaccard_text, clustering = "transitive";
   int64_t phash_distance = -1, threads = 0, num_perm = 128, max_examples = 10;
   bool exact = false, rewrite = false, drop_bad = false;
   Flags f("vlm data dedup --shards SPEC --out DIR [--exact] [--phash-distance K] [--caption-jaccard T] [--rewrite]",
           "Find duplicate samples in webdataset shards: byte-identical images (--exact), perceptually equal images "
           "(pHash within K bits: re-encoded, resized, lightly cropped or brightened copies; 8-10 is a good K), "
-          "near-duplicate captions (MinHash Jaccard >= T). Clusters keep their first sample. Writes DIR/keep.jsonl, "
-          "DIR/removed.jsonl, DIR/report.json, DIR/report.txt and, with --rewrite, DIR/shards/*.tar without the "
+          "near-duplicate captions (MinHash Jaccard >= T). Clusters keep their first sample (--cluster star: a "
+          "sample is dropped only when it matches an earlier kept one, so matches do not chain). Writes "
+          "DIR/keep.jsonl, DIR/removed.jsonl, DIR/report.json, DIR/report.txt and, with --rewrite, DIR/shards/*.tar without the "
           "duplicates. Under `mpirun -np N` each rank hashes a share of the shards and rank 0 clusters; the result "
           "is the same as one process's. Exact matching is on when --exact is given or no other criterion is.");
   f.add_string("--shards", &shards, "shard spec (folder, brace pattern, @list.txt)");
@@ -49,6 +50,7 @@ int data_dedup(int argc, char** argv, int first) {
   f.add_bool("--exact", &exact, "drop byte-identical images");
   f.add_int("--phash-distance", &phash_distance, "drop images whose pHash is within this Hamming distance (0..32)");
   f.add_string("--caption-jaccard", &caption_jaccard_text, "drop samples whose caption MinHash Jaccard >= this (0..1]");
+  f.add_string("--cluster", &clustering, "transitive (union of all matches) or star (matches to kept samples only)");
   f.add_bool("--rewrite", &rewrite, "write DIR/shards/ without the duplicates");
   f.add_bool("--drop-bad", &drop_bad, "also drop samples whose image does not decode (needs --phash-distance)");
   f.add_int("--threads", &threads, "hashing workers besides the main thread (per rank)");
@@ -63,6 +65,8 @@ int data_dedup(int argc, char** argv, int first) {
   if (caption_jaccard_text.size() && !(caption_jaccard > 0 && caption_jaccard <= 1))
     return usage_error("--caption-jaccard must be in (0, 1]");
   if (phash_distance < -1 || phash_distance > 32) return usage_error("--phash-distance must be in [0, 32]");
+  auto cluster_mode = parse_dedup_clustering(clustering);
+  if (!cluster_mode.ok()) return usage_error("--cluster: " + cluster_mode.status().message());
   if (threads < 0 || num_perm < 1 || num_perm > 4096 || max_examples < 0)
     return usage_error("--threads >= 0, --num-perm in [1, 4096], --max-examples >= 0");
 
@@ -77,6 +81,7 @@ int data_dedup(int argc, char** argv, int first) {
   o.criteria.caption_jaccard = caption_jaccard;
   o.criteria.exact = exact || (phash_distance < 0 && caption_jaccard <= 0);
   o.criteria.drop_bad_images = drop_bad;
+  o.criteria.clustering = *cluster_mode;
   o.num_perm = static_cast<int>(num_perm);
   o.threads = static_cast<int>(threads);
   o.rewrite = rewrite;

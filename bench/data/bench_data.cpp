@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "bench/bench_options.h"
+#include "bench/data/bench_loader.h"
 #include "bench/data/bench_shards.h"
 #include "data/image_pipeline.h"
 #include "data/tokenizer/tokenizer.h"
@@ -37,6 +38,8 @@ struct Options {
   std::vector<int> threads{1, 2};
   std::string python = "/usr/bin/python3", peer_script;  // default: default_peer_script()
   bool run_peer = true, regenerate = false;
+  bool loader = false;        // --loader: the training loader instead (bench_loader.h)
+  LoaderBenchOptions loader_opts;
 };
 
 using OptionSpec = bench::OptionSpec<Options>;
@@ -46,6 +49,14 @@ bool parse_int(const std::string& s, int* out, int lo = 1) {
   const long v = std::strtol(s.c_str(), &end, 10);
   if (s.empty() || *end != '\0' || v < lo || v > 1'000'000) return false;
   *out = static_cast<int>(v);
+  return true;
+}
+
+bool parse_positive(const std::string& s, double* out) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !(v > 0.0) || v > 1e9) return false;
+  *out = v;
   return true;
 }
 
@@ -84,12 +95,12 @@ const std::vector<OptionSpec>& option_specs() {
        [](Options& o, const std::string& v) { return (o.filter = v) == "bicubic" || v == "bilinear"; }, nullptr},
       {"--tokenizer", "tokenizer.json: also tokenize each caption (ours only)",
        [](Options& o, const std::string& v) { return !(o.tokenizer = v).empty(); }, nullptr},
-      {"--threads", "comma list of thread counts for our scaling runs (default 1,2)",
+      {"--threads", "comma list of thread counts for our scaling runs (default 1,2); --loader: data.decode_threads",
        [](Options& o, const std::string& v) {
          o.threads.clear();
          for (const std::string& t : split(v)) {
            int n = 0;
-           if (!parse_int(t, &n) || n > 256) return false;
+           if (!parse_int(t, &n, 0) || n > 256) return false;
            o.threads.push_back(n);
          }
          return !o.threads.empty();
@@ -104,6 +115,32 @@ const std::vector<OptionSpec>& option_specs() {
       {"--no-peer", "do not run Pillow", nullptr, [](Options& o) { o.run_peer = false; }},
       {"--json-out", "also write every figure to this JSON file",
        [](Options& o, const std::string& v) { return !(o.json_out = v).empty(); }, nullptr},
+      {"--loader", "measure the training loader (VlmBatchLoader) at the nanoVLM-222M shape instead", nullptr,
+       [](Options& o) { o.loader = true; }},
+      {"--loader-shards", "--loader: shards to generate, --images each (default 4)",
+       [](Options& o, const std::string& v) { return parse_int(v, &o.loader_opts.n_shards); }, nullptr},
+      {"--batches", "--loader: timed batches per thread count, after a warm-up batch (default 30)",
+       [](Options& o, const std::string& v) { return parse_int(v, &o.loader_opts.batches); }, nullptr},
+      {"--batch", "--loader: batch size (default 64)",
+       [](Options& o, const std::string& v) { return parse_int(v, &o.loader_opts.batch_size); }, nullptr},
+      {"--image-tokens", "--loader: image tokens per sample (default 49)",
+       [](Options& o, const std::string& v) { return parse_int(v, &o.loader_opts.image_tokens); }, nullptr},
+      {"--text-tokens", "--loader: text tokens per sample at most (default 128)",
+       [](Options& o, const std::string& v) { return parse_int(v, &o.loader_opts.text_tokens); }, nullptr},
+      {"--prefetch", "--loader: data.prefetch_batches (default 2)",
+       [](Options& o, const std::string& v) { return parse_int(v, &o.loader_opts.prefetch, 0); }, nullptr},
+      {"--consume", "--loader: samples/s the training step consumes (default 1026, ANCHORS.md)",
+       [](Options& o, const std::string& v) {
+         o.loader_opts.consume_given = true;
+         return parse_positive(v, &o.loader_opts.consume);
+       },
+       nullptr},
+      {"--pace", "--loader: also drain at this multiple of --consume and report the stall (default 2; 0: off)",
+       [](Options& o, const std::string& v) {
+         if (v == "0") return (o.loader_opts.pace = 0.0) == 0.0;
+         return parse_positive(v, &o.loader_opts.pace);
+       },
+       nullptr},
   };
   return specs;
 }
@@ -173,9 +210,10 @@ struct Run {
   std::atomic<uint64_t> failures{0}, tokens{0}, passes{0};  // tokens summed over all pipeline passes
 
   // The whole pipeline (and tokenization) over every sample with `threads` threads (sample i on thread i % T).
-  void pipeline_pass(int threads, bool dct) {
+  void pipeline_pass(int threads, bool dct, bool region_decode = true) {
     ImagePipelineOptions o = pipe;
     o.dct_scaling = dct;
+    o.region_decode = region_decode;
     ++passes;
     const auto work = [&](int t) {
       std::vector<float> out(static_cast<size_t>(3) * o.size * o.size);
@@ -218,8 +256,27 @@ Expected<nlohmann::json> run_peer(const Options& o, const std::vector<std::strin
 
 int bench_data_main(int argc, char** argv) {
   Options o;
-  if (const int code = parse_bench_options("bench data", argc, argv, option_specs(), 14, o); code >= 0)
+  if (const int code = parse_bench_options("bench data", argc, argv, option_specs(), 15, o); code >= 0)
     return code;
+  if (o.loader) {
+    LoaderBenchOptions& lo = o.loader_opts;
+    lo.shards = o.shards;
+    lo.gen = o.gen;
+    lo.out_dir = o.out_dir;
+    lo.regenerate = o.regenerate;
+    lo.tokenizer = o.tokenizer;
+    lo.decode_threads = o.threads;
+    lo.image_size = o.size;
+    lo.resize_mode = o.mode;
+    lo.filter = o.filter;
+    lo.json_out = o.json_out;
+    return run_loader_bench(lo);
+  }
+  for (int t : o.threads)
+    if (t < 1) {
+      std::fprintf(stderr, "bench data: --threads needs counts >= 1 (0 is a decode_threads value of --loader)\n");
+      return 2;
+    }
   if (o.peer_script.empty()) o.peer_script = default_peer_script();
   const double load_before = load_average();
 
@@ -285,6 +342,9 @@ int bench_data_main(int argc, char** argv) {
   run.pipeline_pass(1, true);  // warm-up: page in the samples, size the scratch buffers
   add("ours: pipeline, DCT-scaled decode", 1, best_of(o.repeats, [&] { run.pipeline_pass(1, true); }));
   add("ours: pipeline, full decode", 1, best_of(o.repeats, [&] { run.pipeline_pass(1, false); }));
+  if (run.pipe.mode == ImageResizeMode::random_resized_crop)  // what decoding only the crop window saves
+    add("ours: pipeline, DCT-scaled, whole image decoded", 1,
+        best_of(o.repeats, [&] { run.pipeline_pass(1, true, false); }));
   // Breakdown (1 thread): decode alone, at full size and at the scale the pipeline's hint allows.
   for (bool dct : {false, true}) {
     ImageDecodeOptions d;

@@ -1,7 +1,8 @@
 // `vlm bench data`: decode + resize (+ normalize, + tokenize) samples/s per core on JPEG shards of 256-512 px
 // photos, ours (image_pipeline) beside Pillow (bench/peers/data_pillow.py, Debian's python3-pil) doing the same
 // decode and resize on the same files in the same run, with the ratios; plus a breakdown of our time (decode at full
-// and DCT scale, resize + normalize) and our multi-thread scaling.
+// and DCT scale, resize + normalize) and our multi-thread scaling. With --loader: the training loader instead
+// (bench_loader.h).
 #pragma once
 
 namespace vlm::bench {

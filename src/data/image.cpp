@@ -58,7 +58,26 @@ Expected<Image> decode_image(const uint8_t* data, size_t size, std::string_view 
   return unknown_format(data, size, ext_hint);
 }
 
+Expected<Image> decode_image_region(const uint8_t* data, size_t size, const CropWindow& region,
+                                    const ImageDecodeOptions& options) {
+  const ImageFormat format = sniff_image_format(data, size);
+  if (format == ImageFormat::jpeg) return detail::jpeg_decode_region(data, size, region, options);
+  VLM_ASSIGN_OR_RETURN(Image whole, decode_image(data, size, {}, options));
+  return detail::crop_region(image_format_name(format), whole, region);
+}
+
 namespace detail {
+
+Expected<Image> crop_region(const char* format, const Image& image, const CropWindow& r) {
+  if (r.width <= 0 || r.height <= 0 || r.x < 0 || r.y < 0 || r.x > image.width - r.width ||
+      r.y > image.height - r.height)
+    return invalid_argument(str(format, ": region ", r.width, "x", r.height, "+", r.x, "+", r.y, " is not inside the ",
+                                image.width, "x", image.height, " decoded image"));
+  Image out(r.width, r.height);
+  const size_t row = static_cast<size_t>(r.width) * 3;
+  for (int y = 0; y < r.height; ++y) std::memcpy(out.pixel(0, y), image.pixel(r.x, r.y + y), row);
+  return out;
+}
 
 Status check_pixel_limit(const char* format, int width, int height, const ImageDecodeOptions& options) {
   if (width <= 0 || height <= 0) return parse_error(str(format, ": bad image size ", width, "x", height));

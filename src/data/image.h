@@ -57,6 +57,22 @@ inline Expected<Image> decode_image(const std::vector<uint8_t>& bytes, std::stri
   return decode_image(bytes.data(), bytes.size(), ext_hint, options);
 }
 
+// A rectangle of pixels: [x, x + width) x [y, y + height).
+struct CropWindow {
+  int x = 0, y = 0, width = 0, height = 0;
+  bool operator==(const CropWindow&) const = default;
+};
+
+// The window `region` of decode_image(data, size, {}, options), pixel for pixel, in the coordinates of that
+// (possibly DCT-scaled) result, i.e. inside ceil(width / d) x ceil(height / d). A JPEG runs the inverse DCT,
+// upsampling and colour conversion only for the iMCU rows that hold the window and its iMCU columns plus one of
+// margin on each side (libjpeg's jpeg_skip_scanlines and jpeg_crop_scanline; the margin keeps the chroma upsampling
+// at the window's edges equal to a full decode). Its entropy-coded data is still read to the end, so a truncated or
+// corrupt file fails exactly as decode_image() fails. PNG and WebP are decoded whole and cropped.
+// Errors: those of decode_image(), and invalid_argument when the region is empty or not inside the decoded image.
+Expected<Image> decode_image_region(const uint8_t* data, size_t size, const CropWindow& region,
+                                    const ImageDecodeOptions& options = {});
+
 enum class ChromaSubsampling { s444, s422, s420 };
 // quality 1..100.
 Expected<std::vector<uint8_t>> encode_jpeg(const Image& image, int quality = 90,

@@ -1,8 +1,9 @@
-// JPEG through the TurboJPEG API of libjpeg-turbo 2.1 (Debian 12 has no tj3 API): header first, then pixels.
-// One compressor and one decompressor handle per thread.
+// JPEG through the TurboJPEG API of libjpeg-turbo 2.1 (Debian 12 has no tj3 API): the header (size) and encoding,
+// with one compressor and one decompressor handle per thread. The pixels are decoded in image_jpeg_decode.cpp
+// through the libjpeg API of the same library (whole images and windows, one code path).
 // DCT-domain downscaling (ImageDecodeOptions::min_width/min_height) uses libjpeg's scaled inverse DCT at 1/2, 1/4 or
-// 1/8, exactly as Pillow's draft() configures libjpeg, so the pixels equal Pillow's drafted decode. TJFLAG_FASTDCT
-// is not used: measured on 256-512 px photos it saves ~3% of the full-size decode and nothing at the reduced
+// 1/8, exactly as Pillow's draft() configures libjpeg, so the pixels equal Pillow's drafted decode. The fast integer
+// IDCT is not used: measured on 256-512 px photos it saves ~3% of the full-size decode and nothing at the reduced
 // sizes (the scaled IDCTs have no fast variant), while it moves pixels away from Pillow's.
 #include <turbojpeg.h>
 
@@ -63,22 +64,6 @@ Expected<JpegHeader> read_header(TjHandle& tj, const uint8_t* data, size_t size)
   return hdr;
 }
 
-// libjpeg reports a cut-off file only as a warning (and fills the rest with gray); we reject it, as Pillow does.
-// Other warnings (extraneous bytes before a marker...) leave a usable image.
-Status decode_result(TjHandle& tj, int rc) {
-  if (rc == 0) return Status();
-  const std::string msg = tjGetErrorStr2(tj.h);
-  const bool warning = tjGetErrorCode(tj.h) == TJERR_WARNING;
-  tj.reset();
-  const bool truncated = msg.find("remature end") != std::string::npos;
-  if (warning && !truncated) {
-    VLM_DEBUG("JPEG decoded with a warning: ", msg);
-    return Status();
-  }
-  if (truncated) return parse_error(str("JPEG: truncated data (", msg, ")"));
-  return parse_error(str("JPEG: ", msg));
-}
-
 // The denominator Pillow's draft() picks (min(width // min_width, height // min_height) rounded down to 8, 4, 2
 // or 1), reduced further if TurboJPEG, asked for ceil(size / d), would choose another factor (it takes the
 // largest factor whose output fits, which for a few tiny sizes is not 1/d).
@@ -107,33 +92,6 @@ int scale_denominator(int width, int height, const ImageDecodeOptions& options) 
 Expected<ImageInfo> jpeg_info(const uint8_t* data, size_t size) {
   VLM_ASSIGN_OR_RETURN(JpegHeader hdr, read_header(decompressor(), data, size));
   return ImageInfo{ImageFormat::jpeg, hdr.width, hdr.height};
-}
-
-Expected<Image> jpeg_decode(const uint8_t* data, size_t size, const ImageDecodeOptions& options) {
-  TjHandle& tj = decompressor();
-  VLM_ASSIGN_OR_RETURN(JpegHeader hdr, read_header(tj, data, size));
-  tjhandle h = tj.get();
-  VLM_RETURN_IF_ERROR(check_pixel_limit("JPEG", hdr.width, hdr.height, options));
-  const tjscalingfactor scale{1, scale_denominator(hdr.width, hdr.height, options)};
-  const int width = TJSCALED(hdr.width, scale), height = TJSCALED(hdr.height, scale);
-  Image img(width, height);
-  const int flags = TJFLAG_LIMITSCANS;  // refuse progressive files with absurd scan counts (a known DoS)
-  if (hdr.colorspace == TJCS_CMYK || hdr.colorspace == TJCS_YCCK) {
-    // TurboJPEG cannot convert CMYK to RGB. Files with an Adobe marker (nearly all) store inverted CMYK, so
-    // R = C' * K' / 255 with C', K' the stored values (as Pillow does).
-    std::vector<uint8_t> cmyk(static_cast<size_t>(width) * height * 4);
-    VLM_RETURN_IF_ERROR(decode_result(tj, tjDecompress2(h, data, static_cast<unsigned long>(size), cmyk.data(),
-                                                       width, 0, height, TJPF_CMYK, flags)));
-    const size_t n = static_cast<size_t>(width) * height;
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t k = cmyk[4 * i + 3];
-      for (int c = 0; c < 3; ++c) img.rgb[3 * i + c] = static_cast<uint8_t>((cmyk[4 * i + c] * k + 127) / 255);
-    }
-    return img;
-  }
-  VLM_RETURN_IF_ERROR(decode_result(tj, tjDecompress2(h, data, static_cast<unsigned long>(size), img.rgb.data(),
-                                                     width, 0, height, TJPF_RGB, flags)));
-  return img;
 }
 
 }  // namespace vlm::detail

@@ -77,6 +77,64 @@ Expected<Image> decode_for(const uint8_t* data, size_t size, const ImageInfo& in
   return img;
 }
 
+// random_resized_crop at DCT scale d: the whole decoded pixels around the window, [ix0, ix1) x [iy0, iy1) of the
+// ceil(w / d) x ceil(h / d) decoded image.
+CropWindow decoded_window(const CropWindow& win, int d, int decoded_width, int decoded_height) {
+  const float df = static_cast<float>(d);
+  const float bx1 = (win.x + win.width) / df, by1 = (win.y + win.height) / df;
+  const int ix0 = static_cast<int>(std::floor(win.x / df)), iy0 = static_cast<int>(std::floor(win.y / df));
+  const int ix1 = std::min(static_cast<int>(std::ceil(bx1)), decoded_width);
+  const int iy1 = std::min(static_cast<int>(std::ceil(by1)), decoded_height);
+  return CropWindow{ix0, iy0, ix1 - ix0, iy1 - iy0};
+}
+
+struct RegionDecode {
+  Image pixels;       // the decoded window
+  CropWindow region;  // where it lies in the decoded image
+};
+
+// The decoded pixels around `win` only (decode_image_region), at the scale decode_for would use.
+Expected<RegionDecode> decode_window(const uint8_t* data, size_t size, const ImageInfo& info,
+                                     const ImagePipelineOptions& o, int min_width, int min_height,
+                                     const CropWindow& win, ImagePlan& plan) {
+  ImageDecodeOptions dopt;
+  dopt.max_pixels = o.max_pixels;
+  if (o.dct_scaling) {
+    dopt.min_width = min_width;
+    dopt.min_height = min_height;
+  }
+  const int d = decode_scale_denominator(info, dopt);
+  plan.scale_denominator = d;
+  plan.decoded_width = ceil_div(info.width, d);
+  plan.decoded_height = ceil_div(info.height, d);
+  RegionDecode out;
+  out.region = decoded_window(win, d, plan.decoded_width, plan.decoded_height);
+  VLM_ASSIGN_OR_RETURN(out.pixels, decode_image_region(data, size, out.region, dopt));
+  if (out.pixels.width != out.region.width || out.pixels.height != out.region.height)
+    return internal_error(str(image_format_name(info.format), ": decoded a ", out.pixels.width, "x",
+                              out.pixels.height, " region, expected ", out.region.width, "x", out.region.height));
+  return out;
+}
+
+// Resizes the window `win` (source pixels) of an image decoded at scale d to the S x S output. `src` holds the
+// decoded image from decoded pixel (src_x, src_y) on (the whole image: 0, 0; a decoded region: its corner).
+// Crop (to the whole decoded pixels around the window), then resize the window's exact box inside it: at d = 1
+// this is torchvision's crop-then-resize; at d > 1 the box has fractional edges.
+void resize_window(const ImageView& src, const CropWindow& win, int d, int src_x, int src_y,
+                   const ImagePipelineOptions& o, Image& out) {
+  const float df = static_cast<float>(d);
+  const float bx0 = win.x / df, by0 = win.y / df, bx1 = (win.x + win.width) / df, by1 = (win.y + win.height) / df;
+  const CropWindow c = decoded_window(win, d, src_x + src.width, src_y + src.height);
+  ImageView view = src;
+  view.data = src.data + static_cast<size_t>(c.y - src_y) * src.stride + static_cast<size_t>(c.x - src_x) * 3;
+  view.width = c.width;
+  view.height = c.height;
+  const ResizeBox box{bx0 - static_cast<float>(c.x), by0 - static_cast<float>(c.y), bx1 - static_cast<float>(c.x),
+                      by1 - static_cast<float>(c.y)};
+  resize_into(view, box, o.size, o.size, 0, 0, o.size, o.size, o.filter, out.rgb.data(),
+              static_cast<size_t>(o.size) * 3);
+}
+
 // The pipeline after the header: `window` is used by random_resized_crop only.
 Expected<Image> run_planned(const uint8_t* data, size_t size, const ImagePipelineOptions& o, ImagePlan plan,
                             const CropWindow& window, ImagePlan* plan_out) {
@@ -115,19 +173,16 @@ Expected<Image> run_planned(const uint8_t* data, size_t size, const ImagePipelin
         return invalid_argument(str("image pipeline: crop window ", win.width, "x", win.height, "+", win.x, "+",
                                     win.y, " outside the ", w, "x", h, " image"));
       // The window must keep >= s pixels along each axis after scaling: d * ceil(s * w / win.width) <= w.
-      VLM_ASSIGN_OR_RETURN(Image img, decode_for(data, size, plan.source, o, ceil_div(int64_t{s} * w, win.width),
-                                                 ceil_div(int64_t{s} * h, win.height), plan));
-      const float d = static_cast<float>(plan.scale_denominator);
-      // Crop (to the whole decoded pixels around the window), then resize the window's exact box inside it: at
-      // d = 1 this is torchvision's crop-then-resize; at d > 1 the box has fractional edges.
-      const float bx0 = win.x / d, by0 = win.y / d, bx1 = (win.x + win.width) / d, by1 = (win.y + win.height) / d;
-      const int ix0 = static_cast<int>(std::floor(bx0)), iy0 = static_cast<int>(std::floor(by0));
-      const int ix1 = std::min(static_cast<int>(std::ceil(bx1)), img.width);
-      const int iy1 = std::min(static_cast<int>(std::ceil(by1)), img.height);
-      const ImageView view = image_view(img, ix0, iy0, ix1 - ix0, iy1 - iy0);
-      const ResizeBox box{bx0 - static_cast<float>(ix0), by0 - static_cast<float>(iy0), bx1 - static_cast<float>(ix0),
-                          by1 - static_cast<float>(iy0)};
-      resize_into(view, box, s, s, 0, 0, s, s, o.filter, out.rgb.data(), out_stride);
+      const int need_w = ceil_div(int64_t{s} * w, win.width), need_h = ceil_div(int64_t{s} * h, win.height);
+      if (!o.region_decode) {
+        VLM_ASSIGN_OR_RETURN(Image img, decode_for(data, size, plan.source, o, need_w, need_h, plan));
+        resize_window(image_view(img), win, plan.scale_denominator, 0, 0, o, out);
+      } else {
+        // Only the whole decoded pixels around the window are decoded; the resize sees them as its whole source
+        // either way (a crop), so the output is the same.
+        VLM_ASSIGN_OR_RETURN(RegionDecode rd, decode_window(data, size, plan.source, o, need_w, need_h, win, plan));
+        resize_window(image_view(rd.pixels), win, plan.scale_denominator, rd.region.x, rd.region.y, o, out);
+      }
       plan.window = win;
       break;
     }

@@ -45,6 +45,10 @@ struct ImagePipelineOptions {
   float crop_scale[2] = {0.08f, 1.f};             // random_resized_crop: area fraction range
   float crop_ratio[2] = {3.f / 4.f, 4.f / 3.f};   // random_resized_crop: width / height range
   bool dct_scaling = true;                        // JPEG: decode at 1/2..1/8 when the output allows it
+  // random_resized_crop: decode only the window (decode_image_region: a JPEG's inverse DCT, upsampling and colour
+  // conversion run for the window's iMCU rows and columns only). The pixels are the same either way; false decodes
+  // the whole image (for tests and benchmarks).
+  bool region_decode = true;
   uint64_t max_pixels = 64ull << 20;              // source width * height above this is rejected from the header
 
   // invalid_argument naming the field: size in 1..8192, std != 0, 0 < scale_lo <= scale_hi <= 1,

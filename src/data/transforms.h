@@ -87,11 +87,7 @@ Image resize_longer_then_pad(const Image& src, int size, const uint8_t pad_rgb[3
 // torchvision RandomResizedCrop.get_params: up to 10 tries of area fraction ~ U(scale_lo, scale_hi) and
 // log(aspect) ~ U(log ratio_lo, log ratio_hi); w = round(sqrt(area * aspect)), h = round(sqrt(area / aspect));
 // the first (w, h) that fits gets a uniform position; otherwise the central crop clamped to the ratio range.
-// All draws come from `rng`, so a (seed, subsequence) stream gives the same window every time.
-struct CropWindow {
-  int x = 0, y = 0, width = 0, height = 0;
-  bool operator==(const CropWindow&) const = default;
-};
+// All draws come from `rng`, so a (seed, subsequence) stream gives the same window every time. (CropWindow: image.h.)
 CropWindow random_resized_crop_window(int src_width, int src_height, float scale_lo, float scale_hi, float ratio_lo,
                                       float ratio_hi, Philox& rng);
 

@@ -1,5 +1,5 @@
-// VlmBatchLoader: stream -> filter -> prepare (choose turns; image_pipeline: decode, resize, normalize) -> tokenize
-// -> pack.
+// VlmBatchLoader: stream -> filter -> prepare (choose turns; image_pipeline: decode, resize, normalize into the
+// batch's plane) -> tokenize (both on the decode threads) -> pack (token arrays, in slot order).
 #include "data/vlm_batch.h"
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "core/logging.h"
 #include "core/philox.h"
 #include "core/thread_pool.h"
+#include "data/batch_buffer_pool.h"
 #include "data/dedup/content_hash.h"
 #include "data/partitioned_stream.h"
 #include "data/sample_stream.h"
@@ -68,12 +70,15 @@ Expected<ImagePipelineOptions> image_pipeline_options(const VlmDataOptions& o) {
   return p;
 }
 
-Expected<PreparedSample> prepare_sample(const WebDatasetSample& sample, const VlmDataOptions& o,
-                                        uint64_t sample_ordinal, SamplePart* failed_part, FilterReason* filter) {
+namespace {
+
+// prepare_sample with the pixels written to `pixels` (3 * S * S floats); returns the turns.
+Expected<std::vector<Turn>> prepare_sample_into(const WebDatasetSample& sample, const VlmDataOptions& o,
+                                                uint64_t sample_ordinal, float* pixels, SamplePart* failed_part,
+                                                FilterReason* filter) {
   if (failed_part) *failed_part = SamplePart::text;
   const std::string where = sample.shard + ": " + sample.key;
-  PreparedSample out;
-  out.key = sample.key;
+  std::vector<Turn> turns;
 
   // Filters first: they read only the header, the caption and the json.
   std::optional<std::string> clean_caption;
@@ -98,17 +103,17 @@ Expected<PreparedSample> prepare_sample(const WebDatasetSample& sample, const Vl
   Philox rng(o.seed ^ kSampleRngSalt, sample_ordinal);
   if (o.task == "vqa" || o.task == "mixed") {
     if (!has_json) return parse_error(where + ": no .json with \"qa\" pairs");
-    VLM_ASSIGN_OR_RETURN(out.turns, qa_turns(j, where + ".json"));
+    VLM_ASSIGN_OR_RETURN(turns, qa_turns(j, where + ".json"));
     if (o.task == "mixed") {
       std::string cap = clean_caption ? *clean_caption : caption_of(sample, &j);
-      if (!cap.empty()) out.turns.push_back({o.caption_prompt, cap});
+      if (!cap.empty()) turns.push_back({o.caption_prompt, cap});
     }
-    for (size_t i = out.turns.size(); i > 1; --i) std::swap(out.turns[i - 1], out.turns[rng.uniform_int(i)]);
-    if (static_cast<int>(out.turns.size()) > o.max_turns) out.turns.resize(static_cast<size_t>(o.max_turns));
+    for (size_t i = turns.size(); i > 1; --i) std::swap(turns[i - 1], turns[rng.uniform_int(i)]);
+    if (static_cast<int>(turns.size()) > o.max_turns) turns.resize(static_cast<size_t>(o.max_turns));
   } else if (o.task == "caption") {
     std::string cap = clean_caption ? *clean_caption : caption_of(sample, has_json ? &j : nullptr);
     if (cap.empty()) return parse_error(where + ": no caption (.txt or json \"caption\")");
-    out.turns.push_back({o.caption_prompt, cap});
+    turns.push_back({o.caption_prompt, cap});
   } else {
     return invalid_argument("unknown task '" + o.task + "'");
   }
@@ -116,8 +121,51 @@ Expected<PreparedSample> prepare_sample(const WebDatasetSample& sample, const Vl
   if (failed_part) *failed_part = SamplePart::image;
   VLM_ASSIGN_OR_RETURN(ImagePipelineOptions pipe, image_pipeline_options(o));
   Philox crop_rng(o.seed ^ kCropRngSalt, sample_ordinal);
+  VLM_RETURN_IF_ERROR(image_pipeline_sample(sample, pipe, &crop_rng, pixels));
+  return turns;
+}
+
+// One sample's chat tokens, its last turns dropped (counted in `truncated`) until it fits max_seq_len.
+Expected<TokenizedChat> tokenize_sample(const std::string& key, std::vector<Turn> turns, const Tokenizer& tokenizer,
+                                        const VlmDataOptions& o, uint64_t* truncated) {
+  TokenizedChat chat;
+  for (;;) {
+    VLM_ASSIGN_OR_RETURN(chat, tokenize_chat(tokenizer, o.chat, turns, 1, o.image_tokens, false));
+    if (static_cast<int>(chat.tokens.size()) <= o.max_seq_len || turns.size() <= 1) break;
+    turns.pop_back();
+    ++*truncated;
+  }
+  if (static_cast<int>(chat.tokens.size()) > o.max_seq_len)
+    return invalid_argument(key + ": one turn needs " + std::to_string(chat.tokens.size()) +
+                            " tokens, more than max_seq_len " + std::to_string(o.max_seq_len));
+  return chat;
+}
+
+// Appends one tokenized sample to the batch's token arrays.
+void append_chat(PackedBatch& b, const TokenizedChat& chat, int32_t image_id) {
+  const int32_t base = static_cast<int32_t>(b.tokens.size());
+  for (size_t t = 0; t < chat.tokens.size(); ++t) {
+    if (chat.tokens[t] == image_id) b.image_rows.push_back(base + static_cast<int32_t>(t));
+    b.tokens.push_back(chat.tokens[t]);
+    b.positions.push_back(static_cast<int32_t>(t));
+    if (t + 1 < chat.tokens.size() && chat.is_target[t + 1]) {
+      b.loss_rows.push_back(base + static_cast<int32_t>(t));
+      b.loss_targets.push_back(chat.tokens[t + 1]);
+    }
+  }
+  b.cu_seqlens.push_back(static_cast<int32_t>(b.tokens.size()));
+  b.max_seqlen = std::max(b.max_seqlen, static_cast<int>(chat.tokens.size()));
+}
+
+}  // namespace
+
+Expected<PreparedSample> prepare_sample(const WebDatasetSample& sample, const VlmDataOptions& o,
+                                        uint64_t sample_ordinal, SamplePart* failed_part, FilterReason* filter) {
+  PreparedSample out;
+  out.key = sample.key;
   out.pixels.resize(static_cast<size_t>(3) * o.image_size * o.image_size);
-  VLM_RETURN_IF_ERROR(image_pipeline_sample(sample, pipe, &crop_rng, out.pixels.data()));
+  VLM_ASSIGN_OR_RETURN(out.turns, prepare_sample_into(sample, o, sample_ordinal, out.pixels.data(), failed_part,
+                                                      filter));
   return out;
 }
 
@@ -128,34 +176,15 @@ Expected<PackedBatch> pack_samples(const std::vector<PreparedSample>& samples, c
   const int64_t plane = static_cast<int64_t>(3) * o.image_size * o.image_size;
   b.images = Tensor::empty({n, 3, o.image_size, o.image_size}, DType::f32);
   b.cu_seqlens.push_back(0);
+  const int32_t image_id = *tokenizer.token_to_id(o.chat.image_token);
+  uint64_t truncated = 0;
   for (int64_t i = 0; i < n; ++i) {
     const PreparedSample& s = samples[static_cast<size_t>(i)];
     std::copy(s.pixels.begin(), s.pixels.end(), b.images.data<float>() + i * plane);
-    std::vector<Turn> turns = s.turns;
-    TokenizedChat chat;
-    for (;;) {
-      VLM_ASSIGN_OR_RETURN(chat, tokenize_chat(tokenizer, o.chat, turns, 1, o.image_tokens, false));
-      if (static_cast<int>(chat.tokens.size()) <= o.max_seq_len || turns.size() <= 1) break;
-      turns.pop_back();
-      if (counters) ++counters->truncated_sequences;
-    }
-    if (static_cast<int>(chat.tokens.size()) > o.max_seq_len)
-      return invalid_argument(s.key + ": one turn needs " + std::to_string(chat.tokens.size()) +
-                              " tokens, more than max_seq_len " + std::to_string(o.max_seq_len));
-    const int32_t base = static_cast<int32_t>(b.tokens.size());
-    const int32_t image_id = *tokenizer.token_to_id(o.chat.image_token);
-    for (size_t t = 0; t < chat.tokens.size(); ++t) {
-      if (chat.tokens[t] == image_id) b.image_rows.push_back(base + static_cast<int32_t>(t));
-      b.tokens.push_back(chat.tokens[t]);
-      b.positions.push_back(static_cast<int32_t>(t));
-      if (t + 1 < chat.tokens.size() && chat.is_target[t + 1]) {
-        b.loss_rows.push_back(base + static_cast<int32_t>(t));
-        b.loss_targets.push_back(chat.tokens[t + 1]);
-      }
-    }
-    b.cu_seqlens.push_back(static_cast<int32_t>(b.tokens.size()));
-    b.max_seqlen = std::max(b.max_seqlen, static_cast<int>(chat.tokens.size()));
+    VLM_ASSIGN_OR_RETURN(TokenizedChat chat, tokenize_sample(s.key, s.turns, tokenizer, o, &truncated));
+    append_chat(b, chat, image_id);
   }
+  if (counters) counters->truncated_sequences += truncated;
   b.n_samples = static_cast<int>(n);
   return b;
 }
@@ -201,7 +230,12 @@ struct ReadyBatch {
   // (the consumer's copy of the set follows the batches it hands out, so state() never sees the producer's future).
   uint64_t dedup_epoch = 0;
   std::vector<ImageContentHash> dedup_added;
+  LoaderTiming timing;  // this batch's build (read, decode, pack) and the producer's idle time before it
 };
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // The image bytes a sample's hash is taken of (the first image field, as prepare_sample picks it); null if none.
 const std::vector<uint8_t>* image_bytes_of(const WebDatasetSample& s) {
@@ -267,10 +301,12 @@ struct VlmBatchLoader::Impl {
   LoaderCounters counters;            // of the batches built so far (producer side)
   SlotPosition consumed_position;     // after the last batch handed out
   LoaderCounters consumed_counters;
+  LoaderTiming consumed_timing;       // of the batches handed out
   int batch_size = 0;
   uint64_t shards_broken_at_open = 0;  // found while counting samples (their good samples are still read)
   EpochSeenSet seen;                   // online dedup, producer side (as of the last batch built)
   EpochSeenSet consumed_seen;          // as of the last batch handed out (what state() saves)
+  BatchBufferPool buffers{8};          // the batches' image tensors: handed out, built, prefetched, spare
 
   // Prefetching: a producer thread fills `ready` up to options.prefetch_batches.
   std::thread producer;
@@ -292,6 +328,7 @@ struct VlmBatchLoader::Impl {
 
   ReadyBatch build(int n) {
     ReadyBatch out;
+    auto t0 = std::chrono::steady_clock::now();
     if (stream->slots_per_epoch() < static_cast<uint64_t>(n)) {
       out.batch = invalid_argument(str("each rank reads ", stream->slots_per_epoch(), " samples per epoch, fewer than ",
                                        "the batch size ", n, ": use more data, fewer ranks or a smaller batch"));
@@ -330,22 +367,41 @@ struct VlmBatchLoader::Impl {
       }
       out.dedup_epoch = seen.epoch;
     }
-    // Decode in parallel into indexed results: the batch never depends on the thread count.
-    std::vector<std::optional<Expected<PreparedSample>>> prepared(slots.size());
+    out.timing.read_s = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    // Decode in parallel, each slot's pixels straight into its plane of a reused batch buffer, and tokenize there
+    // too: results are indexed by slot, so the batch never depends on the thread count.
+    const int64_t plane = static_cast<int64_t>(3) * options.image_size * options.image_size;
+    Tensor images = buffers.get_f32({n, 3, options.image_size, options.image_size});
+    std::vector<std::optional<Expected<TokenizedChat>>> prepared(slots.size());
     std::vector<SamplePart> failed(slots.size(), SamplePart::text);
     std::vector<std::optional<FilterReason>> verdicts(slots.size());
+    std::vector<uint64_t> truncated(slots.size(), 0);
     auto work = [&](size_t i) {
       if (!slots[i].ok || duplicate[i]) return;
       FilterReason verdict = FilterReason::pass;
-      prepared[i] = prepare_sample(slots[i].sample, options, slots[i].global_index, &failed[i], &verdict);
+      auto turns = prepare_sample_into(slots[i].sample, options, slots[i].global_index,
+                                       images.data<float>() + static_cast<int64_t>(i) * plane, &failed[i], &verdict);
       if (options.filters) verdicts[i] = verdict;
+      if (!turns.ok()) {
+        prepared[i] = turns.status();
+        return;
+      }
+      prepared[i] = tokenize_sample(slots[i].sample.key, std::move(*turns), tokenizer, options, &truncated[i]);
+      if (!prepared[i]->ok()) failed[i] = SamplePart::tokens;
     };
     if (pool) {
       pool->parallel_for(slots.size(), work);
     } else {
       for (size_t i = 0; i < slots.size(); ++i) work(i);
     }
-    std::vector<PreparedSample> good;
+    out.timing.decode_s = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    // Pack in slot order: good samples' planes move down over the gaps, their tokens are appended.
+    PackedBatch batch;
+    batch.cu_seqlens.push_back(0);
+    const int32_t image_id = *tokenizer.token_to_id(options.chat.image_token);
+    int64_t n_good = 0;
     for (size_t i = 0; i < slots.size(); ++i) {
       ++counters.slots;
       if (!slots[i].ok) {
@@ -362,6 +418,10 @@ struct VlmBatchLoader::Impl {
         ++counters.samples_filtered;  // expected data cleaning: counted, not logged
         continue;
       }
+      if (!prepared[i]->ok() && failed[i] == SamplePart::tokens) {
+        out.batch = prepared[i]->status();  // a turn longer than max_seq_len: a configuration error
+        return out;
+      }
       if (!prepared[i]->ok()) {
         VLM_WARN("skipping sample: ", prepared[i]->status().message());
         ++counters.samples_skipped;
@@ -369,12 +429,20 @@ struct VlmBatchLoader::Impl {
         continue;
       }
       ++counters.samples_ok;
-      good.push_back(std::move(**prepared[i]));
+      counters.truncated_sequences += truncated[i];
+      float* base = images.data<float>();
+      if (n_good != static_cast<int64_t>(i))
+        std::memmove(base + n_good * plane, base + static_cast<int64_t>(i) * plane, sizeof(float) * plane);
+      append_chat(batch, **prepared[i], image_id);
+      ++n_good;
     }
     counters.shards_failed = shards_broken_at_open + stream->counters().shards_failed;
-    out.batch = pack_samples(good, tokenizer, options, &counters);
+    batch.images = images.slice(0, 0, n_good);
+    batch.n_samples = static_cast<int>(n_good);
+    out.batch = std::move(batch);
     out.position = stream->position();
     out.counters = counters;
+    out.timing.pack_s = seconds_since(t0);
     return out;
   }
 
@@ -383,12 +451,15 @@ struct VlmBatchLoader::Impl {
     stop = false;
     producer = std::thread([this] {
       for (;;) {
+        const auto t0 = std::chrono::steady_clock::now();
         {
           std::unique_lock<std::mutex> lock(mu);
           cv.wait(lock, [&] { return stop || static_cast<int>(ready.size()) < options.prefetch_batches; });
           if (stop) return;
         }
+        const double ahead = seconds_since(t0);
         ReadyBatch b = build(batch_size);
+        b.timing.ahead_s = ahead;
         const bool last = !b.batch.ok();
         {
           std::lock_guard<std::mutex> lock(mu);
@@ -411,6 +482,13 @@ struct VlmBatchLoader::Impl {
   }
 
   ReadyBatch take(int n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ReadyBatch b = take_ready(n);
+    b.timing.wait_s = seconds_since(t0);
+    return b;
+  }
+
+  ReadyBatch take_ready(int n) {
     if (options.prefetch_batches <= 0) return build(n);
     if (!producer.joinable()) {
       batch_size = n;
@@ -457,6 +535,13 @@ Expected<std::unique_ptr<VlmBatchLoader>> VlmBatchLoader::open(const VlmDataOpti
 Expected<PackedBatch> VlmBatchLoader::next_batch(int batch_size) {
   ReadyBatch b = impl_->take(batch_size);
   if (b.batch.ok()) {
+    LoaderTiming& t = impl_->consumed_timing;
+    ++t.batches;
+    t.wait_s += b.timing.wait_s;
+    t.read_s += b.timing.read_s;
+    t.decode_s += b.timing.decode_s;
+    t.pack_s += b.timing.pack_s;
+    t.ahead_s += b.timing.ahead_s;
     impl_->consumed_position = b.position;
     impl_->consumed_counters = b.counters;
     if (impl_->options.dedup_exact) {
@@ -506,5 +591,6 @@ Status VlmBatchLoader::restore(const std::string& state) {
 }
 
 LoaderCounters VlmBatchLoader::counters() const { return impl_->consumed_counters; }
+LoaderTiming VlmBatchLoader::timing() const { return impl_->consumed_timing; }
 
 }  // namespace vlm

@@ -3,8 +3,9 @@
 //
 // Reading follows a DataPlan (data_plan.h): each rank reads its own equal share of every epoch, optionally shuffled
 // within windows; a batch is `batch_size` consecutive slots of one epoch (the partial batch at an epoch's end is
-// dropped), so every rank yields the same number of batches per epoch whatever the shard count. Images are decoded
-// by a thread pool into indexed slots and batches are built ahead on a background thread.
+// dropped), so every rank yields the same number of batches per epoch whatever the shard count. A thread pool
+// decodes each slot's image straight into its plane of the batch tensor (a reused buffer, batch_buffer_pool.h) and
+// tokenizes its chat; batches are built ahead on a background thread.
 // Deterministic: the batch sequence depends only on (shards, options, seed, rank, world) and the start state — not
 // on decode_threads or prefetching. state() after any batch, given to restore() on a fresh loader (any thread
 // count), continues with exactly the batches the uninterrupted loader would have produced.
@@ -89,6 +90,18 @@ struct LoaderCounters {
   FilterCounters filter;            // per reason, over every sample the filters checked (pass included)
 };
 
+// Where the loader's time went over the batches handed out so far: wall seconds, measured on the thread that did
+// the work (not part of state(): it depends on the machine). `vlm bench data --loader` prints them.
+struct LoaderTiming {
+  uint64_t batches = 0;
+  double wait_s = 0.0;    // next_batch() blocked until its batch was ready: the consumer's stall (without
+                          // prefetching, the whole build)
+  double read_s = 0.0;    // reading the batch's samples from the shards (one thread)
+  double decode_s = 0.0;  // filters and image pipeline over the batch (decode_threads workers + the building thread)
+  double pack_s = 0.0;    // tokenizing and packing into the batch (one thread)
+  double ahead_s = 0.0;   // the prefetch thread idle because prefetch_batches batches were ready (loader ahead)
+};
+
 // One image-text sample turned into model inputs (also used by eval).
 struct PreparedSample {
   std::string key;
@@ -110,6 +123,7 @@ class VlmBatchLoader {
   std::string state() const;
   Status restore(const std::string& state);
   LoaderCounters counters() const;
+  LoaderTiming timing() const;
 
  private:
   struct Impl;
@@ -123,7 +137,7 @@ class VlmBatchLoader {
 // (seed, sample ordinal). Errors name shard and key. On failure, `failed_part` (if given) says whether the text or
 // the image was at fault or the filters rejected the sample, and `filter` (if given) receives the filters' verdict.
 struct WebDatasetSample;
-enum class SamplePart { text, image, filtered };
+enum class SamplePart { text, image, filtered, tokens };  // tokens: the loader's packing (a turn over max_seq_len)
 Expected<PreparedSample> prepare_sample(const WebDatasetSample& sample, const VlmDataOptions& options,
                                         uint64_t sample_ordinal, SamplePart* failed_part = nullptr,
                                         FilterReason* filter = nullptr);

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "core/status.h"
@@ -64,6 +66,14 @@ void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   VLM_CHECK(out.good(), "cannot write ", path);
+}
+
+std::string skimage_data_dir() {
+  if (const char* env = std::getenv("VLM_SKIMAGE_DATA"); env && *env)
+    return std::filesystem::is_directory(env) ? env : "";
+  for (const char* dir : {"/usr/lib/python3/dist-packages/skimage/data", "/usr/local/share/vlm/test-images/skimage"})
+    if (std::filesystem::is_directory(dir)) return dir;
+  return "";
 }
 
 uint32_t crc32_of(const uint8_t* data, size_t n) {

@@ -23,6 +23,12 @@ void append(std::vector<uint8_t>& dst, const std::vector<uint8_t>& src);
 std::vector<uint8_t> read_bytes(const std::string& path);
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes);
 
+// The folder of python3-skimage's sample images (skimage/data: real photos, PNGs of many colour types and a
+// truncated JPEG): $VLM_SKIMAGE_DATA if set (empty when that is no folder), else the first that exists of /usr/lib/python3/dist-packages/skimage/data
+// (python3-skimage installed) and /usr/local/share/vlm/test-images/skimage (scripts/install_deps.sh extracts it
+// there without the package's Python dependencies); empty when none exists.
+std::string skimage_data_dir();
+
 // A PNG from raw (unfiltered) rows of `row_bytes` bytes each. color_type: 0 gray, 2 RGB, 3 palette, 4 gray+alpha,
 // 6 RGBA. `palette` is RGB triples, `trns` the tRNS chunk payload (empty: none).
 std::vector<uint8_t> make_png(int width, int height, int bit_depth, int color_type, const std::vector<uint8_t>& rows,

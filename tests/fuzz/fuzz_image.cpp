@@ -1,8 +1,10 @@
 // Fuzz target: the image decoders (JPEG via libjpeg-turbo incl. DCT-domain scaling, PNG, WebP) behind
 // read_image_info() and decode_image(). The first byte picks the decode options so scaled and full decodes, the
-// extension hint and the pixel limit are all exercised. Errors are Statuses; nothing may crash or over-allocate.
+// extension hint and the pixel limit are all exercised. Errors are Statuses; nothing may crash or over-allocate. A
+// decoded JPEG's window through decode_image_region (libjpeg's partial decode) must equal the same window.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "data/image.h"
 
@@ -22,6 +24,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // A decoded image is whole: its buffer matches its size, and its size obeys the limit.
     if (img->rgb.size() != static_cast<size_t>(img->width) * img->height * 3) __builtin_trap();
     if (static_cast<uint64_t>(img->width) * img->height > o.max_pixels) __builtin_trap();
+    // A JPEG window (from the first byte) through the partial decode equals the same window of the whole decode.
+    // (PNG and WebP windows are the whole decode, cropped: nothing new to check, and twice the time.)
+    if (vlm::sniff_image_format(data, size) != vlm::ImageFormat::jpeg) return 0;
+    const int x = (mode * 7) % img->width, y = (mode * 13) % img->height;
+    const vlm::CropWindow c{x, y, 1 + (mode % (img->width - x)), 1 + ((mode >> 2) % (img->height - y))};
+    auto region = vlm::decode_image_region(data, size, c, o);
+    if (!region.ok() || region->width != c.width || region->height != c.height) __builtin_trap();
+    for (int r = 0; r < c.height; ++r)
+      if (std::memcmp(region->pixel(0, r), img->pixel(c.x, c.y + r), static_cast<size_t>(c.width) * 3) != 0)
+        __builtin_trap();
   }
   return 0;
 }

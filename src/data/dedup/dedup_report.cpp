@@ -111,7 +111,8 @@ std::string dedup_report_json(const DedupJobOptions& options, const DedupJobSumm
   j["criteria"] = {{"exact", options.criteria.exact},
                    {"phash_distance", options.criteria.phash_distance},
                    {"caption_jaccard", options.criteria.caption_jaccard},
-                   {"drop_bad_images", options.criteria.drop_bad_images}};
+                   {"drop_bad_images", options.criteria.drop_bad_images},
+                   {"clustering", dedup_clustering_name(options.criteria.clustering)}};
   j["shards"] = {{"total", options.shards.size()}, {"read", scan.shards_read}, {"failed", scan.shards_failed},
                  {"errors", scan.errors}};
   j["ranks"] = summary.world_size;
@@ -182,8 +183,8 @@ std::string dedup_report_text(const DedupJobOptions& options, const DedupJobSumm
   uint64_t bigger = 0;
   for (size_t s = 6; s < r.cluster_size_histogram.size(); ++s) bigger += r.cluster_size_histogram[s];
   if (bigger) sizes += str(", size 6+: ", with_commas(bigger));
-  line(str("  clusters   ", with_commas(r.clusters), sizes.empty() ? "" : " (" + sizes + ")",
-           largest ? str(", largest ", largest) : ""));
+  line(str("  clusters   ", with_commas(r.clusters), " ", dedup_clustering_name(options.criteria.clustering),
+           sizes.empty() ? "" : " (" + sizes + ")", largest ? str(", largest ", largest) : ""));
   line(str("  problems   bad images ", r.bad_images, ", no image ", r.no_image,
            options.criteria.uses_caption() ? str(", no caption ", r.no_caption) : ""));
   if (options.criteria.uses_phash())

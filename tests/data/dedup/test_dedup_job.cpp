@@ -53,14 +53,15 @@ DedupJobSummary run_job(const DedupJobOptions& o) {
   return summary.ok() ? std::move(*summary) : DedupJobSummary{};
 }
 
-TEST(DedupJob, PlantedDuplicatesPrecisionRecallAndOutputs) {
-  const std::string dir = testing::fresh_temp_dir("planted");
+void planted_duplicates_precision_recall_and_outputs(DedupClustering clustering) {
+  const std::string dir = testing::fresh_temp_dir(str("planted_", dedup_clustering_name(clustering)));
   const auto data = testing::write_planted_dataset(dir, 4, 240, 25, 3, 17);
   DedupJobOptions o;
   o.shards = data.shards;
   o.out_dir = dir + "/out";
   o.criteria.phash_distance = 10;
   o.criteria.caption_jaccard = 0.5;
+  o.criteria.clustering = clustering;
   o.threads = 2;
   o.rewrite = true;
   const DedupJobSummary s = run_job(o);
@@ -85,9 +86,10 @@ TEST(DedupJob, PlantedDuplicatesPrecisionRecallAndOutputs) {
     for (const char* k : kinds) planted += per_kind[k].first, found += per_kind[k].second;
     return static_cast<double>(found) / planted;
   };
-  std::printf("precision %.3f; recall exact %.3f reencoded %.3f resized %.3f cropped %.3f brighter %.3f caption %.3f\n",
-              precision, recall({"exact"}), recall({"reencoded"}), recall({"resized"}), recall({"cropped"}),
-              recall({"brighter"}), recall({"caption"}));
+  std::printf("%s: precision %.3f; recall exact %.3f reencoded %.3f resized %.3f cropped %.3f brighter %.3f "
+              "caption %.3f\n",
+              dedup_clustering_name(clustering), precision, recall({"exact"}), recall({"reencoded"}),
+              recall({"resized"}), recall({"cropped"}), recall({"brighter"}), recall({"caption"}));
   EXPECT_GE(precision, 0.95);
   EXPECT_EQ(recall({"exact"}), 1.0);
   EXPECT_GE(recall({"exact", "reencoded", "resized"}), 0.95);
@@ -122,7 +124,17 @@ TEST(DedupJob, PlantedDuplicatesPrecisionRecallAndOutputs) {
   EXPECT_EQ(report["bad_image_examples"].size(), 3u);
   EXPECT_FALSE(report["largest_clusters"].empty());
   EXPECT_NE(s.report_text.find("bad images"), std::string::npos) << s.report_text;
+  EXPECT_EQ(report["criteria"]["clustering"], dedup_clustering_name(clustering));
   std::printf("%s", s.report_text.c_str());
+}
+
+TEST(DedupJob, PlantedDuplicatesPrecisionRecallAndOutputs) {
+  planted_duplicates_precision_recall_and_outputs(DedupClustering::transitive);
+}
+
+// Star clustering finds the same planted duplicates: each is near its original, which is kept.
+TEST(DedupJob, PlantedDuplicatesPrecisionRecallAndOutputsStar) {
+  planted_duplicates_precision_recall_and_outputs(DedupClustering::star);
 }
 
 TEST(DedupJob, DropBadImagesAndExactOnly) {
