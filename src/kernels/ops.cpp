@@ -1,8 +1,8 @@
 // The op boundary, part 1 (supports, cast, GEMM, elementwise, normalization, activations, RoPE; the rest is in
-// ops_sequence.cpp, and the chunked LM-head loss, a composition of ops, in ops_lm_head.cpp): each function
-// validates shapes, dtypes, contiguity and devices (aborting with a message that names the op and the offending
-// tensor), then dispatches on the device of its output. CPU runs the reference in cpu/ (f32 only); CUDA runs
-// kernels/cuda/ (f32 or bf16 compute dtype, see ops.h) through the one VLM_DISPATCH_CUDA line of each op.
+// ops_sequence.cpp and ops_packed.cpp, and the chunked LM-head loss, a composition of ops, in ops_lm_head.cpp):
+// each function validates shapes, dtypes, contiguity and devices (aborting with a message that names the op and the
+// offending tensor), then dispatches on the device of its output. CPU runs the reference in cpu/ (f32 only); CUDA
+// runs kernels/cuda/ (f32 or bf16 compute dtype, see ops.h) through the one VLM_DISPATCH_CUDA line of each op.
 #include "kernels/ops.h"
 
 #include <algorithm>
@@ -44,6 +44,10 @@ constexpr const char* kOps[] = {"cast",
                                 "swiglu_backward",
                                 "rope_forward",
                                 "rope_backward",
+                                "qkv_split_forward",
+                                "qkv_split_backward",
+                                "swiglu_packed_forward",
+                                "swiglu_packed_backward",
                                 "attention_forward",
                                 "attention_backward",
                                 "cross_entropy_forward",
@@ -143,8 +147,17 @@ void cast(Tensor& out, const Tensor& in) {
 
 // ---- GEMM --------------------------------------------------------------------------------------------------
 
+void set_gemm_autotune(bool on) {
+#ifdef VLM_HAVE_CUDA
+  cuda::set_gemm_autotune(on);
+#else
+  (void)on;
+#endif
+}
+
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta) {
   const GemmDims d = check_gemm("matmul", out, a, b, trans_a, trans_b, 0);
+  VLM_PROFILE_TAG(out.dim(0), "x", out.dim(1), "x", trans_a ? a.dim(0) : a.dim(1));
   VLM_DISPATCH_CUDA(out.device(), "matmul", cuda::matmul(out, a, b, trans_a, trans_b, alpha, beta, false));
   cpu::gemm(out.data<float>(), a.data<float>(), b.data<float>(), d.m, d.n, d.k, trans_a, trans_b, alpha, beta);
 }
@@ -165,6 +178,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   const Device dev = y.device();
   const DType dt = check_linear(op, x, w, b, dev);
   check_like(op, "y", y, dt, dev, with_last_dim(x, w.dim(0)));
+  VLM_PROFILE_TAG(leading_rows(x), "x", w.dim(0), "x", w.dim(1));
   VLM_DISPATCH_CUDA(dev, op, cuda::linear_forward(y, x, w, b));
   cpu::linear_forward(y.data<float>(), x.data<float>(), w.data<float>(), f32_or_null(b), leading_rows(x), w.dim(1),
                       w.dim(0));
@@ -177,6 +191,7 @@ void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& 
   check_like(op, "y", y, dt, dev, with_last_dim(x, w.dim(0)));
   check_like(op, "pre", pre, dt, dev, y.shape());
   VLM_CHECK(y.numel() == 0 || y.raw_data() != pre.raw_data(), "ops::", op, ": y must not alias pre");
+  VLM_PROFILE_TAG(leading_rows(x), "x", w.dim(0), "x", w.dim(1));
   VLM_DISPATCH_CUDA(dev, op, cuda::linear_gelu_forward(y, pre, x, w, b));
   cpu::linear_forward(pre.data<float>(), x.data<float>(), w.data<float>(), f32_or_null(b), leading_rows(x), w.dim(1),
                       w.dim(0));
@@ -196,6 +211,7 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
   check_optional(op, "dx", dx, dt, dev, x.shape());
   check_optional(op, "dw", dw, DType::f32, dev, w.shape());
   check_optional(op, "db", db, DType::f32, dev, Shape{out});
+  VLM_PROFILE_TAG(leading_rows(x), "x", out, "x", in);
   VLM_DISPATCH_CUDA(dev, op, cuda::linear_backward(dx, dw, db, dy, x, w));
   cpu::linear_backward(f32_or_null(dx), f32_or_null(dw), f32_or_null(db), dy.data<float>(), x.data<float>(),
                        w.data<float>(), leading_rows(x), in, out);
@@ -301,11 +317,9 @@ void norm_forward(const char* op, bool layer, Tensor& h, Tensor& y, Tensor& mean
                                  y.raw_data() != residual.raw_data()),
               "ops::", op, ": y must not alias h, x or residual");
   }
-  if (layer) {
-    VLM_DISPATCH_CUDA(dev, op, cuda::layernorm_forward(h, y, mean, rstd, x, residual, w, b, eps));
-  } else {
-    VLM_DISPATCH_CUDA(dev, op, cuda::rmsnorm_forward(h, y, rstd, x, residual, w, eps));
-  }
+  VLM_DISPATCH_CUDA(dev, op,
+                    layer ? cuda::layernorm_forward(h, y, mean, rstd, x, residual, w, b, eps)
+                          : cuda::rmsnorm_forward(h, y, rstd, x, residual, w, eps));
   const Tensor& src = residual.defined() ? h : x;
   if (residual.defined()) cpu::add(h.data<float>(), x.data<float>(), residual.data<float>(), h.numel());
   if (layer) {
@@ -334,11 +348,9 @@ void norm_backward(const char* op, bool layer, Tensor& dx, Tensor& dw, Tensor& d
     check_like(op, "dh_next", dres, dt, dev, x.shape());
     check_like(op, "dh", dx, dt, dev, x.shape());
   }
-  if (layer) {
-    VLM_DISPATCH_CUDA(dev, op, cuda::layernorm_backward(dx, dw, db, dy, dres, x, w, mean, rstd));
-  } else {
-    VLM_DISPATCH_CUDA(dev, op, cuda::rmsnorm_backward(dx, dw, dy, dres, x, w, rstd));
-  }
+  VLM_DISPATCH_CUDA(dev, op,
+                    layer ? cuda::layernorm_backward(dx, dw, db, dy, dres, x, w, mean, rstd)
+                          : cuda::rmsnorm_backward(dx, dw, dy, dres, x, w, rstd));
   // With dres, the norm's dx goes to a temporary first: dx may alias dres.
   Tensor norm_dx = dres.defined() ? Tensor::empty(x.shape(), DType::f32) : dx;
   if (layer) {

@@ -50,6 +50,12 @@ bool supports(const std::string& op, Device device);
 void cast(Tensor& out, const Tensor& in);
 
 // ---- GEMM --------------------------------------------------------------------------------------------------
+// CUDA GEMMs run the cuBLASLt heuristic's first algorithm for each problem unless autotuning is on (this call, or
+// the environment VLM_GEMM_AUTOTUNE=1): then the fastest of its top candidates, timed on the first call of each
+// problem. Either way a problem keeps its algorithm for the process's life (repeats are bit-identical); autotuned
+// choices may differ between processes. No effect on the CPU.
+void set_gemm_autotune(bool on);
+
 // out[M, N] = alpha * op(a) @ op(b) + beta * out, op(x) = x or x^T. 2-D contiguous tensors. a and b share the
 // compute dtype; out is in the compute dtype or f32 (bf16 inputs, f32 output). beta == 0 ignores out's contents.
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha = 1.f,
@@ -115,6 +121,24 @@ void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dy, const Tensor&
 void rope_forward(Tensor& x, const Tensor& positions, float theta);
 // In place on dx [T, H, D]: the transpose rotation (by -a).
 void rope_backward(Tensor& dx, const Tensor& positions, float theta);
+
+// ---- packed projections (one GEMM for q/k/v, one for gate/up) ----------------------------------------------
+// The packed QKV projection's output qkv [T, (Hq + 2 Hkv) * D] (columns: Hq query heads, then Hkv key heads, then
+// Hkv value heads, D each) split into contiguous q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D]; with theta > 0, RoPE
+// exactly as rope_forward (same angles, rotate_half layout) is applied to q and k (positions i32 [T]); theta == 0:
+// no rotation (positions may be undefined; a defined one is still checked). D even, theta >= 0. q, k, v must not
+// overlap qkv or each other. Equals slicing + copying + rope_forward bit for bit on each device.
+void qkv_split_forward(Tensor& q, Tensor& k, Tensor& v, const Tensor& qkv, const Tensor& positions, float theta);
+// The backward: dqkv [T, (Hq + 2 Hkv) * D] (overwrite) = [rope_backward(dq) | rope_backward(dk) | dv] (no rotation
+// when theta == 0). dq/dk/dv are not modified and must not overlap dqkv.
+void qkv_split_backward(Tensor& dqkv, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& positions,
+                        float theta);
+// SwiGLU on the packed gate/up projection gu [T, 2I] (columns: gate then up): y [T, I] = silu(gate) * up (leading
+// dims flatten into T). y must not overlap gu. Equals swiglu_forward on the halves bit for bit on the CPU.
+void swiglu_packed_forward(Tensor& y, const Tensor& gu);
+// dgu [T, 2I] (overwrite) = [dgate | dup] for dy [T, I]; the formulas of swiglu_backward. dgu may be gu itself (the
+// gradient replaces the saved projection in place) but must not otherwise overlap gu or dy.
+void swiglu_packed_backward(Tensor& dgu, const Tensor& dy, const Tensor& gu);
 
 // ---- attention ---------------------------------------------------------------------------------------------
 // Variable-length multi-head attention with grouped-query heads (Hq % Hkv == 0; q head h reads kv head h / (Hq/Hkv)).

@@ -7,24 +7,27 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/op_profile.h"
 
 #ifdef VLM_HAVE_CUDA
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
-// The dispatch point of an op: on a CUDA device, run `call` (a cuda:: entry of kernels/cuda/cuda_ops.h) and return.
-#define VLM_DISPATCH_CUDA(device, op, call) \
-  do {                                      \
-    if ((device).is_cuda()) {               \
-      call;                                 \
-      return;                               \
-    }                                       \
-  } while (0)
+// The dispatch point of an op: on a CUDA device, run `call` (a cuda:: entry of kernels/cuda/cuda_ops.h) and return;
+// otherwise fall through to the CPU reference that follows. It opens the op's profile range (op_profile.h), which
+// lasts to the end of the enclosing scope, so it must stand at function level, once per function.
+#define VLM_DISPATCH_CUDA(device, op, call)                    \
+  ::vlm::ops::profile::OpRange vlm_op_profile_range_(op, device); \
+  if ((device).is_cuda()) {                                    \
+    call;                                                      \
+    return;                                                    \
+  }                                                            \
+  static_cast<void>(0)
 #else
 // Without CUDA the call is never compiled; a CUDA tensor (which cannot exist in such a build) aborts.
 #define VLM_DISPATCH_CUDA(device, op, call)                    \
-  do {                                                         \
-    if ((device).is_cuda()) ::vlm::ops::detail::no_cuda(op);   \
-  } while (0)
+  ::vlm::ops::profile::OpRange vlm_op_profile_range_(op, device); \
+  if ((device).is_cuda()) ::vlm::ops::detail::no_cuda(op);     \
+  static_cast<void>(0)
 #endif
 
 namespace vlm::ops::detail {

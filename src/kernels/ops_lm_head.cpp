@@ -5,6 +5,7 @@
 // target is recorded by the cross-entropy kernel with its position inside its chunk (see ops::check_index_errors).
 #include <algorithm>
 
+#include "kernels/op_profile.h"
 #include "kernels/ops.h"
 #include "kernels/ops_check.h"
 
@@ -25,6 +26,7 @@ Tensor temporary(const Shape& shape, DType dtype, Device device) {
 void lm_head_cross_entropy(Tensor& losses, Tensor& dhidden, Tensor& dw, const Tensor& hidden, const Tensor& w,
                            const Tensor& targets, float dloss, int ignore_index, int64_t chunk_rows) {
   const char* op = "lm_head_cross_entropy";
+  const profile::ProfileScope scope("lm_head");  // the profile keys of the ops below: "lm_head/<op> <shape>"
   const Device dev = hidden.device();
   const DType dt = compute_dtype(op, "hidden", hidden);
   check_tensor(op, "hidden", hidden, dt, dev);

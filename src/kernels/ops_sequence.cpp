@@ -67,6 +67,7 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
                                                  scale, causal, dt, dev);
   check_like(op, "out", out, dt, dev, q.shape());
   check_like(op, "lse", lse, DType::f32, dev, Shape{p.heads_q, p.tokens_q});
+  VLM_PROFILE_TAG(p.tokens_q, " h", p.heads_q, "/", p.heads_kv, " d", p.head_dim, " s", max_seqlen_q);
   VLM_DISPATCH_CUDA(dev, op,
                     cuda::attention_forward(out, lse, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                             scale, causal));
@@ -87,6 +88,7 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
   check_optional(op, "dq", dq, dt, dev, q.shape());
   check_optional(op, "dk", dk, dt, dev, k.shape());
   check_optional(op, "dv", dv, dt, dev, k.shape());
+  VLM_PROFILE_TAG(p.tokens_q, " h", p.heads_q, "/", p.heads_kv, " d", p.head_dim, " s", max_seqlen_q);
   VLM_DISPATCH_CUDA(dev, op,
                     cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
                                              max_seqlen_q, max_seqlen_k, scale, causal));
@@ -346,6 +348,7 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
     const Tensor& t = tensors[i];
     check_tensor(op, name.c_str(), t, compute_dtype(op, name.c_str(), t), any_cuda ? cuda_dev : t.device());
   }
+  const profile::OpRange range(op, cuda_dev);  // not through VLM_DISPATCH_CUDA: this op returns a value
 #ifdef VLM_HAVE_CUDA
   if (any_cuda) return cuda::sum_of_squares(tensors, cuda_dev);
 #else

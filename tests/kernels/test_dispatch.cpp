@@ -36,6 +36,10 @@ const char* const kAllOps[] = {"cast",
                                "swiglu_backward",
                                "rope_forward",
                                "rope_backward",
+                               "qkv_split_forward",
+                               "qkv_split_backward",
+                               "swiglu_packed_forward",
+                               "swiglu_packed_backward",
                                "attention_forward",
                                "attention_backward",
                                "cross_entropy_forward",
@@ -235,6 +239,26 @@ TEST(Dispatch, MalformedCallsAbortNamingTheOp) {
        [&] {
          Tensor x = f32({3, 2, 4});
          ops::rope_backward(x, i32({2}), 1e4f);
+       }},
+      {"qkv_split_forward",
+       [&] {
+         Tensor q = f32({3, 2, 4}), k = f32({3, 1, 4}), v = f32({3, 1, 4});
+         ops::qkv_split_forward(q, k, v, f32({3, 12}), i32({3}), 1e4f);
+       }},  // qkv narrower than Hq + 2 Hkv heads
+      {"qkv_split_backward",
+       [&] {
+         Tensor d = f32({3, 16});
+         ops::qkv_split_backward(d, f32({3, 2, 4}), f32({3, 1, 4}), f32({3, 1, 4}), none, 1e4f);
+       }},  // theta > 0 without positions
+      {"swiglu_packed_forward",
+       [&] {
+         Tensor y = f32({3, 4});
+         ops::swiglu_packed_forward(y, f32({3, 4}));
+       }},
+      {"swiglu_packed_backward",
+       [&] {
+         Tensor d = f32({3, 8});
+         ops::swiglu_packed_backward(d, f32({3, 4}), f32({3, 6}));
        }},
       {"attention_forward",
        [&] {

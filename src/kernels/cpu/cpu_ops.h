@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace vlm::ops::cpu {
 
@@ -52,11 +53,38 @@ void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n);
 void swiglu_forward(float* y, const float* gate, const float* up, int64_t n);
 // Either of dgate, dup may be null.
 void swiglu_backward(float* dgate, float* dup, const float* dy, const float* gate, const float* up, int64_t n);
+// The same math on one thread (no OpenMP inside): the kernels the two ops above run on chunks, and packed.cpp on
+// rows of the packed gate/up projection.
+void swiglu_forward_span(float* y, const float* gate, const float* up, int64_t n);
+void swiglu_backward_span(float* dgate, float* dup, const float* dy, const float* gate, const float* up, int64_t n);
 
 // ---- rope.cpp ----------------------------------------------------------------------------------------------
 // In place on x [tokens, heads, head_dim] (head_dim even); backward rotates by the negated angle.
 void rope_forward(float* x, const int32_t* positions, int64_t tokens, int64_t heads, int64_t head_dim, float theta);
 void rope_backward(float* dx, const int32_t* positions, int64_t tokens, int64_t heads, int64_t head_dim, float theta);
+// Their building blocks (serial; packed.cpp rotates with them too). inv_freq[i] = f32(1 / theta^(2i/D)), i < D/2,
+// computed in double.
+std::vector<float> rope_inv_freq(int64_t head_dim, float theta);
+// cos_a[i] = cos(a), sin_a[i] = direction * sin(a) with a = f32(position) * inv_freq[i] in f32, for i < half.
+void rope_angles(float* cos_a, float* sin_a, const float* inv_freq, int64_t half, int32_t position, float direction);
+// dst = src rotated (rotate_half layout) by the table, for `heads` consecutive heads of head_dim values each; dst may
+// equal src (in place) but must not overlap it otherwise.
+void rope_rotate_heads(float* dst, const float* src, int64_t heads, int64_t head_dim, const float* cos_a,
+                       const float* sin_a);
+
+// ---- packed.cpp --------------------------------------------------------------------------------------------
+// The packed QKV projection qkv [tokens, (heads_q + 2 heads_kv) * head_dim] split into q [tokens, heads_q, head_dim],
+// k and v [tokens, heads_kv, head_dim], with RoPE on q and k when theta > 0 (theta == 0: no rotation, positions may
+// be null).
+void qkv_split_forward(float* q, float* k, float* v, const float* qkv, const int32_t* positions, int64_t tokens,
+                       int64_t heads_q, int64_t heads_kv, int64_t head_dim, float theta);
+// dqkv = [rope_backward(dq) | rope_backward(dk) | dv] (no rotation when theta == 0).
+void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, const int32_t* positions,
+                        int64_t tokens, int64_t heads_q, int64_t heads_kv, int64_t head_dim, float theta);
+// y [rows, cols] = silu(gate) * up for gu [rows, 2 * cols] (gate columns, then up columns).
+void swiglu_packed_forward(float* y, const float* gu, int64_t rows, int64_t cols);
+// dgu [rows, 2 * cols] = [dgate | dup].
+void swiglu_packed_backward(float* dgu, const float* dy, const float* gu, int64_t rows, int64_t cols);
 
 // ---- attention.cpp -----------------------------------------------------------------------------------------
 // Inputs of one varlen attention call (see ops::attention_forward for the semantics).

@@ -2,7 +2,9 @@
 // rows of per-(row, column) values, added (+=) into f32 outputs, with no float atomics.
 //   pass 1: a block owns a tile of kColTile columns x row_chunk rows (kRowLanes rows in flight, a fixed stride per
 //           lane), sums it per column and writes the result to partial[n][chunk][col];
-//   pass 2: one thread per column adds its chunk partials in chunk order and adds the total into the output.
+//   pass 2 (column_finish, also used by kernels that write their own per-block partials, e.g. norm.cu): a block per
+//           tile of kColTile columns; lane y of a column adds the chunks y, y + kFinishLanes, ... in order, then one
+//           lane adds the kFinishLanes sums in lane order and adds the total into the output.
 // Every addition's order depends on (rows, cols) alone, so repeated runs give bit-identical results.
 #pragma once
 
@@ -51,18 +53,37 @@ struct ColumnOutputs {
   float* out[N];  // each may be null (not needed)
 };
 
+constexpr int kFinishLanes = 32;  // blockDim.y of pass 2: chunk partials summed in parallel per column
+
+// outs.out[n][c] += sum over ch < chunks of partial[(n * chunks + ch) * cols + c].
 template <int N>
-__global__ void column_finish_kernel(ColumnOutputs<N> outs, const float* __restrict__ partial, int64_t chunks,
-                                     int64_t cols) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
+__global__ void __launch_bounds__(kColTile * kFinishLanes)
+    column_finish_kernel(ColumnOutputs<N> outs, const float* __restrict__ partial, int64_t chunks, int64_t cols) {
+  __shared__ float tile[kFinishLanes][kColTile + 1];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
 #pragma unroll
   for (int n = 0; n < N; ++n) {
-    if (outs.out[n] == nullptr) continue;
+    if (outs.out[n] == nullptr) continue;  // the same for the whole block: the barriers below stay uniform
     float s = 0.f;
-    for (int64_t ch = 0; ch < chunks; ++ch) s += partial[(n * chunks + ch) * cols + c];
-    outs.out[n][c] += s;
+    if (c < cols)
+      for (int64_t ch = threadIdx.y; ch < chunks; ch += kFinishLanes) s += partial[(n * chunks + ch) * cols + c];
+    tile[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+      float total = 0.f;
+      for (int y = 0; y < kFinishLanes; ++y) total += tile[y][threadIdx.x];
+      outs.out[n][c] += total;
+    }
+    __syncthreads();  // the tile is rewritten for the next output
   }
+}
+
+// Pass 2 on `stream`: partial holds N x chunks x cols f32 sums (chunks > 0, cols > 0).
+template <int N>
+void column_finish(ColumnOutputs<N> outs, const float* partial, int64_t chunks, int64_t cols, cudaStream_t stream) {
+  column_finish_kernel<N><<<static_cast<unsigned>(ceil_div(cols, kColTile)), dim3(kColTile, kFinishLanes), 0,
+                            stream>>>(outs, partial, chunks, cols);
+  VLM_CUDA_CHECK_LAUNCH();
 }
 
 // outs.out[n][c] += sum_{r < rows} value_n(r, c) for every column c < cols, on `device`'s current stream.
@@ -80,10 +101,7 @@ void column_reduce(ColumnOutputs<N> outs, int64_t rows, int64_t cols, Device dev
   column_partials_kernel<N><<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(ptr<float>(partial), rows, cols,
                                                                               row_chunk, f);
   VLM_CUDA_CHECK_LAUNCH();
-  constexpr int kThreads = 256;
-  column_finish_kernel<N><<<static_cast<unsigned>(ceil_div(cols, kThreads)), kThreads, 0, stream>>>(
-      outs, ptr<float>(partial), chunks, cols);
-  VLM_CUDA_CHECK_LAUNCH();
+  column_finish<N>(outs, ptr<float>(partial), chunks, cols, stream);
 }
 
 }  // namespace vlm::ops::cuda

@@ -102,6 +102,53 @@ __device__ __forceinline__ void record_index_error(IndexErrorRecord* rec, IndexE
   }
 }
 
+// ---- 16-byte vector access (8 bf16 or 4 f32 per load/store: full-width memory transactions) --------------------
+template <class T>
+inline constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
+
+// Loads kVec16<T> consecutive elements at p (16-byte aligned) as f32.
+template <class T>
+__device__ __forceinline__ void load_vec16(const T* p, float (&out)[kVec16<T>]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  if constexpr (sizeof(T) == 4) {
+    out[0] = __uint_as_float(raw.x);
+    out[1] = __uint_as_float(raw.y);
+    out[2] = __uint_as_float(raw.z);
+    out[3] = __uint_as_float(raw.w);
+  } else {
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      out[2 * k] = __uint_as_float(words[k] << 16);
+      out[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
+    }
+  }
+}
+
+// Stores kVec16<T> f32 values to p (16-byte aligned), rounding to T once.
+template <class T>
+__device__ __forceinline__ void store_vec16(T* p, const float (&in)[kVec16<T>]) {
+  uint4 raw;
+  if constexpr (sizeof(T) == 4) {
+    raw = make_uint4(__float_as_uint(in[0]), __float_as_uint(in[1]), __float_as_uint(in[2]), __float_as_uint(in[3]));
+  } else {
+    uint32_t words[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(in[2 * k], in[2 * k + 1]);
+      words[k] = *reinterpret_cast<const uint32_t*>(&pair);
+    }
+    raw = make_uint4(words[0], words[1], words[2], words[3]);
+  }
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// True when every pointer given is 16-byte aligned (null pointers count as aligned).
+template <class... P>
+inline bool all_aligned16(const P*... ptrs) {
+  return ((reinterpret_cast<uintptr_t>(ptrs) % 16 == 0) && ...);
+}
+
 // for (int64_t i ...) over [0, n) with a grid-stride step: any grid covers any n.
 #define VLM_GRID_STRIDE_LOOP(i, n)                                                             \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);       \

@@ -20,6 +20,8 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
 // pre = x @ w^T + b;  y = gelu_tanh(pre) (the cuBLASLt GELU_AUX_BIAS epilogue where it applies).
 void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor& b);
 void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w);
+// Autotuning of the cuBLASLt algorithm per problem (see ops::set_gemm_autotune).
+void set_gemm_autotune(bool on);
 
 // ---- reduce.cu -------------------------------------------------------------------------------------------------
 // out[c] += sum_r in[r, c] over rows (f32 out, in f32 or bf16): per-chunk partial sums, then a second pass in order.
@@ -52,6 +54,14 @@ void rmsnorm_backward(Tensor& dx, Tensor& dw, const Tensor& dy, const Tensor& dr
 
 // ---- rope.cu ---------------------------------------------------------------------------------------------------
 void rope(Tensor& x, const Tensor& positions, float theta, bool backward);
+
+// ---- packed.cu -------------------------------------------------------------------------------------------------
+// positions may be undefined when theta == 0 (no rotation).
+void qkv_split_forward(Tensor& q, Tensor& k, Tensor& v, const Tensor& qkv, const Tensor& positions, float theta);
+void qkv_split_backward(Tensor& dqkv, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& positions,
+                        float theta);
+void swiglu_packed_forward(Tensor& y, const Tensor& gu);
+void swiglu_packed_backward(Tensor& dgu, const Tensor& dy, const Tensor& gu);
 
 // ---- attention.cu ----------------------------------------------------------------------------------------------
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -5,12 +5,18 @@
 // Row-major to cuBLASLt's column-major: out[m, n] = op(a) @ op(b) is, read column-major, out^T[n, m] =
 // op(b)^T @ op(a)^T, so cuBLASLt's A is our b and its B is our a, with the same transpose flags and no copies.
 // Per device: one cuBLASLt handle; per (device, stream): a 32 MiB workspace; per problem (shape, dtypes, flags,
-// epilogue, pointer alignments): the heuristic's first algorithm, cached, so a shape always runs the same
-// algorithm and repeated calls are bit-identical. Compute type is always 32F (no TF32), so f32 GEMMs are fp32.
+// epilogue, pointer alignments): one algorithm, cached, so a shape always runs the same algorithm and repeated calls
+// are bit-identical. The algorithm is the heuristic's first, or with autotuning on (set_gemm_autotune, or
+// VLM_GEMM_AUTOTUNE=1) the fastest of the heuristic's first kAutotuneCandidates, timed on first use into a scratch
+// output. Autotuned choices can differ between processes (timing noise), and with them the rounding of results.
+// Compute type is always 32F (no TF32), so f32 GEMMs are fp32.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -34,6 +40,19 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // what NVIDIA recommends for Hopper
 constexpr int kMaxDevices = 64;
+constexpr int kAutotuneCandidates = 8;  // the heuristic's top choices timed when autotuning
+constexpr int kAutotuneRuns = 3;        // timed runs per candidate (after one untimed)
+
+std::atomic<int> g_autotune{-1};  // -1: not decided yet (VLM_GEMM_AUTOTUNE decides on first use)
+bool autotune_on() {
+  int v = g_autotune.load();
+  if (v < 0) {
+    const char* env = std::getenv("VLM_GEMM_AUTOTUNE");
+    v = env != nullptr && std::strcmp(env, "1") == 0 ? 1 : 0;
+    g_autotune.store(v);
+  }
+  return v == 1;
+}
 
 // One row-major GEMM: out[m, n] (ld n) = alpha * op(a) @ op(b) + beta * out for each of `batch` entries, with an
 // optional epilogue: + bias[n] (in the out dtype), then GELU-tanh with the pre-activation written to aux [m, n].
@@ -132,6 +151,43 @@ void* workspace(DeviceState& st, StreamHandle stream) {
   return w;
 }
 
+// Autotuning: times each candidate algorithm for g (one untimed run, then kAutotuneRuns) on dev's current stream
+// with the real inputs and a scratch output (so an accumulating GEMM's real output is not touched; the GELU aux
+// output is written, and rewritten by the real call), and returns the fastest. Synchronizes the stream.
+cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                                  cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                                  void* ws, const cublasLtMatmulHeuristicResult_t* results, int count) {
+  const auto stream = static_cast<cudaStream_t>(current_stream(dev));
+  Tensor out = scratch({static_cast<int64_t>(type_size(g.out_type)) * g.m * g.n * g.batch}, DType::u8, dev);
+  VLM_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, static_cast<size_t>(out.numel()), stream));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  VLM_CUDA_CHECK(cudaEventCreate(&start));
+  VLM_CUDA_CHECK(cudaEventCreate(&stop));
+  int best = 0;
+  float best_ms = -1.f;
+  for (int i = 0; i < count; ++i) {
+    auto run = [&] {
+      return cublasLtMatmul(handle, desc, &g.alpha, g.b, la, g.a, lb, &g.beta, out.raw_data(), lc, out.raw_data(),
+                            lc, &results[i].algo, ws, kWorkspaceBytes, stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate cuBLASLt cannot run after all: skip it
+    VLM_CUDA_CHECK(cudaEventRecord(start, stream));
+    bool ok = true;
+    for (int r = 0; r < kAutotuneRuns; ++r) ok = ok && run() == CUBLAS_STATUS_SUCCESS;
+    VLM_CUDA_CHECK(cudaEventRecord(stop, stream));
+    VLM_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.f;
+    VLM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (ok && (best_ms < 0.f || ms < best_ms)) {
+      best_ms = ms;
+      best = i;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return results[best].algo;
+}
+
 // Runs g on `dev`'s current stream; false (nothing launched) when cuBLASLt has no algorithm for it, which only
 // happens with the GELU epilogue.
 bool run_gemm(const Gemm& g, Device dev) {
@@ -199,13 +255,19 @@ bool run_gemm(const Gemm& g, Device dev) {
       // Split-K partial sums only in the compute type (fp32): the in-place and output-type schemes would add bf16
       // partials (measured: dx of a [7, 256] x [256, 100] bf16 GEMM off by 13 ulps).
       set_pref(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
-      cublasLtMatmulHeuristicResult_t result{};
+      const bool tune = autotune_on();
+      std::array<cublasLtMatmulHeuristicResult_t, kAutotuneCandidates> results{};
       int found = 0;
-      const cublasStatus_t status =
-          cublasLtMatmulAlgoGetHeuristic(handle, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, 1, &result, &found);
+      const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, desc.d, la.l, lb.l, lc.l, lc.l, pref.p,
+                                                                   tune ? kAutotuneCandidates : 1, results.data(),
+                                                                   &found);
       std::optional<cublasLtMatmulAlgo_t> entry;
-      if (status == CUBLAS_STATUS_SUCCESS && found > 0) entry = result.algo;
-      else if (status != CUBLAS_STATUS_NOT_SUPPORTED && g.aux == nullptr) VLM_CUBLASLT_CHECK(status);
+      if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
+        entry = found > 1 ? fastest_algo(g, dev, handle, desc.d, la.l, lb.l, lc.l, ws, results.data(), found)
+                          : results[0].algo;
+      } else if (status != CUBLAS_STATUS_NOT_SUPPORTED && g.aux == nullptr) {
+        VLM_CUBLASLT_CHECK(status);
+      }
       // (an aux epilogue cuBLASLt rejects, for any reason, falls back to the unfused path)
       it = st.algos.emplace(key, entry).first;
     }
@@ -258,6 +320,8 @@ bool linear_gemm(Tensor& y, Tensor* pre, const Tensor& x, const Tensor& w, const
 }
 
 }  // namespace
+
+void set_gemm_autotune(bool on) { g_autotune.store(on ? 1 : 0); }
 
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
             bool batched) {

@@ -1,11 +1,17 @@
 // Rotary position embedding on CUDA, in place on [T, H, D] (rotate_half layout). The inverse frequencies are
 // computed on the host exactly as cpu/rope.cpp does (double pow, rounded to f32) and passed by value, so both
-// backends rotate by the same f32 angles; one block per token builds its cos/sin table in shared memory and rotates
-// every (head, pair) of the token, each pair owned by one thread.
+// backends rotate by the same f32 angles. Two paths:
+//   * vectors (D/2 a multiple of the 16-byte vector width, x 16-byte aligned): a thread owns one token, one group of
+//     kVec16 consecutive frequencies and up to kMaxHeadsPerThread heads; it reads the token's position once,
+//     computes its cos/sin pairs once and rotates the matching 16-byte vectors of both halves of each of its heads
+//     (every load of the thread issued before the first store);
+//   * scalar fallback: one block per token builds its cos/sin table in shared memory and rotates every (head, pair),
+//     each pair owned by one thread.
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/vec16_raw.cuh"
 
 namespace vlm::ops::cuda {
 
@@ -13,6 +19,7 @@ namespace {
 
 constexpr int kMaxHalf = 512;  // head_dim <= 1024
 constexpr int kThreads = 128;
+constexpr int kMaxHeadsPerThread = 4;  // heads one thread of the vector path rotates (loads in flight: 2 per head)
 
 struct InvFreq {
   float v[kMaxHalf];
@@ -41,6 +48,52 @@ __global__ void rope_kernel(T* x, const int32_t* __restrict__ positions, int64_t
   }
 }
 
+// The vector path: thread idx = (token t, head group hg, frequency group fg), fg fastest. Frequencies
+// fg * kV .. fg * kV + kV - 1 of heads [hg * heads_per_thread, min(heads, (hg + 1) * heads_per_thread)).
+template <class T>
+__global__ void rope_vec_kernel(T* x, const int32_t* __restrict__ positions, int64_t tokens, int heads, int head_dim,
+                                int heads_per_thread, int head_groups, const InvFreq inv_freq, float direction) {
+  constexpr int kV = kVec16<T>;
+  const int half = head_dim / 2, freq_groups = half / kV;
+  const int64_t per_token = static_cast<int64_t>(head_groups) * freq_groups;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= tokens * per_token) return;
+  const int64_t t = idx / per_token;
+  const int rem = static_cast<int>(idx - t * per_token);
+  const int hg = rem / freq_groups, fg = rem % freq_groups;
+  const float pos = static_cast<float>(positions[t]);
+  float c[kV], s[kV];
+#pragma unroll
+  for (int j = 0; j < kV; ++j) {
+    const float angle = pos * inv_freq.v[fg * kV + j];
+    c[j] = cosf(angle);  // as the fallback computes them
+    s[j] = direction * sinf(angle);
+  }
+  const int h0 = hg * heads_per_thread, h1 = min(heads, h0 + heads_per_thread);
+  T* xt = x + t * heads * head_dim + fg * kV;  // frequency group fg of head 0 of token t
+  uint4 lo[kMaxHeadsPerThread], hi[kMaxHeadsPerThread];
+#pragma unroll
+  for (int u = 0; u < kMaxHeadsPerThread; ++u) {
+    if (h0 + u >= h1) break;
+    lo[u] = load_raw16(xt + (h0 + u) * head_dim);
+    hi[u] = load_raw16(xt + (h0 + u) * head_dim + half);
+  }
+#pragma unroll
+  for (int u = 0; u < kMaxHeadsPerThread; ++u) {
+    if (h0 + u >= h1) break;
+    float a[kV], b[kV], out_lo[kV], out_hi[kV];
+    unpack_vec16<T>(lo[u], a);
+    unpack_vec16<T>(hi[u], b);
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      out_lo[j] = a[j] * c[j] - b[j] * s[j];
+      out_hi[j] = b[j] * c[j] + a[j] * s[j];
+    }
+    store_vec16(xt + (h0 + u) * head_dim, out_lo);
+    store_vec16(xt + (h0 + u) * head_dim + half, out_hi);
+  }
+}
+
 }  // namespace
 
 void rope(Tensor& x, const Tensor& positions, float theta, bool backward) {
@@ -55,8 +108,19 @@ void rope(Tensor& x, const Tensor& positions, float theta, bool backward) {
   const float direction = backward ? -1.f : 1.f;
   dispatch_float(x.dtype(), backward ? "rope_backward" : "rope_forward", [&](auto tag) {
     using T = decltype(tag);
-    rope_kernel<T><<<static_cast<unsigned>(tokens), kThreads, 0, stream_of(x.device())>>>(
-        ptr<T>(x), ptr<int32_t>(positions), heads, head_dim, inv_freq, direction);
+    cudaStream_t stream = stream_of(x.device());
+    if (half % kVec16<T> == 0 && all_aligned16(ptr<T>(x))) {
+      const int head_groups = static_cast<int>(ceil_div(heads, kMaxHeadsPerThread));
+      const int heads_per_thread = static_cast<int>(ceil_div(heads, head_groups));
+      const int64_t threads = tokens * head_groups * (half / kVec16<T>);
+      constexpr int kBlock = 256;
+      rope_vec_kernel<T><<<static_cast<unsigned>(ceil_div(threads, kBlock)), kBlock, 0, stream>>>(
+          ptr<T>(x), ptr<int32_t>(positions), tokens, static_cast<int>(heads), static_cast<int>(head_dim),
+          heads_per_thread, head_groups, inv_freq, direction);
+    } else {
+      rope_kernel<T><<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(
+          ptr<T>(x), ptr<int32_t>(positions), heads, head_dim, inv_freq, direction);
+    }
   });
   VLM_CUDA_CHECK_LAUNCH();
 }

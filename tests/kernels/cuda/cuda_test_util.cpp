@@ -18,6 +18,13 @@ Tensor gpu_i32(const std::vector<int32_t>& values) {
 
 Tensor to_cpu_f32(const Tensor& t) { return t.to(Device::cpu()).to(DType::f32); }
 
+Tensor to_gpu_at_offset(const Tensor& x, DType dtype, int64_t offset) {
+  const int64_t n = x.numel();
+  Tensor host = Tensor::zeros(Shape{offset + n}, DType::f32);
+  for (int64_t i = 0; i < n; ++i) host.data<float>()[offset + i] = x.data<float>()[i];
+  return to_gpu(host, dtype).slice(0, offset, offset + n).view(x.shape());
+}
+
 namespace {
 // A CPU f32 buffer of `n + 2 kGuard` elements: NaN guards around `middle` (or NaN when middle is undefined).
 Tensor guarded_host(int64_t n, const Tensor& middle) {

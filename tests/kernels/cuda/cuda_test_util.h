@@ -37,6 +37,9 @@ Tensor rounded(const Tensor& x, DType dtype);
 // x (CPU f32) stored in `dtype` on the GPU.
 Tensor to_gpu(const Tensor& x, DType dtype);
 Tensor gpu_i32(const std::vector<int32_t>& values);
+// x (CPU f32) stored in `dtype` on the GPU as a contiguous view that starts `offset` elements into its buffer: with
+// an offset that is not a multiple of 16 bytes, the data pointer is misaligned (kernels must take scalar paths).
+Tensor to_gpu_at_offset(const Tensor& x, DType dtype, int64_t offset);
 // A CPU f32 copy of a tensor of any float dtype on any device.
 Tensor to_cpu_f32(const Tensor& t);
 

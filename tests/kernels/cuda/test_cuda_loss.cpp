@@ -4,7 +4,9 @@
 // instead of aborting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "cuda_test_util.h"
 #include "kernels/kernel_test_util.h"
@@ -19,7 +21,12 @@ struct LossCase {
   int64_t rows, vocab;
   float logit_std;
 };
-const LossCase kCases[] = {{1, 1, 1.f}, {3, 17, 1.f}, {17, 129, 3.f}, {5, 1000, 10.f}, {4, 50257, 2.f}, {2, 7, 80.f}};
+// Vocabularies that are multiples of 8 (16-byte vectors on every row: 16, 1000, 49152, the model's) and that are not
+// (each row starts at a different offset within 16 bytes: scalar elements around the vectors: 17, 129, 1003, 50257),
+// at each block size (32, 128, 256, 1024 threads); every 4th row is ignored.
+const LossCase kCases[] = {{1, 1, 1.f},      {3, 17, 1.f},       {17, 129, 3.f}, {5, 1000, 10.f},
+                           {4, 50257, 2.f},  {2, 7, 80.f},       {4, 16, 1.f},   {6, 1003, 4.f},
+                           {9, 49152, 3.f},  {5, 12288, 2.f}};
 
 std::vector<int32_t> make_targets(int64_t rows, int64_t vocab, uint64_t seed) {
   Philox rng(seed);
@@ -140,6 +147,47 @@ TEST(CudaLoss, BadTargetGivesNanAndIsRecorded) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("cross_entropy (targets): entry 1 = 10 is outside [0, 10)"), std::string::npos)
       << s.message();
+  EXPECT_TRUE(ops::check_index_errors(gpu()).ok());
+}
+
+// Logits that start 1 or 3 elements into their buffer, with dlogits in place (same misalignment: vectors after a
+// scalar head) or in a separate aligned buffer (different alignment: every row scalar); and rows with -inf logits
+// (masked entries, a vector of nothing but -inf first): same results as the CPU.
+TEST(CudaLoss, OffsetViewsAndInfiniteLogitsMatchCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  uint64_t seed = 800;
+  for (DType dt : compute_dtypes())
+    for (int64_t vocab : {48, 1000, 49152})
+      for (int64_t offset : {0, 1, 3}) {
+        SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " vocab=" << vocab << " offset=" << offset);
+        const int64_t rows = 6;
+        Tensor logits = random_normal({rows, vocab}, seed++, 2.f);
+        for (int64_t r = 0; r < rows; ++r)  // row r: its first 8r + 3 entries masked (the target stays finite)
+          for (int64_t v = 0; v < std::min(vocab - 1, 8 * r + 3); ++v)
+            logits.data<float>()[r * vocab + v] = -std::numeric_limits<float>::infinity();
+        std::vector<int32_t> targets(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r)
+          targets[static_cast<size_t>(r)] = r == 4 ? kIgnore : static_cast<int32_t>(vocab - 1 - r % 2);
+        const Tensor logits_r = rounded(logits, dt), targets_cpu = i32_tensor(targets);
+        const Tensor targets_gpu = gpu_i32(targets);
+        const float dloss = 0.25f;
+        Tensor ref_losses = Tensor::empty({rows}, DType::f32), ref_dlogits = Tensor::empty(logits.shape(), DType::f32);
+        ops::cross_entropy_forward(ref_losses, logits_r, targets_cpu, kIgnore);
+        ops::cross_entropy_backward(ref_dlogits, logits_r, targets_cpu, dloss, kIgnore);
+        const Tolerance loss_tol{1e-5, 2e-5}, grad_tol = output_tolerance(dt, {5e-5, 5e-5 * dloss});
+
+        Guarded losses(Shape{rows}, DType::f32), dlogits(logits.shape(), dt);
+        const Tensor src = to_gpu_at_offset(logits, dt, offset);
+        ops::cross_entropy_forward_backward(losses.view(), dlogits.view(), src, targets_gpu, dloss, kIgnore);
+        EXPECT_TRUE(matches(losses, ref_losses, loss_tol)) << "separate dlogits";
+        EXPECT_TRUE(matches(dlogits, ref_dlogits, grad_tol)) << "separate dlogits";
+
+        Tensor in_place = to_gpu_at_offset(logits, dt, offset);
+        Guarded losses2(Shape{rows}, DType::f32);
+        ops::cross_entropy_forward_backward(losses2.view(), in_place, in_place, targets_gpu, dloss, kIgnore);
+        EXPECT_TRUE(matches(losses2, ref_losses, loss_tol)) << "in place";
+        EXPECT_TRUE(all_close(to_cpu_f32(in_place), ref_dlogits, grad_tol.rtol, grad_tol.atol)) << "in place";
+      }
   EXPECT_TRUE(ops::check_index_errors(gpu()).ok());
 }
 

@@ -1,0 +1,63 @@
+// RoPE on CUDA against the CPU reference, on the shapes of both CUDA paths: the vector one (D/2 a multiple of 8 (bf16)
+// / 4 (f32), a 16-byte aligned x; threads rotate up to 4 heads each, so head counts that leave a partial group) and
+// the scalar fallback (other head dims, x starting 1 or 3 elements into its buffer). test_cuda_elementwise.cpp has
+// the general cases.
+#include <gtest/gtest.h>
+
+#include "cuda_test_util.h"
+#include "kernels/kernel_test_util.h"
+#include "kernels/ops.h"
+
+namespace vlm::testing {
+namespace {
+
+TEST(CudaRope, VectorAndOffsetPathsMatchCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  struct Case {
+    int64_t tokens, heads, dim;
+    float theta;
+  };
+  // The model's q [T, 9, 64] and k [T, 3, 64]; 5 heads (groups of 3 + 2); D = 16 (one bf16 vector per half);
+  // D = 12 and 40 (half 6 / 20: scalar for bf16, 20 = 5 f32 vectors); D = 256.
+  const Case cases[] = {{37, 9, 64, 100000.f}, {41, 3, 64, 100000.f}, {6, 5, 32, 10000.f}, {3, 2, 16, 10000.f},
+                        {4, 1, 12, 10000.f},   {5, 7, 40, 500.f},     {3, 1, 256, 10000.f}};
+  uint64_t seed = 700;
+  for (DType dt : compute_dtypes())
+    for (const Case& c : cases)
+      for (int64_t offset : {0, 1, 3, 8}) {
+        SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " T=" << c.tokens << " H=" << c.heads
+                                          << " D=" << c.dim << " offset=" << offset);
+        const Tensor x = random_normal({c.tokens, c.heads, c.dim}, seed++);
+        std::vector<int32_t> pos(static_cast<size_t>(c.tokens));
+        for (int64_t t = 0; t < c.tokens; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>((t * 53) % 2048);
+        const Tensor positions = i32_tensor(pos), positions_gpu = gpu_i32(pos);
+        const Tolerance tol = output_tolerance(dt, {1e-5, 2e-6});
+        for (bool backward : {false, true}) {
+          Tensor ref = rounded(x, dt), out = to_gpu_at_offset(x, dt, offset);
+          if (backward) {
+            ops::rope_backward(ref, positions, c.theta);
+            ops::rope_backward(out, positions_gpu, c.theta);
+          } else {
+            ops::rope_forward(ref, positions, c.theta);
+            ops::rope_forward(out, positions_gpu, c.theta);
+          }
+          EXPECT_TRUE(all_close(to_cpu_f32(out), ref, tol.rtol, tol.atol)) << (backward ? "backward" : "forward");
+        }
+      }
+}
+
+// The backward undoes the forward (the transpose of a rotation is its inverse), on the vector path.
+TEST(CudaRope, BackwardInvertsForward) {
+  VLM_SKIP_WITHOUT_CUDA();
+  const Tensor x = random_normal({19, 9, 64}, 750);
+  std::vector<int32_t> pos(19);
+  for (int32_t t = 0; t < 19; ++t) pos[static_cast<size_t>(t)] = t * 7;
+  const Tensor positions = gpu_i32(pos);
+  Tensor g = to_gpu(x, DType::f32);
+  ops::rope_forward(g, positions, 10000.f);
+  ops::rope_backward(g, positions, 10000.f);
+  EXPECT_TRUE(all_close(to_cpu_f32(g), x, 1e-5, 1e-6));
+}
+
+}  // namespace
+}  // namespace vlm::testing
