@@ -3,8 +3,11 @@
 #   1. curve: the demo config for STEPS steps (default 20) on the CPU (fp32 reference) and on the GPU (fp32), and
 #      the largest relative loss difference per step (the GPU run must follow the CPU run tightly);
 #   2. demo: the whole demo config (configs/shapes-tiny.toml) trained on the GPU, with its held-out VQA accuracy
-#      and wall time, to compare with the CPU demo.
-#   scripts/gpu_train_check.sh [curve] [demo]        (default: both)
+#      and wall time, to compare with the CPU demo;
+#   3. tests: every gtest binary packed beside vlm (test_kernels_cuda, test_model_gpu, ...), GPU tests included;
+#   4. bench: `vlm bench train` (nanoVLM-222M shape, per-op breakdown) with the PyTorch peer
+#      (bench/peers/train_nanovlm.py, eager and torch.compile) measured first in the same run; BENCH_ARGS adds flags.
+#   scripts/gpu_train_check.sh [curve] [demo] [tests] [bench]        (default: curve demo)
 # Environment: VLM_BIN (default .carry/train: vlm and lib/), OUT (default ./gpu_train_out), STEPS (default 20),
 # GPU_SET (extra --set arguments for the GPU runs, e.g. "train.precision=bf16").
 # To prepare the binary on the build machine:
@@ -70,6 +73,22 @@ PY
       tail -3 "$OUT/demo_gpu.log" | tee -a "$OUT/summary.log"
       python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('held-out VQA', r['vqa_accuracy'], 'caption EM', r['caption_exact_match'])" \
         "$OUT/demo_gpu/eval/final.json" 2>&1 | tee -a "$OUT/summary.log"
+      ;;
+    tests)
+      for t in "$BIN"/test_*; do
+        [ -x "$t" ] || continue
+        note "tests: $(basename "$t")"
+        timeout 600 "$t" >"$OUT/$(basename "$t").log" 2>&1 || status=1
+        grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$OUT/$(basename "$t").log" | tee -a "$OUT/summary.log"
+      done
+      ;;
+    bench)
+      note "bench: PyTorch peer, then vlm bench train ${BENCH_ARGS:-}"
+      python3 bench/peers/train_nanovlm.py --modes "${PEER_MODES:-eager,compile}" --steps 20 --warmup 5 \
+        >"$OUT/peer.jsonl" 2>"$OUT/peer.log" || status=1
+      read -r -a bench_extra <<<"${BENCH_ARGS:-}"
+      "$VLM" bench train --steps 20 --warmup 5 --peer "$OUT/peer.jsonl" --json "$OUT/bench_train.json" \
+        "${bench_extra[@]}" 2>&1 | tee "$OUT/bench_train.log" | head -60 | tee -a "$OUT/summary.log" || status=1
       ;;
     *) echo "unknown step $step"; status=2 ;;
   esac

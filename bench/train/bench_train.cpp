@@ -2,13 +2,16 @@
 // preset's image tokens followed by `text_tokens` text tokens, one packed sequence per sample, the loss on the text
 // positions (the next token of each). Timing: `warmup` untimed steps, then `steps` steps between two device
 // synchronizations (each step = zero grads + forward/backward + clipped AdamW, the grad norm read back to the host as
-// the trainer does). Peak memory: the device caching allocator's counters over one more step.
+// the trainer does). Peak memory: the device caching allocator's counters over one more step. Then `profile_steps`
+// steps with every op bracketed by CUDA events (kernels/op_profile.h) for the per-op time breakdown.
 #include "bench/train/bench_train.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -17,6 +20,7 @@
 #include "bench/bench_options.h"
 #include "bench/train/train_flops.h"
 #include "core/device.h"
+#include "kernels/op_profile.h"
 #include "kernels/ops.h"
 #include "model/vlm.h"
 #include "train/memory_report.h"
@@ -31,6 +35,9 @@ struct Options {
   std::string preset = "nanovlm-222m";
   int batch = 64, text_tokens = 128, steps = 20, warmup = 5;
   std::string precision = "bf16";
+  int profile_steps = 3;
+  bool gemm_autotune = false;
+  std::string recompute = "none";
   std::string peer_json, json_out;
 };
 
@@ -57,6 +64,13 @@ const std::vector<OptionSpec<Options>>& option_specs() {
       {"--precision", "bf16 or fp32 (default bf16)",
        [](Options& o, const std::string& v) { return (v == "bf16" || v == "fp32") && !(o.precision = v).empty(); },
        nullptr},
+      {"--profile-steps", "steps recorded op by op for the time breakdown, after the timed ones (default 3)",
+       [](Options& o, const std::string& v) { return positive_int(v, &o.profile_steps); }, nullptr},
+      {"--recompute", "none or blocks: recompute each block's activations before its backward (default none)",
+       [](Options& o, const std::string& v) { return parse_recompute(v).ok() && !(o.recompute = v).empty(); },
+       nullptr},
+      {"--gemm-autotune", "time cuBLASLt's top algorithms per GEMM shape and keep the fastest (ops::set_gemm_autotune)",
+       nullptr, [](Options& o) { o.gemm_autotune = true; }},
       {"--peer", "JSON lines of bench/peers/train_nanovlm.py (same shape): its modes and our ratio to each",
        [](Options& o, const std::string& v) { return !(o.peer_json = v).empty(); }, nullptr},
       {"--json", "also write every figure to this JSON file",
@@ -106,13 +120,53 @@ VlmInputs synthetic_batch(const ModelConfig& c, int batch, int text_tokens, Devi
 
 void sync(Device dev) { (void)ops::check_index_errors(dev); }  // synchronizes the device
 
+// Prints where the profiled steps' device time went: per op (summed over call sites), then the largest call sites
+// ("<scope>/<op> <shape>"), as ms per step and share of the step; the gap is step time no op covered (launch
+// latency the GPU waited for, host-side work, allocator calls). Returns the same as JSON.
+nlohmann::json print_breakdown(const std::vector<ops::profile::OpTime>& times, int steps, double profiled_step_s,
+                               double step_s) {
+  const double step_ms = profiled_step_s * 1e3;
+  std::map<std::string, std::pair<int64_t, double>> per_op;
+  double covered = 0;
+  for (const auto& t : times) {
+    per_op[t.op].first += t.calls;
+    per_op[t.op].second += t.ms;
+    covered += t.ms;
+  }
+  std::vector<std::pair<std::string, std::pair<int64_t, double>>> ops_sorted(per_op.begin(), per_op.end());
+  std::sort(ops_sorted.begin(), ops_sorted.end(),
+            [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+  std::printf("\ntime breakdown: %d profiled steps of %.2f ms (unprofiled %.2f ms; CUDA events around every op)\n",
+              steps, step_ms, step_s * 1e3);
+  std::printf("  %-34s %8s %10s %7s\n", "op", "calls", "ms/step", "share");
+  nlohmann::json j_ops = nlohmann::json::array(), j_sites = nlohmann::json::array();
+  for (const auto& [op, v] : ops_sorted) {
+    const double ms = v.second / steps;
+    std::printf("  %-34s %8lld %10.3f %6.1f%%\n", op.c_str(), static_cast<long long>(v.first / steps), ms,
+                100 * ms / step_ms);
+    j_ops.push_back({{"op", op}, {"calls_per_step", v.first / steps}, {"ms_per_step", ms}});
+  }
+  const double gap_ms = step_ms - covered / steps;
+  std::printf("  %-34s %8s %10.3f %6.1f%%\n", "(gaps between ops)", "", gap_ms, 100 * gap_ms / step_ms);
+  std::printf("\n  %-58s %6s %10s %7s\n", "largest call sites", "calls", "ms/step", "share");
+  for (size_t i = 0; i < times.size(); ++i) {
+    const double ms = times[i].ms / steps;
+    if (i < 40) {
+      std::printf("  %-58s %6lld %10.3f %6.1f%%\n", times[i].key.c_str(),
+                  static_cast<long long>(times[i].calls / steps), ms, 100 * ms / step_ms);
+    }
+    j_sites.push_back({{"key", times[i].key}, {"calls_per_step", times[i].calls / steps}, {"ms_per_step", ms}});
+  }
+  return {{"profiled_step_ms", step_ms}, {"gap_ms", gap_ms}, {"ops", j_ops}, {"sites", j_sites}};
+}
+
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
 int bench_train_main(int argc, char** argv) {
   Options o;
-  if (const int code = parse_bench_options("bench train", argc, argv, option_specs(), 14, o); code >= 0) return code;
+  if (const int code = parse_bench_options("bench train", argc, argv, option_specs(), 16, o); code >= 0) return code;
   if (!cuda_available()) {
     std::fprintf(stderr, "vlm bench train: no CUDA device\n");
     return 1;
@@ -123,21 +177,28 @@ int bench_train_main(int argc, char** argv) {
     return 2;
   }
   const Device dev = Device::cuda(0);
+  if (o.gemm_autotune) ops::set_gemm_autotune(true);
   const DType dtype = o.precision == "bf16" ? DType::bf16 : DType::f32;
   VlmModel model(cfg, dev, dtype);
   model.init_weights(1);
+  model.set_recompute(*parse_recompute(o.recompute));
   AdamW opt(model.params(), AdamWConfig{});
   const VlmInputs in = synthetic_batch(cfg, o.batch, o.text_tokens, dev);
   const float grad_scale = 1.f / static_cast<float>(o.batch * o.text_tokens);
   double loss = 0;
   auto step = [&] {
-    model.params().zero_grads();
+    {
+      const ops::profile::ProfileScope scope("zero_grads");
+      model.params().zero_grads();
+    }
     loss = model.forward_backward(in, grad_scale).mean();
+    const ops::profile::ProfileScope scope("optimizer");
     opt.step(1e-4f);
   };
-  std::printf("vlm bench train: preset %s (%.1fM parameters), %s, batch %d x (%d image + %d text tokens)\n",
+  std::printf("vlm bench train: preset %s (%.1fM parameters), %s, batch %d x (%d image + %d text tokens), "
+              "recompute %s\n",
               o.preset.c_str(), static_cast<double>(model.params().numel()) / 1e6, o.precision.c_str(), o.batch,
-              cfg.image_tokens(), o.text_tokens);
+              cfg.image_tokens(), o.text_tokens, o.recompute.c_str());
   const double t_warm = now();
   for (int i = 0; i < o.warmup; ++i) step();
   sync(dev);
@@ -151,15 +212,23 @@ int bench_train_main(int argc, char** argv) {
   step();
   sync(dev);
   const MemoryReport mem = meter.end(model.params(), opt.state_bytes(), o.precision);
+  ops::profile::profile_begin();
+  const double t_prof = now();
+  for (int i = 0; i < o.profile_steps; ++i) step();
+  sync(dev);
+  const double profiled_step_s = (now() - t_prof) / o.profile_steps;
+  const std::vector<ops::profile::OpTime> times = ops::profile::profile_end();
 
   const double flops = train_flops_per_sample(cfg, o.text_tokens);
   const double sps = o.batch / step_s, tflops = sps * flops / 1e12;
   nlohmann::json ours = {{"peer", "vlm.cpp"},        {"mode", o.precision},
+                         {"gemm_autotune", o.gemm_autotune}, {"recompute", o.recompute},
                          {"batch", o.batch},         {"samples_per_s", sps},
                          {"step_ms", step_s * 1e3},  {"tflops", tflops},
                          {"mfu", tflops / kPeakTflops}, {"peak_gb", static_cast<double>(mem.step_peak_bytes) / 1e9},
                          {"warmup_s", warmup_s},     {"loss", loss},
                          {"gflop_per_sample", flops / 1e9}, {"memory", nlohmann::json::parse(mem.to_json())}};
+
   std::printf("\n%-26s %10s %9s %9s %7s %9s\n", "", "samples/s", "step ms", "TFLOP/s", "MFU", "peak GB");
   std::printf("%-26s %10.1f %9.2f %9.1f %6.1f%% %9.2f\n", ("vlm.cpp " + o.precision).c_str(), sps, step_s * 1e3,
               tflops, 100 * tflops / kPeakTflops, static_cast<double>(mem.step_peak_bytes) / 1e9);
@@ -178,11 +247,12 @@ int bench_train_main(int argc, char** argv) {
       peers.push_back(j);
     }
   }
+  const nlohmann::json breakdown = print_breakdown(times, o.profile_steps, profiled_step_s, step_s);
   std::printf("\nmemory (one step): %s\n", mem.summary().c_str());
   std::printf("model FLOPs per sample: %.2f GFLOP (training; the peer's formula)\n", flops / 1e9);
   if (!o.json_out.empty()) {
     std::ofstream out(o.json_out);
-    out << nlohmann::json({{"ours", ours}, {"peers", peers}}).dump(2) << "\n";
+    out << nlohmann::json({{"ours", ours}, {"peers", peers}, {"breakdown", breakdown}}).dump(2) << "\n";
   }
   return 0;
 }

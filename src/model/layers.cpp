@@ -38,6 +38,51 @@ Tensor Linear::backward(const Tensor& dy, const Tensor& x, bool need_dx) const {
   return dx;
 }
 
+PackedLinear PackedLinear::create(ParameterStore& store, const std::vector<std::string>& prefixes, ParamGroup group,
+                                  int in, const std::vector<int>& outs, bool bias, Device device) {
+  VLM_CHECK(!prefixes.empty() && prefixes.size() == outs.size(), "PackedLinear: ", prefixes.size(), " names for ",
+            outs.size(), " output sizes");
+  std::vector<PackPart> parts;
+  PackedLinear l;
+  l.in = in;
+  for (size_t i = 0; i < prefixes.size(); ++i) {
+    parts.push_back({prefixes[i] + ".weight", Shape{outs[i], in}, true, 0});
+    if (bias) parts.push_back({prefixes[i] + ".bias", Shape{outs[i]}, false, 1});
+    l.out += outs[i];
+  }
+  const std::vector<ParamPack*> packs = store.add_packed(parts, bias ? 2 : 1, group, device);
+  l.w = packs[0];
+  l.b = bias ? packs[1] : nullptr;
+  return l;
+}
+
+namespace {
+// The gradient buffer of a pack, or an undefined tensor when its parts are frozen (freezing is per model part, so
+// the parts of one pack agree).
+Tensor pack_grad(const ParamPack* pack) {
+  if (pack == nullptr) return Tensor();
+  const bool trainable = pack->parts.front()->trainable;
+  for (const Param* p : pack->parts)
+    VLM_CHECK(p->trainable == trainable, "parameter '", p->name, "' is ", p->trainable ? "trainable" : "frozen",
+              " but '", pack->parts.front()->name, "' of the same packed projection is not");
+  return trainable ? pack->grad : Tensor();
+}
+}  // namespace
+
+Tensor PackedLinear::forward(const Tensor& x) const {
+  Tensor y = new_like({x.dim(0), out}, x);
+  ops::linear_forward(y, x, w->weight().view({out, in}), b ? b->weight() : Tensor());
+  return y;
+}
+
+Tensor PackedLinear::backward(const Tensor& dy, const Tensor& x, bool need_dx) const {
+  Tensor dx = need_dx ? new_like({x.dim(0), in}, x) : Tensor();
+  Tensor dw = pack_grad(w), db = pack_grad(b);
+  if (dw.defined()) dw = dw.view({out, in});
+  ops::linear_backward(dx, dw, db, dy, x, w->weight().view({out, in}));
+  return dx;
+}
+
 LayerNorm LayerNorm::create(ParameterStore& store, const std::string& prefix, ParamGroup group, int dim, float eps,
                             Device device) {
   LayerNorm n;
@@ -62,6 +107,22 @@ Tensor LayerNorm::backward(const Tensor& dy, const Tensor& x, const Saved& saved
   return dx;
 }
 
+Tensor LayerNorm::forward_add(Tensor& h, const Tensor& x, const Tensor& residual, Saved& saved) const {
+  h = new_like(x.shape(), x);
+  Tensor y = new_like(x.shape(), x);
+  saved.mean = new_f32_like({x.dim(0)}, x);
+  saved.rstd = new_f32_like({x.dim(0)}, x);
+  ops::add_layernorm_forward(h, y, saved.mean, saved.rstd, x, residual, w->weight(), b->weight(), eps);
+  return y;
+}
+
+Tensor LayerNorm::backward_add(const Tensor& dy, const Tensor& dh_next, const Tensor& h, const Saved& saved) const {
+  Tensor dh = new_like(h.shape(), h);
+  Tensor dw = grad_of(w), db = grad_of(b);
+  ops::add_layernorm_backward(dh, dw, db, dy, dh_next, h, w->weight(), saved.mean, saved.rstd);
+  return dh;
+}
+
 RMSNorm RMSNorm::create(ParameterStore& store, const std::string& prefix, ParamGroup group, int dim, float eps,
                         Device device) {
   RMSNorm n;
@@ -84,14 +145,29 @@ Tensor RMSNorm::backward(const Tensor& dy, const Tensor& x, const Saved& saved) 
   return dx;
 }
 
+Tensor RMSNorm::forward_add(Tensor& h, const Tensor& x, const Tensor& residual, Saved& saved) const {
+  h = new_like(x.shape(), x);
+  Tensor y = new_like(x.shape(), x);
+  saved.rstd = new_f32_like({x.dim(0)}, x);
+  ops::add_rmsnorm_forward(h, y, saved.rstd, x, residual, w->weight(), eps);
+  return y;
+}
+
+Tensor RMSNorm::backward_add(const Tensor& dy, const Tensor& dh_next, const Tensor& h, const Saved& saved) const {
+  Tensor dh = new_like(h.shape(), h);
+  Tensor dw = grad_of(w);
+  ops::add_rmsnorm_backward(dh, dw, dy, dh_next, h, w->weight(), saved.rstd);
+  return dh;
+}
+
 SelfAttention SelfAttention::create(ParameterStore& store, const std::string& prefix, const std::string& out_name,
                                     ParamGroup group, int hidden, const AttentionShape& shape, bool qkv_bias,
                                     bool out_bias, Device device) {
   SelfAttention a;
   a.shape = shape;
-  a.q = Linear::create(store, prefix + ".q_proj", group, hidden, shape.heads * shape.head_dim, qkv_bias, device);
-  a.k = Linear::create(store, prefix + ".k_proj", group, hidden, shape.kv_heads * shape.head_dim, qkv_bias, device);
-  a.v = Linear::create(store, prefix + ".v_proj", group, hidden, shape.kv_heads * shape.head_dim, qkv_bias, device);
+  const int q_out = shape.heads * shape.head_dim, kv_out = shape.kv_heads * shape.head_dim;
+  a.qkv = PackedLinear::create(store, {prefix + ".q_proj", prefix + ".k_proj", prefix + ".v_proj"}, group, hidden,
+                               {q_out, kv_out, kv_out}, qkv_bias, device);
   a.o = Linear::create(store, prefix + "." + out_name, group, shape.heads * shape.head_dim, hidden, out_bias, device);
   return a;
 }
@@ -99,13 +175,12 @@ SelfAttention SelfAttention::create(ParameterStore& store, const std::string& pr
 Tensor SelfAttention::forward(const Tensor& x, const SeqInfo& seq, Saved& s) const {
   const int64_t T = x.dim(0);
   const int H = shape.heads, Hkv = shape.kv_heads, D = shape.head_dim;
-  s.q = q.forward(x).view({T, H, D});
-  s.k = k.forward(x).view({T, Hkv, D});
-  s.v = v.forward(x).view({T, Hkv, D});
-  if (shape.rope) {
-    ops::rope_forward(s.q, seq.positions, shape.rope_theta);
-    ops::rope_forward(s.k, seq.positions, shape.rope_theta);
-  }
+  const Tensor qkv_out = qkv.forward(x);  // [T, (H + 2 Hkv) D]
+  s.q = new_like({T, H, D}, x);
+  s.k = new_like({T, Hkv, D}, x);
+  s.v = new_like({T, Hkv, D}, x);
+  ops::qkv_split_forward(s.q, s.k, s.v, qkv_out, shape.rope ? seq.positions : Tensor(),
+                         shape.rope ? shape.rope_theta : 0.f);
   s.out = new_like({T, H, D}, x);
   s.lse = new_f32_like({H, T}, x);
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
@@ -122,14 +197,9 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, const SeqInfo&
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   ops::attention_backward(dq, dk, dv, d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.cu_seqlens,
                           seq.max_seqlen, seq.max_seqlen, scale, shape.causal);
-  if (shape.rope) {
-    ops::rope_backward(dq, seq.positions, shape.rope_theta);
-    ops::rope_backward(dk, seq.positions, shape.rope_theta);
-  }
-  Tensor dx = q.backward(dq.view({T, H * D}), x, true);
-  ops::add_inplace(dx, k.backward(dk.view({T, Hkv * D}), x, true));
-  ops::add_inplace(dx, v.backward(dv.view({T, Hkv * D}), x, true));
-  return dx;
+  Tensor dqkv = new_like({T, qkv.out}, x);
+  ops::qkv_split_backward(dqkv, dq, dk, dv, shape.rope ? seq.positions : Tensor(), shape.rope ? shape.rope_theta : 0.f);
+  return qkv.backward(dqkv, x, true);
 }
 
 }  // namespace vlm

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "model/parameters.h"
 
@@ -30,6 +31,21 @@ struct Linear {
   Tensor backward(const Tensor& dy, const Tensor& x, bool need_dx) const;
 };
 
+// Linear layers reading the same input, with their weights (and biases) packed (ParamPack): one GEMM gives all
+// their outputs side by side, y[T, sum out_i] = x @ [W_0; W_1; ...]^T + [b_0; b_1; ...]. The parameters keep their
+// own (Hugging Face) names "{prefix_i}.weight" / "{prefix_i}.bias", so checkpoints do not change; they are created
+// in the order a Linear per prefix would create them.
+struct PackedLinear {
+  ParamPack* w = nullptr;  // parts [out_i, in]
+  ParamPack* b = nullptr;  // parts [out_i], or null
+  int in = 0, out = 0;     // out = sum of the out_i
+  static PackedLinear create(ParameterStore& store, const std::vector<std::string>& prefixes, ParamGroup group,
+                             int in, const std::vector<int>& outs, bool bias, Device device);
+  Tensor forward(const Tensor& x) const;  // x [T, in] -> [T, out]
+  // dy [T, out]; returns dx [T, in] when need_dx (else an undefined tensor).
+  Tensor backward(const Tensor& dy, const Tensor& x, bool need_dx) const;
+};
+
 struct LayerNorm {
   Param* w = nullptr;
   Param* b = nullptr;
@@ -41,6 +57,10 @@ struct LayerNorm {
                           Device device);
   Tensor forward(const Tensor& x, Saved& saved) const;
   Tensor backward(const Tensor& dy, const Tensor& x, const Saved& saved) const;
+  // The residual add fused in: h = x + residual (written to h, allocated here), returns layernorm(h).
+  Tensor forward_add(Tensor& h, const Tensor& x, const Tensor& residual, Saved& saved) const;
+  // Returns backward(dy at h) + dh_next: the gradient of h, and so of both addends.
+  Tensor backward_add(const Tensor& dy, const Tensor& dh_next, const Tensor& h, const Saved& saved) const;
 };
 
 struct RMSNorm {
@@ -53,6 +73,9 @@ struct RMSNorm {
                         Device device);
   Tensor forward(const Tensor& x, Saved& saved) const;
   Tensor backward(const Tensor& dy, const Tensor& x, const Saved& saved) const;
+  // As LayerNorm's: h = x + residual, returns rmsnorm(h); and backward(dy at h) + dh_next.
+  Tensor forward_add(Tensor& h, const Tensor& x, const Tensor& residual, Saved& saved) const;
+  Tensor backward_add(const Tensor& dy, const Tensor& dh_next, const Tensor& h, const Saved& saved) const;
 };
 
 struct AttentionShape {
@@ -65,9 +88,11 @@ struct AttentionShape {
 };
 
 // q/k/v/o projections around ops::attention. Names follow HF: {prefix}.q_proj, k_proj, v_proj, and the output
-// projection named by `out_name` ("o_proj" for Llama, "out_proj" for SigLIP).
+// projection named by `out_name` ("o_proj" for Llama, "out_proj" for SigLIP). q, k and v are one packed projection
+// (one GEMM), split into heads with RoPE by ops::qkv_split_forward.
 struct SelfAttention {
-  Linear q, k, v, o;
+  PackedLinear qkv;  // parts q_proj [H*D, hidden], k_proj, v_proj [Hkv*D, hidden]
+  Linear o;
   AttentionShape shape;
   struct Saved {
     Tensor q, k, v, out, lse;  // q/k after RoPE; [T, H, D]

@@ -26,18 +26,70 @@ void Param::sync_compute() {
   if (compute.defined()) ops::cast(compute, value);
 }
 
+namespace {
+// The view of a pack buffer that holds part p.
+Tensor part_view(const Tensor& buffer, const Param& p) {
+  return buffer.slice(0, p.pack_offset, p.pack_offset + p.value.numel()).view(p.value.shape());
+}
+}  // namespace
+
 void ParameterStore::set_compute_dtype(DType dtype) {
   VLM_CHECK(dtype == DType::f32 || dtype == DType::bf16, "parameters: compute dtype ", dtype_name(dtype),
             " is not supported (f32 or bf16)");
   compute_dtype_ = dtype;
+  for (auto& pack : packs_)
+    pack.compute = dtype == DType::f32 ? Tensor() : Tensor::empty({pack.numel()}, dtype, pack.value.device());
   for (auto& p : params_) {
-    p.compute = dtype == DType::f32 ? Tensor() : Tensor::empty(p.value.shape(), dtype, p.value.device());
-    p.sync_compute();
+    if (p.pack != nullptr) {
+      p.compute = p.pack->compute.defined() ? part_view(p.pack->compute, p) : Tensor();
+    } else {
+      p.compute = dtype == DType::f32 ? Tensor() : Tensor::empty(p.value.shape(), dtype, p.value.device());
+    }
   }
+  sync_compute();
 }
 
 void ParameterStore::sync_compute() {
-  for (auto& p : params_) p.sync_compute();
+  for (auto& pack : packs_)
+    if (pack.compute.defined()) ops::cast(pack.compute, pack.value);  // one pass over all the parts
+  for (auto& p : params_)
+    if (p.pack == nullptr) p.sync_compute();
+}
+
+std::vector<ParamPack*> ParameterStore::add_packed(const std::vector<PackPart>& parts, int num_packs,
+                                                   ParamGroup group, Device device) {
+  VLM_CHECK(num_packs > 0, "parameters: add_packed needs at least one pack");
+  std::vector<int64_t> sizes(static_cast<size_t>(num_packs), 0);
+  for (const PackPart& part : parts) {
+    VLM_CHECK(part.pack >= 0 && part.pack < num_packs, "parameter '", part.name, "': pack ", part.pack,
+              " out of range (", num_packs, " packs)");
+    VLM_CHECK(!by_name_.count(part.name), "parameter '", part.name, "' added twice");
+    sizes[static_cast<size_t>(part.pack)] += part.shape.numel();
+  }
+  std::vector<ParamPack*> packs;
+  for (int i = 0; i < num_packs; ++i) {
+    ParamPack& pack = packs_.emplace_back();
+    const int64_t n = sizes[static_cast<size_t>(i)];
+    pack.value = Tensor::zeros({n}, DType::f32, device);
+    pack.grad = Tensor::zeros({n}, DType::f32, device);
+    if (compute_dtype_ != DType::f32) pack.compute = Tensor::zeros({n}, compute_dtype_, device);
+    packs.push_back(&pack);
+  }
+  std::vector<int64_t> offsets(static_cast<size_t>(num_packs), 0);
+  for (const PackPart& part : parts) {
+    ParamPack* pack = packs[static_cast<size_t>(part.pack)];
+    Param p{part.name, group, Tensor(), Tensor(), part.decay, true, Tensor()};
+    p.pack = pack;
+    p.pack_offset = offsets[static_cast<size_t>(part.pack)];
+    offsets[static_cast<size_t>(part.pack)] += part.shape.numel();
+    p.value = pack->value.slice(0, p.pack_offset, p.pack_offset + part.shape.numel()).view(part.shape);
+    p.grad = part_view(pack->grad, p);
+    if (pack->compute.defined()) p.compute = part_view(pack->compute, p);
+    params_.push_back(std::move(p));
+    pack->parts.push_back(&params_.back());
+    by_name_[part.name] = &params_.back();
+  }
+  return packs;
 }
 
 Param* ParameterStore::add(const std::string& name, ParamGroup group, const Shape& shape, bool decay, Device device) {
@@ -73,7 +125,9 @@ uint64_t ParameterStore::grad_bytes() const {
 }
 
 void ParameterStore::zero_grads() {
-  for (auto& p : params_) p.grad.zero_();
+  for (auto& pack : packs_) pack.grad.zero_();
+  for (auto& p : params_)
+    if (p.pack == nullptr) p.grad.zero_();
 }
 
 namespace {

@@ -27,11 +27,31 @@ struct Param {
   bool decay = true;  // weight decay applies (false for norms, biases and embeddings of positions)
   bool trainable = true;
   Tensor compute;     // bf16 copy of `value` in bf16 mode; undefined in fp32 mode
+  struct ParamPack* pack = nullptr;  // when packed: the buffers value/grad/compute are views into
+  int64_t pack_offset = 0;           // ... starting at this element
 
   // The weights the ops read: the compute copy when there is one, else the master weights.
   const Tensor& weight() const { return compute.defined() ? compute : value; }
   // compute = value rounded to the compute dtype (no-op in fp32 mode). Call after writing `value` directly.
   void sync_compute();
+};
+
+// Parameters stored back to back in one buffer each for value, grad and compute copy, so that layers sharing an
+// input run one GEMM over all of them (e.g. the q, k, v projections: W = [W_q; W_k; W_v]). Each part stays its own
+// Param (name, checkpoint, optimizer state, freezing); the pack only shares the memory.
+struct ParamPack {
+  Tensor value, grad, compute;  // 1-D, the parts concatenated in order; compute undefined in fp32 mode
+  std::vector<Param*> parts;
+  const Tensor& weight() const { return compute.defined() ? compute : value; }
+  int64_t numel() const { return value.numel(); }
+};
+
+// One part of add_packed(): a parameter and the pack (index into the returned packs) whose buffers hold it.
+struct PackPart {
+  std::string name;
+  Shape shape;
+  bool decay = true;
+  int pack = 0;
 };
 
 class ParameterStore {
@@ -45,6 +65,10 @@ class ParameterStore {
 
   // Creates a parameter; pointers stay valid for the store's lifetime.
   Param* add(const std::string& name, ParamGroup group, const Shape& shape, bool decay, Device device);
+  // Creates the parts in order (as add() would, one by one) with each part's buffers views into its pack; returns
+  // the `num_packs` packs (pointers stay valid for the store's lifetime).
+  std::vector<ParamPack*> add_packed(const std::vector<PackPart>& parts, int num_packs, ParamGroup group,
+                                     Device device);
   Param* find(const std::string& name);
   const Param* find(const std::string& name) const;
   std::deque<Param>& all() { return params_; }
@@ -66,6 +90,7 @@ class ParameterStore {
 
  private:
   std::deque<Param> params_;
+  std::deque<ParamPack> packs_;
   std::map<std::string, Param*> by_name_;
   DType compute_dtype_ = DType::f32;
 };

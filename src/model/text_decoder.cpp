@@ -16,8 +16,8 @@ TextDecoder::TextDecoder(ParameterStore& store, const TextConfig& c, Device devi
     b.n1 = RMSNorm::create(store, p + "input_layernorm", g, c.hidden, c.rms_eps, device);
     b.attn = SelfAttention::create(store, p + "self_attn", "o_proj", g, c.hidden, shape, c.qkv_bias, false, device);
     b.n2 = RMSNorm::create(store, p + "post_attention_layernorm", g, c.hidden, c.rms_eps, device);
-    b.gate = Linear::create(store, p + "mlp.gate_proj", g, c.hidden, c.intermediate, false, device);
-    b.up = Linear::create(store, p + "mlp.up_proj", g, c.hidden, c.intermediate, false, device);
+    b.gate_up = PackedLinear::create(store, {p + "mlp.gate_proj", p + "mlp.up_proj"}, g, c.hidden,
+                                     {c.intermediate, c.intermediate}, false, device);
     b.down = Linear::create(store, p + "mlp.down_proj", g, c.intermediate, c.hidden, false, device);
     blocks_.push_back(b);
   }
@@ -42,42 +42,50 @@ void TextDecoder::embed_backward(const Tensor& dx0, const Tensor& tokens) const 
 Tensor TextDecoder::forward(const Tensor& x0, const SeqInfo& seq, Saved& s) const {
   Tensor x = x0;
   s.blocks.assign(blocks_.size(), {});
+  s.recompute = recompute_blocks_;
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    const Block& b = blocks_[i];
-    BlockSaved& bs = s.blocks[i];
-    bs.x = x;
-    bs.n1_out = b.n1.forward(x, bs.n1);
-    Tensor attn = b.attn.forward(bs.n1_out, seq, bs.attn);
-    bs.h = new_like(x.shape(), x);
-    ops::add(bs.h, x, attn);
-    bs.n2_out = b.n2.forward(bs.h, bs.n2);
-    bs.gate = b.gate.forward(bs.n2_out);
-    bs.up = b.up.forward(bs.n2_out);
-    bs.act = new_like(bs.gate.shape(), x);
-    ops::swiglu_forward(bs.act, bs.gate, bs.up);
-    Tensor mlp = b.down.forward(bs.act);
-    x = new_like(x.shape(), x);
-    ops::add(x, bs.h, mlp);
+    if (s.recompute) {
+      BlockSaved full;  // freed at the end of the block: only the input stays
+      x = block_forward(blocks_[i], x, seq, full, true);
+      s.blocks[i].x = full.x;
+    } else {
+      x = block_forward(blocks_[i], x, seq, s.blocks[i], true);
+    }
   }
   s.pre_final = x;
   return final_norm_.forward(x, s.final_norm);
+}
+
+Tensor TextDecoder::block_forward(const Block& b, const Tensor& x, const SeqInfo& seq, BlockSaved& bs,
+                                  bool need_output) const {
+  bs.x = x;
+  bs.n1_out = b.n1.forward(x, bs.n1);
+  Tensor attn = b.attn.forward(bs.n1_out, seq, bs.attn);
+  bs.n2_out = b.n2.forward_add(bs.h, x, attn, bs.n2);  // h = x + attn
+  bs.gate_up = b.gate_up.forward(bs.n2_out);
+  bs.act = new_like({x.dim(0), config_.intermediate}, x);
+  ops::swiglu_packed_forward(bs.act, bs.gate_up);
+  if (!need_output) return Tensor();
+  Tensor mlp = b.down.forward(bs.act);
+  Tensor out = new_like(x.shape(), x);
+  ops::add(out, bs.h, mlp);
+  return out;
 }
 
 Tensor TextDecoder::backward(const Tensor& dhidden, const SeqInfo& seq, const Saved& s) const {
   Tensor dx = final_norm_.backward(dhidden, s.pre_final, s.final_norm);
   for (size_t i = blocks_.size(); i-- > 0;) {
     const Block& b = blocks_[i];
-    const BlockSaved& bs = s.blocks[i];
+    BlockSaved redone;
+    if (s.recompute) block_forward(b, s.blocks[i].x, seq, redone, false);
+    const BlockSaved& bs = s.recompute ? redone : s.blocks[i];
     Tensor d_act = b.down.backward(dx, bs.act, true);
-    Tensor d_gate = new_like(bs.gate.shape(), dx), d_up = new_like(bs.up.shape(), dx);
-    ops::swiglu_backward(d_gate, d_up, d_act, bs.gate, bs.up);
-    Tensor d_n2 = b.gate.backward(d_gate, bs.n2_out, true);
-    ops::add_inplace(d_n2, b.up.backward(d_up, bs.n2_out, true));
-    Tensor dh = b.n2.backward(d_n2, bs.h, bs.n2);
-    ops::add_inplace(dh, dx);
+    Tensor d_gate_up = new_like(bs.gate_up.shape(), dx);
+    ops::swiglu_packed_backward(d_gate_up, d_act, bs.gate_up);
+    Tensor d_n2 = b.gate_up.backward(d_gate_up, bs.n2_out, true);
+    Tensor dh = b.n2.backward_add(d_n2, dx, bs.h, bs.n2);  // + the residual path's dx
     Tensor d_n1 = b.attn.backward(dh, bs.n1_out, seq, bs.attn);
-    dx = b.n1.backward(d_n1, bs.x, bs.n1);
-    ops::add_inplace(dx, dh);
+    dx = b.n1.backward_add(d_n1, dh, bs.x, bs.n1);
   }
   return dx;
 }

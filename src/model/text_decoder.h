@@ -12,16 +12,19 @@ namespace vlm {
 
 class TextDecoder {
  public:
+  // What a block's backward reads. With recomputation the forward keeps only `x` and the backward refills the rest
+  // by running the block's forward again.
   struct BlockSaved {
-    Tensor x;
+    Tensor x;  // block input (residual stream)
     RMSNorm::Saved n1, n2;
-    Tensor n1_out, h, n2_out, gate, up, act;
+    Tensor n1_out, h, n2_out, gate_up, act;  // gate_up [T, 2 * intermediate]: gate, then up
     SelfAttention::Saved attn;
   };
   struct Saved {
     std::vector<BlockSaved> blocks;
     Tensor pre_final;
     RMSNorm::Saved final_norm;
+    bool recompute = false;  // blocks hold only their input (set by the forward that filled this)
   };
 
   TextDecoder(ParameterStore& store, const TextConfig& config, Device device);
@@ -34,6 +37,10 @@ class TextDecoder {
   Tensor forward(const Tensor& x0, const SeqInfo& seq, Saved& saved) const;
   // Returns dx0 [T, hidden].
   Tensor backward(const Tensor& dhidden, const SeqInfo& seq, const Saved& saved) const;
+  // true: the forward keeps only each block's input and the backward recomputes the block first (same gradients,
+  // bit for bit; one more forward of every block, activations of one block alive at a time instead of all).
+  void set_recompute_blocks(bool on) { recompute_blocks_ = on; }
+  bool recompute_blocks() const { return recompute_blocks_; }
   const Linear& lm_head() const { return lm_head_; }
   const TextConfig& config() const { return config_; }
 
@@ -41,9 +48,16 @@ class TextDecoder {
   struct Block {
     RMSNorm n1, n2;
     SelfAttention attn;
-    Linear gate, up, down;
+    PackedLinear gate_up;  // parts mlp.gate_proj, mlp.up_proj: one GEMM
+    Linear down;
   };
+  // One block on x [T, hidden]: fills `saved` (saved.x = x) and returns the block's output; with need_output false
+  // (recomputation before the backward) stops after the last activation the backward reads.
+  Tensor block_forward(const Block& b, const Tensor& x, const SeqInfo& seq, BlockSaved& saved,
+                       bool need_output) const;
+
   TextConfig config_;
+  bool recompute_blocks_ = false;
   Param* embed_ = nullptr;  // [V, hidden]
   std::vector<Block> blocks_;
   RMSNorm final_norm_;

@@ -53,42 +53,52 @@ Tensor VisionTransformer::forward(const Tensor& images_in, Saved& s) const {
   s.seq.max_seqlen = P;
 
   s.blocks.assign(blocks_.size(), {});
+  s.recompute = recompute_blocks_;
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    const Block& b = blocks_[i];
-    BlockSaved& bs = s.blocks[i];
-    bs.x = x;
-    bs.ln1_out = b.ln1.forward(x, bs.ln1);
-    Tensor attn = b.attn.forward(bs.ln1_out, s.seq, bs.attn);
-    bs.h = new_like(x.shape(), x);
-    ops::add(bs.h, x, attn);
-    bs.ln2_out = b.ln2.forward(bs.h, bs.ln2);
-    bs.fc1_out = b.fc1.forward(bs.ln2_out);
-    bs.act_out = new_like(bs.fc1_out.shape(), x);
-    ops::gelu_tanh_forward(bs.act_out, bs.fc1_out);
-    Tensor mlp = b.fc2.forward(bs.act_out);
-    x = new_like(x.shape(), x);
-    ops::add(x, bs.h, mlp);
+    if (s.recompute) {
+      BlockSaved full;  // freed at the end of the block: only the input stays
+      x = block_forward(blocks_[i], x, s.seq, full, true);
+      s.blocks[i].x = full.x;
+    } else {
+      x = block_forward(blocks_[i], x, s.seq, s.blocks[i], true);
+    }
   }
   s.pre_final = x;
   return post_ln_.forward(x, s.final_ln);
+}
+
+Tensor VisionTransformer::block_forward(const Block& b, const Tensor& x, const SeqInfo& seq, BlockSaved& bs,
+                                        bool need_output) const {
+  bs.x = x;
+  bs.ln1_out = b.ln1.forward(x, bs.ln1);
+  Tensor attn = b.attn.forward(bs.ln1_out, seq, bs.attn);
+  bs.ln2_out = b.ln2.forward_add(bs.h, x, attn, bs.ln2);  // h = x + attn
+  bs.fc1_out = new_like({x.dim(0), b.fc1.out_features()}, x);  // the pre-activation, for the backward
+  bs.act_out = new_like(bs.fc1_out.shape(), x);
+  ops::linear_gelu_forward(bs.act_out, bs.fc1_out, bs.ln2_out, b.fc1.w->weight(), b.fc1.b->weight());
+  if (!need_output) return Tensor();
+  Tensor mlp = b.fc2.forward(bs.act_out);
+  Tensor out = new_like(x.shape(), x);
+  ops::add(out, bs.h, mlp);
+  return out;
 }
 
 void VisionTransformer::backward(const Tensor& dfeatures, const Saved& s) const {
   Tensor dx = post_ln_.backward(dfeatures, s.pre_final, s.final_ln);
   for (size_t i = blocks_.size(); i-- > 0;) {
     const Block& b = blocks_[i];
-    const BlockSaved& bs = s.blocks[i];
+    BlockSaved redone;
+    if (s.recompute) block_forward(b, s.blocks[i].x, s.seq, redone, false);
+    const BlockSaved& bs = s.recompute ? redone : s.blocks[i];
     // out = h + fc2(gelu(fc1(ln2(h))))
     Tensor d_act = b.fc2.backward(dx, bs.act_out, true);
     Tensor d_fc1 = new_like(bs.fc1_out.shape(), dx);
     ops::gelu_tanh_backward(d_fc1, d_act, bs.fc1_out);
     Tensor d_ln2 = b.fc1.backward(d_fc1, bs.ln2_out, true);
-    Tensor dh = b.ln2.backward(d_ln2, bs.h, bs.ln2);
-    ops::add_inplace(dh, dx);
+    Tensor dh = b.ln2.backward_add(d_ln2, dx, bs.h, bs.ln2);  // + the residual path's dx
     // h = x + attn(ln1(x))
     Tensor d_ln1 = b.attn.backward(dh, bs.ln1_out, s.seq, bs.attn);
-    dx = b.ln1.backward(d_ln1, bs.x, bs.ln1);
-    ops::add_inplace(dx, dh);
+    dx = b.ln1.backward_add(d_ln1, dh, bs.x, bs.ln1);
   }
   // x0 = patches @ W^T + b + pos
   if (pos_->trainable) ops::add_rows_broadcast_backward(pos_->grad, dx);

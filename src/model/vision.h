@@ -12,6 +12,8 @@ namespace vlm {
 
 class VisionTransformer {
  public:
+  // What a block's backward reads. With recomputation the forward keeps only `x` and the backward refills the rest
+  // by running the block's forward again.
   struct BlockSaved {
     Tensor x;  // block input (residual stream)
     LayerNorm::Saved ln1, ln2;
@@ -24,6 +26,7 @@ class VisionTransformer {
     Tensor pre_final;  // input of post_layernorm
     LayerNorm::Saved final_ln;
     SeqInfo seq;
+    bool recompute = false;  // blocks hold only their input (set by the forward that filled this)
   };
 
   VisionTransformer(ParameterStore& store, const VisionConfig& config, Device device);
@@ -32,6 +35,10 @@ class VisionTransformer {
   Tensor forward(const Tensor& images, Saved& saved) const;
   // dfeatures [N * P, hidden] -> accumulates parameter grads (no image gradient is produced).
   void backward(const Tensor& dfeatures, const Saved& saved) const;
+  // true: the forward keeps only each block's input and the backward recomputes the block first (same gradients,
+  // bit for bit; one more forward of every block, activations of one block alive at a time instead of all).
+  void set_recompute_blocks(bool on) { recompute_blocks_ = on; }
+  bool recompute_blocks() const { return recompute_blocks_; }
   // Sets the (trainable) position embeddings to 2-D sine-cosine values of rms `scale` (MAE-style): patches start
   // out knowing their row and column, so spatial features need not be learned from nothing.
   void init_position_embedding_sincos(float scale);
@@ -42,7 +49,13 @@ class VisionTransformer {
     SelfAttention attn;
     Linear fc1, fc2;
   };
+  // One block on x [T, D]: fills `saved` (saved.x = x) and returns the block's output; with need_output false
+  // (recomputation before the backward) stops after the last activation the backward reads.
+  Tensor block_forward(const Block& b, const Tensor& x, const SeqInfo& seq, BlockSaved& saved,
+                       bool need_output) const;
+
   VisionConfig config_;
+  bool recompute_blocks_ = false;
   Param* patch_w_ = nullptr;  // [D, C, p, p]
   Param* patch_b_ = nullptr;  // [D]
   Param* pos_ = nullptr;      // [P, D]

@@ -3,15 +3,18 @@
 
 #include <algorithm>
 
+#include "kernels/op_profile.h"
 #include "kernels/ops.h"
 
 namespace vlm {
 
 namespace {
 constexpr int kIgnore = -100;
-// Logits elements per LM-head chunk (64 MiB in bf16): all rows at once for small vocabularies, a few hundred rows
-// of a 49k vocabulary.
-constexpr int64_t kLmHeadChunkElements = int64_t{1} << 25;
+// Logits elements per LM-head chunk (256 MiB in bf16): all rows at once for small vocabularies, ~2700 rows of a 49k
+// vocabulary. Each chunk also reads and writes the whole f32 LM-head weight gradient once (dw += dlogits^T h: 226 MB
+// at 49152 x 576), so fewer, larger chunks save that traffic; measured on the nanoVLM shape, 64 MiB chunks (12 per
+// step) spent 2.1 ms in the LM head's backward GEMMs.
+constexpr int64_t kLmHeadChunkElements = int64_t{1} << 27;
 
 bool group_trainable(const ParameterStore& store, ParamGroup g) {
   for (const auto& p : store.all())
@@ -32,6 +35,20 @@ VlmModel::VlmModel(const ModelConfig& config, Device device, DType compute_dtype
   vision_ = std::make_unique<VisionTransformer>(params_, config.vision, device);
   projector_ = std::make_unique<Projector>(params_, config, device);
   text_ = std::make_unique<TextDecoder>(params_, config.text, device);
+}
+
+Expected<Recompute> parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::none;
+  if (name == "blocks") return Recompute::blocks;
+  return invalid_argument("'" + name + "' is not one of none, blocks");
+}
+
+const char* recompute_name(Recompute recompute) { return recompute == Recompute::blocks ? "blocks" : "none"; }
+
+void VlmModel::set_recompute(Recompute recompute) {
+  recompute_ = recompute;
+  vision_->set_recompute_blocks(recompute == Recompute::blocks);
+  text_->set_recompute_blocks(recompute == Recompute::blocks);
 }
 
 void VlmModel::init_weights(uint64_t seed) {
@@ -98,19 +115,28 @@ StepLoss VlmModel::forward_backward(const VlmInputs& in, float grad_scale) {
   Projector::Saved ps;
   Tensor features, image_tokens;
   if (has_images) {
+    const ops::profile::ProfileScope scope("vision_fwd");  // op profile labels (kernels/op_profile.h)
     features = vision_->forward(in.images, vs);
     image_tokens = projector_->forward(features, ps);
   }
   Tensor x0 = embed_with_images(in, image_tokens);
   TextDecoder::Saved ts;
   const SeqInfo seq = seq_info(in);
-  Tensor hidden = text_->forward(x0, seq, ts);
+  Tensor hidden;
+  {
+    const ops::profile::ProfileScope scope("text_fwd");
+    hidden = text_->forward(x0, seq, ts);
+  }
 
   Tensor dhidden;  // the LM head's backward runs inside the chunked loss
   const StepLoss out = loss_at_targets(hidden, in, grad_scale, &dhidden);
   if (out.tokens == 0) return out;
 
-  Tensor dx0 = text_->backward(dhidden, seq, ts);
+  Tensor dx0;
+  {
+    const ops::profile::ProfileScope scope("text_bwd");
+    dx0 = text_->backward(dhidden, seq, ts);
+  }
   Tensor dimage;
   if (has_images) {
     dimage = new_like({in.image_rows.numel(), dx0.dim(1)}, dx0);
@@ -121,6 +147,7 @@ StepLoss VlmModel::forward_backward(const VlmInputs& in, float grad_scale) {
   }
   text_->embed_backward(dx0, in.tokens);
   if (has_images && (train_projector || train_vision)) {
+    const ops::profile::ProfileScope scope("vision_bwd");
     Tensor dfeatures = projector_->backward(dimage, ps, train_vision);
     if (train_vision) vision_->backward(dfeatures, vs);
   }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/model_config.h"
@@ -27,6 +28,15 @@ struct VlmInputs {
   Tensor loss_targets;  // i32 [R]: the target token of each loss row
 };
 
+// Activation memory of forward_backward (train.recompute): `none` keeps every activation the backward reads;
+// `blocks` keeps only the input of each vision and text transformer block and recomputes the block's forward just
+// before its backward: the same gradients bit for bit (the same deterministic ops run again on the same inputs) for
+// one more forward of the blocks, with one block's activations alive at a time instead of all of them.
+enum class Recompute { none, blocks };
+// "none" | "blocks"; anything else is an invalid_argument quoting the name and listing both.
+Expected<Recompute> parse_recompute(const std::string& name);
+const char* recompute_name(Recompute recompute);
+
 struct StepLoss {
   double loss_sum = 0;  // sum of per-token losses
   int64_t tokens = 0;   // target tokens counted
@@ -47,6 +57,9 @@ class VlmModel {
   const ModelConfig& config() const { return config_; }
   Device device() const { return device_; }
   DType compute_dtype() const { return params_.compute_dtype(); }
+  // Applies to the forward passes that follow (none by default).
+  void set_recompute(Recompute recompute);
+  Recompute recompute() const { return recompute_; }
 
   // Forward + backward. Parameter grads += d(loss_sum * grad_scale)/dθ, where loss_sum is the sum of the per-token
   // losses (so grad_scale = 1 / total target tokens of the optimizer step gives a mean). Returns the loss sum.
@@ -68,6 +81,7 @@ class VlmModel {
 
   ModelConfig config_;
   Device device_;
+  Recompute recompute_ = Recompute::none;
   ParameterStore params_;
   std::unique_ptr<VisionTransformer> vision_;
   std::unique_ptr<Projector> projector_;

@@ -72,6 +72,10 @@ void add_run_options(OptionSet& o, RunConfig& c) {
   o.add("train.device", &t.device, "cpu or cuda[:N]");
   o.add("train.precision", &t.precision, "fp32, or bf16 weights/activations with fp32 master weights (cuda only)",
         one_of({"fp32", "bf16"}));
+  o.add("train.recompute", &t.recompute,
+        "activation recomputation: none, or blocks (each transformer block keeps only its input in the forward and "
+        "recomputes its activations just before its backward: less memory, one more block forward)",
+        one_of({"none", "blocks"}));
   o.add("train.threads", &t.threads, "CPU threads (0 = all cores)", non_negative<int>());
   o.add("train.log_every", &t.log_every, "steps between metric records", positive<int64_t>());
   o.add("train.ckpt_every", &t.ckpt_every, "steps between checkpoints (0 = final only)", non_negative<int64_t>());

@@ -15,29 +15,11 @@
 #include "track/metrics.h"
 #include "track/run_dir.h"
 #include "train/checkpoint.h"
+#include "train/device_batch.h"
 #include "train/memory_report.h"
 #include "train/optimizer.h"
 
 namespace vlm {
-namespace {
-
-VlmInputs to_model_inputs(const PackedBatch& b, Device dev) {
-  auto i32 = [&](const std::vector<int32_t>& v) {
-    return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}).to(dev);
-  };
-  VlmInputs in;
-  in.images = b.images.to(dev);
-  in.tokens = i32(b.tokens);
-  in.positions = i32(b.positions);
-  in.cu_seqlens = i32(b.cu_seqlens);
-  in.max_seqlen = b.max_seqlen;
-  in.image_rows = i32(b.image_rows);
-  in.loss_rows = i32(b.loss_rows);
-  in.loss_targets = i32(b.loss_targets);
-  return in;
-}
-
-}  // namespace
 
 Expected<VlmDataOptions> make_data_options(const RunConfig& c, const std::string& shard_spec, bool for_eval) {
   VlmDataOptions d;
@@ -94,6 +76,38 @@ struct TrainerState {
   std::string loader_state;
   double samples_seen = 0, tokens_seen = 0;
 };
+
+// The micro-batches of one optimizer step, read before the step needs them, with the loader's state and counters
+// right after the last of them: what a checkpoint of this step records, however far the trainer has read since.
+struct StepBatches {
+  std::vector<PackedBatch> micro;
+  int64_t target_tokens = 0;  // loss rows over all micro-batches (the step's gradient is their mean)
+  std::string loader_state;
+  LoaderCounters counters;
+  Status error;  // a loader error, returned when the step that needs these batches starts (as without read-ahead)
+};
+
+StepBatches read_step_batches(VlmBatchLoader& loader, const OptimConfig& t) {
+  StepBatches s;
+  for (int m = 0; m < t.grad_accum; ++m) {
+    Expected<PackedBatch> b = loader.next_batch(t.batch_size);
+    if (!b.ok()) {
+      s.error = b.status();
+      return s;
+    }
+    s.target_tokens += static_cast<int64_t>(b->loss_rows.size());
+    s.micro.push_back(std::move(*b));
+  }
+  s.loader_state = loader.state();
+  s.counters = loader.counters();
+  return s;
+}
+
+// Index of the first micro-batch at or after `from` that has samples (micro.size() when none).
+size_t first_with_samples(const StepBatches& s, size_t from) {
+  while (from < s.micro.size() && s.micro[from].n_samples == 0) ++from;  // all samples bad: counted by the loader
+  return from;
+}
 
 Status write_checkpoint(CheckpointManager& ckpt, VlmModel& model, AdamW& opt, const TrainerState& st,
                         const std::string& resolved_toml) {
@@ -174,6 +188,9 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
 
   // Model and optimizer.
   VlmModel model(c.model, device, compute_dtype);  // bf16: weights read as bf16 copies of the f32 masters
+  const Expected<Recompute> recompute = parse_recompute(c.train.recompute);
+  if (!recompute.ok()) return recompute.status().with_context("train.recompute");
+  model.set_recompute(*recompute);
   model.init_weights(static_cast<uint64_t>(c.train.seed));
   if (!c.train.init_from.empty() && !resume_from)
     VLM_RETURN_IF_ERROR(model.params().load(c.train.init_from, /*allow_missing=*/true));
@@ -212,7 +229,8 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
 
   VLM_INFO("model: ", model.params().numel(), " parameters (", model.params().numel(true), " trainable), ",
            c.model.image_tokens(), " image tokens per image; training steps ", st.step + 1, "..", c.train.steps,
-           " on ", device.to_string(), " in ", c.train.precision, "; run dir ", o.run_dir);
+           " on ", device.to_string(), " in ", c.train.precision,
+           *recompute == Recompute::blocks ? ", recomputing block activations" : "", "; run dir ", o.run_dir);
 
   std::optional<VlmDataOptions> val_data;
   if (!c.data.val_shards.empty()) {
@@ -227,38 +245,82 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
   TrainResult result;
   result.start_step = st.step;
   double t_window = now_seconds();
-  double window_samples = 0, window_tokens = 0, window_wait = 0;
+  // Per log window, the training thread's time: blocked in the loader, staging and enqueueing uploads, and in the
+  // forward/backward + optimizer step (on CUDA that includes waiting for the kernels at the step's host syncs).
+  double window_samples = 0, window_tokens = 0, window_wait = 0, window_upload = 0, window_compute = 0;
   const int64_t start_step = st.step;
   StepMemoryMeter memory_meter(device);  // over the first step of this process: memory.json
+
+  // Micro-batches flow through one pipeline: right after micro-batch j's forward/backward is launched (on CUDA its
+  // backward kernels are still running when forward_backward returns), the trainer reads ahead and starts the upload
+  // of micro-batch j+1, which may be the first of the next step, so the copy overlaps compute. Double-buffered
+  // (BatchUploader): j+1 goes to the other slot while j's kernels still read theirs.
+  BatchUploader uploader(device);
+  auto read_ahead = [&] {
+    const double t = now_seconds();
+    StepBatches s = read_step_batches(*loader, c.train);
+    window_wait += now_seconds() - t;
+    return s;
+  };
+  auto start_upload = [&](const PackedBatch& b) {
+    const double t = now_seconds();
+    UploadedBatch u = uploader.upload(b);
+    window_upload += now_seconds() - t;
+    return u;
+  };
+  StepBatches next;                     // the next step's batches
+  std::optional<UploadedBatch> next_up;  // the upload of its first micro-batch with samples, when started
+  auto read_next_step = [&] {
+    next = read_ahead();
+    const size_t f = first_with_samples(next, 0);
+    if (next.error.ok() && f < next.micro.size()) next_up = start_upload(next.micro[f]);
+  };
+  if (st.step < c.train.steps) read_next_step();
+
   while (st.step < c.train.steps) {
     const int64_t step = st.step + 1;
+    // Read ahead only for a step this call will run (the last step's read-ahead would be wasted work, or an error).
+    const bool more_steps = step < c.train.steps && (o.stop_after_step < 0 || step < o.stop_after_step);
     const bool measure_memory = step == start_step + 1;
     if (measure_memory) memory_meter.begin();
     model.params().zero_grads();
-    std::vector<PackedBatch> micro;
-    int64_t target_tokens = 0;
-    const double t_wait = now_seconds();  // time the step waits for data (trainer stall)
-    for (int m = 0; m < c.train.grad_accum; ++m) {
-      VLM_ASSIGN_OR_RETURN(PackedBatch b, loader->next_batch(c.train.batch_size));
-      target_tokens += static_cast<int64_t>(b.loss_rows.size());
-      micro.push_back(std::move(b));
-    }
-    window_wait += now_seconds() - t_wait;
+    StepBatches cur = std::move(next);
+    next = StepBatches();
+    VLM_RETURN_IF_ERROR(cur.error);
+    std::optional<UploadedBatch> up = std::move(next_up);
+    next_up.reset();
+    const int64_t target_tokens = cur.target_tokens;
     double loss_sum = 0;
     const float grad_scale = target_tokens > 0 ? 1.f / static_cast<float>(target_tokens) : 0.f;
-    for (const auto& b : micro) {
-      if (b.n_samples == 0) continue;  // every sample of this micro-batch was bad (counted by the loader)
-      StepLoss l = model.forward_backward(to_model_inputs(b, device), grad_scale);
+    size_t i = first_with_samples(cur, 0);
+    if (i == cur.micro.size() && more_steps) read_next_step();
+    while (i < cur.micro.size()) {
+      const PackedBatch& b = cur.micro[i];
+      if (!up) up = start_upload(b);
+      const double t_compute = now_seconds();
+      uploader.acquire(*up);
+      StepLoss l = model.forward_backward(up->inputs, grad_scale);
+      uploader.release(*up);
+      window_compute += now_seconds() - t_compute;
+      up.reset();
       loss_sum += l.loss_sum;
       window_samples += b.n_samples;
       window_tokens += static_cast<double>(b.tokens.size());
       st.samples_seen += b.n_samples;
       st.tokens_seen += static_cast<double>(b.tokens.size());
+      i = first_with_samples(cur, i + 1);
+      if (i < cur.micro.size()) {
+        up = start_upload(cur.micro[i]);
+      } else if (more_steps) {
+        read_next_step();
+      }
     }
     const double loss = target_tokens ? loss_sum / static_cast<double>(target_tokens) : 0.0;
     if (!std::isfinite(loss)) return internal_error(str("loss became ", loss, " at step ", step, "; stopping"));
     const float lr = lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
+    const double t_opt = now_seconds();
     const double grad_norm = opt.step(lr);
+    window_compute += now_seconds() - t_opt;
     if (measure_memory) {
       const MemoryReport mem = memory_meter.end(model.params(), opt.state_bytes(), c.train.precision);
       VLM_INFO(mem.summary());
@@ -266,12 +328,12 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
       VLM_RETURN_IF_ERROR(write_file_atomic(o.run_dir + "/memory.json", text.data(), text.size()));
     }
     st.step = step;
-    st.loader_state = loader->state();
+    st.loader_state = cur.loader_state;  // after this step's last batch, not after the read-ahead
     result.final_loss = loss;
 
     if (step % c.train.log_every == 0 || step == c.train.steps) {
       const double dt = std::max(1e-9, now_seconds() - t_window);
-      const LoaderCounters lc = loader->counters();
+      const LoaderCounters& lc = cur.counters;
       MetricRecord rec;
       rec.step = step;
       rec.add("loss", loss).add("lr", lr).add("grad_norm", grad_norm);
@@ -283,11 +345,13 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
       for (int r = 1; r < kFilterReasonCount; ++r)  // and why (reasons seen so far; 0 = pass)
         if (const uint64_t n = lc.filter.counts[static_cast<size_t>(r)])
           rec.add(std::string("filtered_") + filter_reason_name(static_cast<FilterReason>(r)), static_cast<double>(n));
-      rec.add("data_wait_s", window_wait).add("data_wait_frac", window_wait / dt);
+      rec.add("data_wait_s", window_wait).add("data_wait_frac", window_wait / dt);  // blocked in the loader
+      rec.add("upload_s", window_upload);  // staging + enqueueing host->device copies (CPU: building the inputs)
+      rec.add("compute_s", window_compute).add("compute_frac", window_compute / dt);
       rec.add("elapsed_s", now_seconds() - t_start);
       sinks.write(rec);
       t_window = now_seconds();
-      window_samples = window_tokens = window_wait = 0;
+      window_samples = window_tokens = window_wait = window_upload = window_compute = 0;
     }
     const bool last = step == c.train.steps;
     if (val_data && c.eval.every > 0 && step % c.eval.every == 0 && !last) {

@@ -2,6 +2,8 @@
 // eval and atomic checkpoints. A run resumed from its latest checkpoint continues exactly (same losses, bit for
 // bit, on the CPU with the same thread count) because weights, optimizer moments, the step count and the data
 // loader's position are all part of the checkpoint and the data order depends only on the seed.
+// Batches are read one micro-batch ahead and copied to the device while the current one computes (BatchUploader,
+// train/device_batch.h); the checkpointed loader position is the one after the last batch trained on.
 #pragma once
 
 #include <string>

@@ -71,5 +71,44 @@ TEST(Parameters, SaveLoadRoundTripWithHfNames) {
   EXPECT_NE(s.message().find("model."), std::string::npos) << s.message();
 }
 
+
+TEST(Parameters, PackedPartsShareOneBufferAndKeepTheirNames) {
+  ParameterStore store;
+  const std::vector<PackPart> parts = {{"a.weight", Shape{3, 4}, true, 0}, {"a.bias", Shape{3}, false, 1},
+                                       {"b.weight", Shape{2, 4}, true, 0}, {"b.bias", Shape{2}, false, 1}};
+  const std::vector<ParamPack*> packs = store.add_packed(parts, 2, ParamGroup::text, Device::cpu());
+  ASSERT_EQ(packs.size(), 2u);
+  EXPECT_EQ(packs[0]->numel(), 20);
+  EXPECT_EQ(packs[1]->numel(), 5);
+  // Creation order as add() one by one: a.weight, a.bias, b.weight, b.bias.
+  std::vector<std::string> names;
+  for (const Param& p : store.all()) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"a.weight", "a.bias", "b.weight", "b.bias"}));
+  // Parts are views: writing a part shows in the pack at its offset, for values and gradients.
+  Param* bw = store.find("b.weight");
+  ASSERT_NE(bw, nullptr);
+  EXPECT_EQ(bw->value.shape(), (Shape{2, 4}));
+  bw->value.data<float>()[5] = 7.f;
+  EXPECT_EQ(packs[0]->value.data<float>()[12 + 5], 7.f);
+  packs[1]->grad.data<float>()[3] = 2.f;
+  EXPECT_EQ(store.find("b.bias")->grad.data<float>()[0], 2.f);
+  store.zero_grads();
+  EXPECT_EQ(store.find("b.bias")->grad.data<float>()[0], 0.f);
+  // Init and a save/load round trip go through the parts' names.
+  store.init_normal(3, 0.5f);
+  const std::string dir = testing::scratch_dir("packed");
+  ASSERT_TRUE(store.save(dir + "/p.safetensors").ok());
+  ParameterStore other;
+  other.add("a.weight", ParamGroup::text, {3, 4}, true, Device::cpu());
+  other.add("a.bias", ParamGroup::text, {3}, false, Device::cpu());
+  other.add("b.weight", ParamGroup::text, {2, 4}, true, Device::cpu());
+  other.add("b.bias", ParamGroup::text, {2}, false, Device::cpu());
+  ASSERT_TRUE(other.load(dir + "/p.safetensors").ok());
+  for (const Param& p : store.all())
+    EXPECT_TRUE(testing::all_close(other.find(p.name)->value, p.value, 0, 0)) << p.name;
+  // A name twice is refused.
+  EXPECT_DEATH(store.add_packed({{"a.weight", Shape{1}, true, 0}}, 1, ParamGroup::text, Device::cpu()), "added twice");
+}
+
 }  // namespace
 }  // namespace vlm

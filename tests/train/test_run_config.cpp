@@ -52,6 +52,28 @@ TEST(RunConfig, BadValuesNameFileKeyAndReason) {
   EXPECT_NE(c.status().message().find("unknown model preset 'huge'"), std::string::npos) << c.status().message();
 }
 
+TEST(RunConfig, RecomputeIsNoneOrBlocks) {
+  auto c = load_run_config("", {});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->train.recompute, "none");  // the default
+  c = load_run_config(write("r1", "[train]\nrecompute = \"blocks\"\n"), {});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->train.recompute, "blocks");
+  c = load_run_config("", {"train.recompute=blocks"});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->train.recompute, "blocks");
+  c = load_run_config(write("r2", "[train]\nrecompute = \"layers\"\n"), {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("r2.toml: train.recompute: must be one of"), std::string::npos)
+      << c.status().message();
+  c = load_run_config(write("r3", "[train]\nrecompute = true\n"), {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("train.recompute"), std::string::npos) << c.status().message();
+  c = load_run_config("", {"train.recompute="});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("train.recompute"), std::string::npos) << c.status().message();
+}
+
 TEST(RunConfig, PrecisionIsParsedAndBf16NeedsCuda) {
   auto c = load_run_config("", {});
   ASSERT_TRUE(c.ok()) << c.status().to_string();

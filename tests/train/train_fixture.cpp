@@ -7,6 +7,10 @@
 
 #include "data/synth_shapes.h"
 #include "data/tokenizer/bpe_trainer.h"
+#include "data/tokenizer/tokenizer.h"
+#include "train/device_batch.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
 
 namespace vlm::testing {
 
@@ -65,6 +69,47 @@ RunConfig tiny_run_config(const std::string& dir) {
   c.eval.samples = 5;
   c.eval.max_new_tokens = 4;
   return c;
+}
+
+std::vector<double> plain_loop_losses(const RunConfig& c, Device device) {
+  auto tokenizer = Tokenizer::load(c.data.tokenizer);
+  EXPECT_TRUE(tokenizer.ok());
+  auto data = make_data_options(c, c.data.train_shards, false);
+  EXPECT_TRUE(data.ok());
+  auto loader = VlmBatchLoader::open(*data, *tokenizer);
+  EXPECT_TRUE(loader.ok());
+  auto dtype = training_compute_dtype(c.train);
+  auto recompute = parse_recompute(c.train.recompute);
+  EXPECT_TRUE(dtype.ok() && recompute.ok());
+  VlmModel model(c.model, device, *dtype);
+  model.init_weights(static_cast<uint64_t>(c.train.seed));
+  model.set_recompute(*recompute);
+  AdamWConfig ac;
+  ac.beta1 = c.train.beta1;
+  ac.beta2 = c.train.beta2;
+  ac.eps = c.train.eps;
+  ac.weight_decay = c.train.weight_decay;
+  ac.grad_clip = c.train.grad_clip;
+  AdamW opt(model.params(), ac);
+  std::vector<double> losses;
+  for (int64_t step = 1; step <= c.train.steps; ++step) {
+    model.params().zero_grads();
+    std::vector<PackedBatch> micro;
+    int64_t target_tokens = 0;
+    for (int m = 0; m < c.train.grad_accum; ++m) {
+      auto b = (*loader)->next_batch(c.train.batch_size);
+      EXPECT_TRUE(b.ok());
+      target_tokens += static_cast<int64_t>(b->loss_rows.size());
+      micro.push_back(std::move(*b));
+    }
+    double loss_sum = 0;
+    const float grad_scale = 1.f / static_cast<float>(target_tokens);
+    for (const auto& b : micro)
+      if (b.n_samples > 0) loss_sum += model.forward_backward(to_model_inputs(b, device), grad_scale).loss_sum;
+    losses.push_back(loss_sum / static_cast<double>(target_tokens));
+    opt.step(lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio));
+  }
+  return losses;
 }
 
 }  // namespace vlm::testing

@@ -3,12 +3,20 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "core/device.h"
 #include "train/train_config.h"
 
 namespace vlm::testing {
 
 // Writes shards + tokenizer.json under `dir` (once per process per dir) and returns a run config that uses them.
 RunConfig tiny_run_config(const std::string& dir);
+
+// The training loop as it was before the trainer's batch pipeline, for comparisons: every micro-batch of a step read
+// first, each copied to `device` synchronously (to_model_inputs) right before its forward/backward, then AdamW.
+// Returns the loss of every step. Honours the train.* options the trainer's loss depends on (not freezing or
+// per-part learning rates), train.precision and train.recompute.
+std::vector<double> plain_loop_losses(const RunConfig& config, Device device);
 
 }  // namespace vlm::testing
