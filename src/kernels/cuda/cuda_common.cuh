@@ -106,10 +106,16 @@ __device__ __forceinline__ void record_index_error(IndexErrorRecord* rec, IndexE
 template <class T>
 inline constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
 
-// Loads kVec16<T> consecutive elements at p (16-byte aligned) as f32.
+// The 16 bytes at p (16-byte aligned), as loaded: a kernel that keeps a row (or several loads in flight) in
+// registers holds the raw uint4 (4 registers, where 8 bf16 values as f32 would take 8) and unpacks it where used.
 template <class T>
-__device__ __forceinline__ void load_vec16(const T* p, float (&out)[kVec16<T>]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+__device__ __forceinline__ uint4 load_raw16(const T* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+
+// The kVec16<T> values of a raw vector as f32 (bf16 widens exactly).
+template <class T>
+__device__ __forceinline__ void unpack_vec16(const uint4& raw, float (&out)[kVec16<T>]) {
   if constexpr (sizeof(T) == 4) {
     out[0] = __uint_as_float(raw.x);
     out[1] = __uint_as_float(raw.y);
@@ -123,6 +129,18 @@ __device__ __forceinline__ void load_vec16(const T* p, float (&out)[kVec16<T>]) 
       out[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
     }
   }
+}
+
+// Loads kVec16<T> consecutive elements at p (16-byte aligned) as f32.
+template <class T>
+__device__ __forceinline__ void load_vec16(const T* p, float (&out)[kVec16<T>]) {
+  unpack_vec16<T>(load_raw16(p), out);
+}
+
+// v as stored in T and read back (bf16: rounded to nearest even; f32: v itself).
+template <class T>
+__device__ __forceinline__ float round_to(float v) {
+  return to_f32(from_f32<T>(v));
 }
 
 // Stores kVec16<T> f32 values to p (16-byte aligned), rounding to T once.

@@ -11,7 +11,6 @@
 // it, and the target logit is read before the block's first barrier.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/vec16_raw.cuh"
 
 namespace vlm::ops::cuda {
 

@@ -12,7 +12,6 @@
 
 #include "kernels/cuda/column_reduce.cuh"
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/vec16_raw.cuh"
 
 namespace vlm::ops::cuda {
 

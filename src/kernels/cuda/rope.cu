@@ -11,7 +11,6 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/vec16_raw.cuh"
 
 namespace vlm::ops::cuda {
 

@@ -146,6 +146,10 @@ TEST(CudaSwigluPacked, ForwardAndBackwardMatchCpu) {
         const Tensor gu = random_normal({rows, 2 * inner}, seed++, 3.f), dy = random_normal({rows, inner}, seed++);
         const Tensor gur = rounded(gu, dt), dyr = rounded(dy, dt);
         const Tolerance tol = output_tolerance(dt, kElementwise);
+        // dgate = dy u sig (1 + g (1 - sig)) cancels where g (1 - sig) ~ -1 (g ~ -1.28), so a few ulp of expf's
+        // difference become an absolute error of about |dy u| eps there: measured by emulating expf at +-2 ulp
+        // over 3M samples of these inputs, 1e-6 covers it (1e-7 does not).
+        const Tolerance grad_tol = output_tolerance(dt, {kElementwise.rtol, 1e-6});
 
         Tensor y_ref = Tensor::empty({rows, inner}, DType::f32);
         ops::swiglu_packed_forward(y_ref, gur);
@@ -157,11 +161,11 @@ TEST(CudaSwigluPacked, ForwardAndBackwardMatchCpu) {
         ops::swiglu_packed_backward(dgu_ref, dyr, gur);
         Guarded dgu(gu.shape(), dt);
         ops::swiglu_packed_backward(dgu.view(), to_gpu_at_offset(dy, dt, offset), to_gpu(gu, dt));
-        EXPECT_TRUE(matches(dgu, dgu_ref, tol)) << "dgu";
+        EXPECT_TRUE(matches(dgu, dgu_ref, grad_tol)) << "dgu";
         // In place: the gradient overwrites the saved projection.
         Guarded in_place(gu, dt);
         ops::swiglu_packed_backward(in_place.view(), to_gpu(dy, dt), in_place.view());
-        EXPECT_TRUE(matches(in_place, dgu_ref, tol)) << "dgu in place";
+        EXPECT_TRUE(matches(in_place, dgu_ref, grad_tol)) << "dgu in place";
       }
 }
 
