@@ -1,9 +1,10 @@
 // JPEG pixels through libjpeg-turbo's libjpeg API: the whole image (decode_image) or a window of it
 // (decode_image_region), one code path. TurboJPEG 2.1 (Debian 12) has no cropping; libjpeg has jpeg_crop_scanline
-// (columns) and jpeg_skip_scanlines (rows). For a window, its iMCU rows, and its iMCU columns widened by one iMCU on
-// each side, are decoded; the rest of the file is only entropy-decoded (Huffman data must be read in order, which is
-// also what keeps a window's errors the same as the whole image's). The column margin matters: libjpeg's fancy
-// h2v1/h2v2 chroma upsampling treats the edges of a cropped strip as image edges, which changes its outer pixels.
+// (columns) and jpeg_skip_scanlines (rows). For a window, its iMCU rows, and its iMCU columns widened by a margin
+// on each side (one iMCU; three for progressive files, see run_decode), are decoded; the rest of the file is only
+// entropy-decoded (Huffman data must be read in order, which is also what keeps a window's errors the same as the
+// whole image's). The column margin matters: libjpeg's fancy h2v1/h2v2 chroma upsampling treats the edges of a
+// cropped strip as image edges, which changes its outer pixels.
 //
 // Settings as TurboJPEG's tjDecompress2 with no flags but TJFLAG_LIMITSCANS: accurate integer IDCT, fancy
 // upsampling, 1/2, 1/4 or 1/8 DCT scaling (Pillow's draft()), at most 500 progressive scans. Errors: any libjpeg
@@ -127,11 +128,16 @@ Outcome run_decode(DecodeJob& job, ErrorManager& err) {
   }
   *job.out = Image(r.width, r.height);
 
-  // Columns: the window plus one iMCU each side, the left edge moved down to an iMCU boundary by libjpeg.
+  // Columns: the window plus a margin each side, the left edge moved down to an iMCU boundary by libjpeg. One iMCU
+  // covers the fancy upsampling's reach. A progressive file whose scans leave coefficients incomplete is block-
+  // smoothed: each block's missing AC terms are estimated from the DC values of blocks up to two away, and a
+  // cropped strip has no blocks past its edges; two blocks of the coarsest component are at most two iMCUs, so
+  // progressive files take three (the fuzzer found a 4:2:0 file whose window's first pixels differed with one).
   const int imcu_w = cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size;
   const int imcu_h = cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
-  JDIMENSION x0 = static_cast<JDIMENSION>(std::max(0, r.x - imcu_w));
-  JDIMENSION strip_width = static_cast<JDIMENSION>(std::min(job.decoded_width, r.x + r.width + imcu_w)) - x0;
+  const int margin = (cinfo.progressive_mode ? 3 : 1) * imcu_w;
+  JDIMENSION x0 = static_cast<JDIMENSION>(std::max(0, r.x - margin));
+  JDIMENSION strip_width = static_cast<JDIMENSION>(std::min(job.decoded_width, r.x + r.width + margin)) - x0;
   if (x0 > 0 || strip_width < cinfo.output_width) jpeg_crop_scanline(&cinfo, &x0, &strip_width);
   // Rows: from the iMCU row holding the window's first row (jpeg_skip_scanlines keeps the upsampling's context
   // rows, so no margin is needed there; the tests check this for every subsampling).
