@@ -14,7 +14,7 @@ namespace vlm::ops::cuda {
 namespace {
 
 constexpr int kRowThreads = 128;  // threads of a row copy
-constexpr int kVocabTile = 32;    // dtable rows per embedding_backward block
+constexpr int kVocabTile = 64;    // dtable rows per embedding_backward block (32 KB accumulator: 7 blocks per SM)
 constexpr int kEmbCols = 128;     // columns per embedding_backward block = its threads = ids per scan chunk
 
 // out[i, :] = src[index[i], :]; a bad index gives a NaN row and is recorded.

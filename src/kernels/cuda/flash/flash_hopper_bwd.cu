@@ -6,8 +6,9 @@
 //   P^T = exp2(S^T log2e scale - lse),  dS^T = P^T (dP^T - D)      in registers
 //   dV += P^T dO, dK += dS^T Q            wgmma with the A operand from registers, B N-major
 //   dQ += dS K                            dS^T goes to shared memory (128-byte swizzle), wgmma with A M-major;
-//                                         fp32 atomics into the dq accumulator (d=128: each warpgroup 64 columns;
-//                                         d=64: each warpgroup its own 64 keys).
+//                                         the 64 x 64 fp32 tile goes to shared memory and one TMA reduce-add adds
+//                                         it into the dq accumulator (d=128: each warpgroup 64 columns; d=64: each
+//                                         warpgroup its own 64 keys), asynchronously, while the next step runs.
 // The D row sums and the final dq conversion are the portable kernels of flash_bwd_kernel.cuh.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -36,8 +37,9 @@ struct HopperBwdShape {
   static constexpr int kBlockN = Tile::kBlockN, kBlockM = Tile::kBlockM, kStages = Tile::kStages;
   static constexpr int kColBlocks = kHeadDim / 64;
   static constexpr int kKvElems = kBlockN * kHeadDim, kQElems = kBlockM * kHeadDim, kDsElems = kBlockN * kBlockM;
+  static constexpr int kDqElems = kBlockM * 64;  // one consumer warpgroup's dQ tile, f32: two 32-column halves
   static constexpr int kSmemBytes = 1024 + 2 * (2 * kKvElems + 2 * kStages * kQElems + 2 * kDsElems) +
-                                    4 * 2 * kStages * kBlockM + 8 * (1 + 3 * kStages);
+                                    4 * 2 * kDqElems + 4 * 2 * kStages * kBlockM + 8 * (1 + 3 * kStages);
   static_assert(kBlockN == 128 && kBlockM == 64, "two consumer warpgroups x 64 keys; 64-query steps");
   static_assert(kStages == 2, "the lse/D buffers are indexed by iteration parity, like the Q/dO stages");
 };
@@ -64,7 +66,8 @@ template <int kHeadDim, bool kCausal>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
-                          const FlashBwdParams p, float* dq_accum, const float* dsum) {
+                          const __grid_constant__ CUtensorMap tm_dq,
+                          const FlashBwdParams p, const float* dsum) {
 #if VLM_FLASH_SM90A
   using Shape = HopperBwdShape<kHeadDim>;
   using bf16 = __nv_bfloat16;
@@ -76,7 +79,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16* sQ = sV + Shape::kKvElems;              // [kStages][kCB][kM][64]
   bf16* sdO = sQ + kStages * Shape::kQElems;    // [kStages][kCB][kM][64]
   bf16* sdS = sdO + kStages * Shape::kQElems;   // [2][kN][kM]: dS^T, keys x queries, 128-byte swizzle
-  float* sLse = reinterpret_cast<float*>(sdS + 2 * Shape::kDsElems);  // [2][kM], log2 units
+  float* sDq = reinterpret_cast<float*>(sdS + 2 * Shape::kDsElems);  // [2 warpgroups][2 halves][kM][32], swizzled
+  float* sLse = sDq + 2 * Shape::kDqElems;                           // [2][kM], log2 units
   float* sD = sLse + kStages * kM;                                    // [2][kM]
   uint64_t* bars = reinterpret_cast<uint64_t*>(sD + kStages * kM);
   uint64_t* full_kv = bars;
@@ -234,6 +238,8 @@ __global__ void __launch_bounds__(kThreads, 1)
               pack2<bf16>(dpt[4 * j + 2 * r], dpt[4 * j + 2 * r + 1]);
         }
       sm90::fence_proxy_async_smem();
+      // The barrier also hands this warpgroup's dQ tile buffer back: its last reduce-add has read it.
+      if (tid % 128 == 0) sm90::bulk_wait_read<0>();
       sm90::named_barrier_sync(1, 256);
 
       // dQ = dS K over this block's keys: A = dS (M-major view of dS^T), B = K (N-major).
@@ -257,17 +263,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncwarp();
       if (lane == 0) sm90::mbar_arrive(&empty[s]);
 
-      const int col0 = kHeadDim == 128 ? cw * 64 : 0;
+      // dQ tile to shared memory (two 32-column halves, 128-byte rows, 16-byte chunk c of row r at c ^ (r % 8)),
+      // then one thread adds it into dq_accum. Rows past this sequence carry exact zeros (P = 0 there), so adding
+      // them into the next sequence's rows changes nothing; rows past total_q are dropped by the TMA.
+      float* dq_t = sDq + cw * Shape::kDqElems;
   #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = m0 + wi * 16 + g + 8 * r;
-        if (row >= sb.q_len) continue;
-        float* dst = dq_accum + (static_cast<int64_t>(sb.q_start + row) * p.n_heads_q + h) * kHeadDim + col0;
+      for (int j = 0; j < 8; ++j)
   #pragma unroll
-        for (int j = 0; j < 8; ++j)
-          atomicAdd(reinterpret_cast<float2*>(dst + 8 * j + 2 * t), make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]));
+        for (int r = 0; r < 2; ++r) {
+          const int row = wi * 16 + g + 8 * r, chunk = (2 * (j % 4) + t / 2) ^ (row & 7);
+          *reinterpret_cast<float2*>(dq_t + (j / 4) * kM * 32 + row * 32 + chunk * 4 + (t % 2) * 2) =
+              make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+        }
+      sm90::fence_proxy_async_smem();
+      sm90::named_barrier_sync(2 + cw, 128);
+      if (tid % 128 == 0) {
+        const int col0 = kHeadDim == 128 ? cw * 64 : 0;
+        sm90::tma_reduce_add_3d(&tm_dq, dq_t, col0, h, sb.q_start + m0);
+        sm90::tma_reduce_add_3d(&tm_dq, dq_t + kM * 32, col0 + 32, h, sb.q_start + m0);
+        sm90::bulk_commit();
       }
     }
+    if (tid % 128 == 0) sm90::bulk_wait<0>();
 
     // dK = scale * sum dS^T Q, dV = sum P^T dO.
   #pragma unroll
@@ -305,7 +322,8 @@ void run_hopper_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaS
   const dim3 grid((p.max_seqlen_k + Shape::kBlockN - 1) / Shape::kBlockN, p.n_heads_kv, p.batch);
   auto kernel = p.causal ? flash_bwd_sm90_kernel<kHeadDim, true> : flash_bwd_sm90_kernel<kHeadDim, false>;
   VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
-  kernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, tdo, p, dq_accum, dsum);
+  const CUtensorMap tdq = make_f32_reduce_map(dq_accum, p.total_q, p.n_heads_q, kHeadDim, Shape::kBlockM);
+  kernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, tdo, tdq, p, dsum);
   VLM_CUDA_CHECK_LAUNCH();
   const int64_t pairs = rows * (p.head_dim / 2);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 132 * 16));

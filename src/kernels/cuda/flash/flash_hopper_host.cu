@@ -24,20 +24,47 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 
 }  // namespace
 
-CUtensorMap make_tensor_map(const void* base, int64_t rows, int heads, int d, int64_t row_stride, int64_t head_stride,
-                            int box_rows) {
+namespace {
+
+// [rows, heads, d] with element strides; boxes of box_cols x 1 head x box_rows, 128-byte swizzle in shared memory.
+CUtensorMap encode_rows_heads_cols(CUtensorMapDataType type, int elem_bytes, const void* base, int64_t rows, int heads,
+                                   int d, int64_t row_stride, int64_t head_stride, int box_cols, int box_rows) {
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(heads),
                               static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(head_stride) * 2, static_cast<cuuint64_t>(row_stride) * 2};
-  const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(box_rows)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(head_stride) * elem_bytes,
+                                 static_cast<cuuint64_t>(row_stride) * elem_bytes};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), 1, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   CUtensorMap map;
-  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims,
-                                          strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = tensor_map_encoder()(&map, type, 3, const_cast<void*>(base), dims, strides, box, elem_strides,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   VLM_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (", static_cast<int>(r), ")");
   return map;
+}
+
+}  // namespace
+
+CUtensorMap make_tensor_map(const void* base, int64_t rows, int heads, int d, int64_t row_stride, int64_t head_stride,
+                            int box_rows) {
+  return encode_rows_heads_cols(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, rows, heads, d, row_stride, head_stride,
+                                64, box_rows);
+}
+
+CUtensorMap make_f32_reduce_map(float* base, int64_t rows, int heads, int d, int box_rows) {
+  return encode_rows_heads_cols(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, base, rows, heads, d,
+                                static_cast<int64_t>(heads) * d, d, 32, box_rows);
+}
+
+int sm_count() {
+  int dev = 0;
+  VLM_CUDA_CHECK(cudaGetDevice(&dev));
+  thread_local int cached_dev = -1, cached = 0;
+  if (dev != cached_dev) {
+    VLM_CUDA_CHECK(cudaDeviceGetAttribute(&cached, cudaDevAttrMultiProcessorCount, dev));
+    cached_dev = dev;
+  }
+  return cached;
 }
 
 bool device_is_sm90() {

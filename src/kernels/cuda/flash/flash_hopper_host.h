@@ -1,4 +1,5 @@
-// Host helpers shared by the Hopper kernels: TMA tensor maps over [rows, heads, d] bf16 tensors, and the device check.
+// Host helpers shared by the Hopper kernels: TMA tensor maps over [rows, heads, d] tensors (bf16 operands, the f32
+// dq accumulator), and the device check.
 #pragma once
 
 #include <cuda.h>
@@ -11,6 +12,13 @@ namespace vlm::flash {
 // to shared memory with the 128-byte swizzle that wgmma descriptors expect. Rows past `rows` read as zeros.
 CUtensorMap make_tensor_map(const void* base, int64_t rows, int heads, int d, int64_t row_stride, int64_t head_stride,
                             int box_rows);
+
+// Contiguous [rows, heads, d] f32 (an accumulator), boxes of 32 columns (128 bytes, the widest the 128-byte swizzle
+// allows) x box_rows rows of one head: the target of TMA reduce-adds. Rows past `rows` are dropped.
+CUtensorMap make_f32_reduce_map(float* base, int64_t rows, int heads, int d, int box_rows);
+
+// Streaming multiprocessors of the current device (the persistent kernels' grid size).
+int sm_count();
 
 // True when the current device is compute capability 9.0 (H100 / H200), which the sm_90a code needs.
 bool device_is_sm90();
