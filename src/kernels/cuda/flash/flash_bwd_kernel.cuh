@@ -18,9 +18,11 @@
 
 namespace vlm::flash {
 
-// 8 threads per (token, head) row, 16-byte loads.
+// D[h, t] = rowsum(dO ∘ O) into dsum[h * stats_stride + t], 8 threads per (token, head) row, 16-byte loads; with
+// lse_log2, also lse * log2(e) at the same place of that array (the Hopper backward loads both with TMA).
 template <class Element>
-__global__ void __launch_bounds__(256) flash_bwd_dot_do_o_kernel(const FlashBwdParams p, float* dsum) {
+__global__ void __launch_bounds__(256)
+    flash_bwd_dot_do_o_kernel(const FlashBwdParams p, float* dsum, int64_t stats_stride, float* lse_log2) {
   const int64_t n_rows = static_cast<int64_t>(p.total_q) * p.n_heads_q;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x / 8;
   const int sub = threadIdx.x % 8;
@@ -43,7 +45,15 @@ __global__ void __launch_bounds__(256) flash_bwd_dot_do_o_kernel(const FlashBwdP
   acc += __shfl_xor_sync(0xffffffffu, acc, 1);
   acc += __shfl_xor_sync(0xffffffffu, acc, 2);
   acc += __shfl_xor_sync(0xffffffffu, acc, 4);
-  if (valid && sub == 0) dsum[h * static_cast<int64_t>(p.total_q) + tok] = acc;
+  if (valid && sub == 0) {
+    dsum[h * stats_stride + tok] = acc;
+    if (lse_log2) {
+      // The Hopper backward's copy of lse in log2 units; a row that saw no key (lse = -inf) sees none in the
+      // backward either, and +inf makes its P exactly 0 there.
+      const float lse = p.lse[h * p.lse_head_stride + tok];
+      lse_log2[h * stats_stride + tok] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+    }
+  }
 }
 
 // dq[t, h, c] = scale * dq_accum[t, h, c] for c < head_dim (the accumulator rows are kHeadDim wide).

@@ -82,9 +82,14 @@ Status flash_fwd(const FlashFwdParams& p, StreamHandle stream) {
   return Status();
 }
 
+// The row statistics: D (and the Hopper path's lse in log2 units) per (head, query row), rows padded to 4.
+static size_t stats_bytes(const FlashBwdParams& p) {
+  return round_up(2 * static_cast<size_t>(p.n_heads_q) * static_cast<size_t>(flash_stats_stride(p.total_q)) * 4);
+}
+
 size_t flash_bwd_workspace_bytes(const FlashBwdParams& p) {
   const size_t rows = static_cast<size_t>(p.total_q) * static_cast<size_t>(p.n_heads_q);
-  const size_t dsum = round_up(rows * sizeof(float));
+  const size_t dsum = stats_bytes(p);
   const size_t accum = p.deterministic ? 0 : round_up(rows * static_cast<size_t>(padded_head_dim(p.head_dim)) * 4);
   return dsum + accum;
 }
@@ -110,8 +115,7 @@ Status flash_bwd(const FlashBwdParams& p, StreamHandle stream) {
     ws = alloc->allocate(bytes, stream);
   }
   float* dsum = static_cast<float*>(ws);
-  const size_t rows = static_cast<size_t>(p.total_q) * static_cast<size_t>(p.n_heads_q);
-  float* dq_accum = p.deterministic ? nullptr : reinterpret_cast<float*>(static_cast<char*>(ws) + round_up(rows * 4));
+  float* dq_accum = p.deterministic ? nullptr : reinterpret_cast<float*>(static_cast<char*>(ws) + stats_bytes(p));
   const Status st = path == FlashPath::hopper ? flash_hopper_bwd(p, dsum, dq_accum, s) : Status();
   if (path != FlashPath::hopper) find_entry(p.head_dim, p.dtype)->bwd(p, dsum, dq_accum, s);
   if (alloc) alloc->deallocate(ws, bytes, stream);

@@ -56,6 +56,21 @@ CUtensorMap make_f32_reduce_map(float* base, int64_t rows, int heads, int d, int
                                 static_cast<int64_t>(heads) * d, d, 32, box_rows);
 }
 
+CUtensorMap make_f32_stats_map(const float* base, int64_t rows, int heads, int64_t head_stride, int box_rows) {
+  VLM_CHECK(head_stride % 4 == 0, "make_f32_stats_map: the head stride must be a multiple of 4 floats");
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(heads)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(head_stride) * 4};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  CUtensorMap map;
+  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dims,
+                                          strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  VLM_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (", static_cast<int>(r), ")");
+  return map;
+}
+
 int sm_count() {
   int dev = 0;
   VLM_CUDA_CHECK(cudaGetDevice(&dev));

@@ -17,6 +17,11 @@ CUtensorMap make_tensor_map(const void* base, int64_t rows, int heads, int d, in
 // allows) x box_rows rows of one head: the target of TMA reduce-adds. Rows past `rows` are dropped.
 CUtensorMap make_f32_reduce_map(float* base, int64_t rows, int heads, int d, int box_rows);
 
+// [heads, rows] f32 row statistics (lse, D) with a head stride that is a multiple of 4; boxes of box_rows rows of one
+// head, unswizzled. Rows past `rows` read as zeros. A box must start at a row that is a multiple of 4 (16 bytes):
+// other starts fault with an illegal instruction.
+CUtensorMap make_f32_stats_map(const float* base, int64_t rows, int heads, int64_t head_stride, int box_rows);
+
 // Streaming multiprocessors of the current device (the persistent kernels' grid size).
 int sm_count();
 

@@ -35,7 +35,7 @@ void run_flash_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaSt
   if (p.batch == 0) return;
   if (p.total_q > 0) {
     const int64_t rows = static_cast<int64_t>(p.total_q) * p.n_heads_q;
-    flash_bwd_dot_do_o_kernel<Element><<<static_cast<unsigned>((rows + 31) / 32), 256, 0, stream>>>(p, dsum);
+    flash_bwd_dot_do_o_kernel<Element><<<static_cast<unsigned>((rows + 31) / 32), 256, 0, stream>>>(p, dsum, p.total_q, nullptr);
     VLM_CUDA_CHECK_LAUNCH();
     if (!p.deterministic) {
       VLM_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(rows) * kHeadDim * sizeof(float), stream));

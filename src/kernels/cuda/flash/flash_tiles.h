@@ -15,6 +15,9 @@ constexpr int padded_head_dim(int d) {
   return d <= 0 || d % 8 != 0 ? 0 : d <= 64 ? 64 : d <= 96 ? 96 : d <= 128 ? 128 : d <= 256 ? 256 : 0;
 }
 
+// Per-head stride of the backward's row statistics (D, lse): rows rounded up to 4 floats, as TMA wants 16-byte strides.
+constexpr long long flash_stats_stride(long long total_q) { return (total_q + 3) / 4 * 4; }
+
 template <int kHeadDim>
 struct FwdTile {
   // 8 warps x 16 rows: K/V tiles are reused by 128 queries; S (32 regs) + O (<= 64 regs) fit without spills.
@@ -64,8 +67,14 @@ struct HopperFwdTile {
 template <int kHeadDim>
 struct HopperBwdTile {
   // 128 keys per CTA (64 per consumer warpgroup: dK + dV take 2 x kHeadDim/2 regs/thread), 64 queries per step so
-  // S^T, dP^T (32 regs each) and dQ fit beside them under the 240-register consumer budget; Q/dO double-buffered.
+  // S^T, dP^T (32 regs each) and dQ fit beside them under the 232-register consumer budget; Q/dO double-buffered.
   static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2;
+};
+template <>
+struct HopperBwdTile<64> {
+  // d=64: dK + dV take only 64 regs, so 128 queries per step (S^T, dP^T 64 regs each): S^T and dP^T become
+  // m64n128 products (half the shared-memory reads per flop of m64n64) and the per-step barriers pay for twice the work.
+  static constexpr int kBlockN = 128, kBlockM = 128, kStages = 2;
 };
 
 }  // namespace vlm::flash

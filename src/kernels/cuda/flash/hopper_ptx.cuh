@@ -49,6 +49,14 @@ __device__ __forceinline__ void tma_load_3d(void* smem, const CUtensorMap* map, 
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
+// 2-D tile copy global -> shared, likewise.
+__device__ __forceinline__ void tma_load_2d(void* smem, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::
+          "r"(smem_u32(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
 // 3-D tile reduce-add shared -> global (the tensor map's element type, f32 here), tracked by bulk async-groups:
 // commit with bulk_commit(); the shared source may be rewritten after bulk_wait_read<0>() returns.
 __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* smem, int c0, int c1, int c2) {
@@ -94,6 +102,23 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(const void* p, uint32_t lbo_
   const uint64_t addr = smem_u32(p);
   return ((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((lbo_bytes & 0x3FFFF) >> 4) << 16) |
          (static_cast<uint64_t>((sbo_bytes & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+
+// The same descriptor for the tile at byte offset `off_bytes` from a 1024-aligned shared-memory base whose address in
+// 16-byte units is base16 (bits 0..13). One add per descriptor: with the base passed through opaque_u32 once per
+// loop iteration, the compiler rebuilds descriptors where they are used instead of hoisting dozens of 64-bit
+// loop invariants into registers (which made the backward spill).
+template <uint32_t kLboBytes>
+__device__ __forceinline__ uint64_t desc_sw128_from(uint32_t base16, uint32_t off_bytes) {
+  const uint32_t lo = base16 + (off_bytes >> 4) + ((kLboBytes >> 4) << 16);
+  constexpr uint32_t hi = (1024u >> 4) | (1u << 30);
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+__device__ __forceinline__ uint32_t smem_base16(const void* p) { return (smem_u32(p) & 0x3FFFF) >> 4; }
+// A value the compiler must treat as unknown at this point (it cannot hoist what is computed from it).
+__device__ __forceinline__ uint32_t opaque_u32(uint32_t v) {
+  asm volatile("" : "+r"(v));
+  return v;
 }
 
 // Barrier `id` (1..15) over `count` threads (a multiple of 32), e.g. the consumer warpgroups only.
