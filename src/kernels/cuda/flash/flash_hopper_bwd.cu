@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kQB = Shape::kQueryBlocks;
   constexpr float kInf = INFINITY;
   extern __shared__ unsigned char smem_raw[];
-  bf16* sK = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  bf16* sK = sm90::smem_align1024<bf16>(smem_raw);
   bf16* sV = sK + Shape::kKvElems;
   bf16* sQ = sV + Shape::kKvElems;              // [kStages][kCB][kM][64]
   bf16* sdO = sQ + kStages * Shape::kQElems;    // [kStages][kCB][kM][64]

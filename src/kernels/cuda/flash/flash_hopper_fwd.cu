@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kM = Shape::kBlockM, kN = Shape::kBlockN, kStages = Shape::kStages, kCB = Shape::kColBlocks;
   constexpr float kInf = INFINITY;
   extern __shared__ unsigned char smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  bf16* sQ = sm90::smem_align1024<bf16>(smem_raw);
   bf16* sK = sQ + Shape::kQElems;            // [kStages][kCB][kN][64]
   bf16* sV = sK + kStages * Shape::kKvElems;  // [kStages][kCB][kN][64]
   uint64_t* bars = reinterpret_cast<uint64_t*>(sV + kStages * Shape::kKvElems);

@@ -114,6 +114,13 @@ __device__ __forceinline__ uint64_t desc_sw128_from(uint32_t base16, uint32_t of
   constexpr uint32_t hi = (1024u >> 4) | (1u << 30);
   return (static_cast<uint64_t>(hi) << 32) | lo;
 }
+// The first 1024-byte-aligned byte of dynamic shared memory (the 128-byte swizzle's atom) as a pointer the compiler
+// still knows is shared. Rounding through an integer instead loses the address space, and every access through the
+// result becomes a generic LD.E / ST.E (slower, long-scoreboard waits, and a full fence before async-proxy reads).
+template <class T>
+__device__ __forceinline__ T* smem_align1024(unsigned char* raw) {
+  return reinterpret_cast<T*>(raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u));
+}
 __device__ __forceinline__ uint32_t smem_base16(const void* p) { return (smem_u32(p) & 0x3FFFF) >> 4; }
 // A value the compiler must treat as unknown at this point (it cannot hoist what is computed from it).
 __device__ __forceinline__ uint32_t opaque_u32(uint32_t v) {
