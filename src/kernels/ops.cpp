@@ -155,6 +155,14 @@ void set_gemm_autotune(bool on) {
 #endif
 }
 
+void set_attention_deterministic(bool on) {
+#ifdef VLM_HAVE_CUDA
+  cuda::set_attention_deterministic(on);
+#else
+  (void)on;
+#endif
+}
+
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta) {
   const GemmDims d = check_gemm("matmul", out, a, b, trans_a, trans_b, 0);
   VLM_PROFILE_TAG(out.dim(0), "x", out.dim(1), "x", trans_a ? a.dim(0) : a.dim(1));

@@ -150,6 +150,11 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
                        const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
                        float scale, bool causal);
 // dq, dk, dv overwritten (dk/dv sum over the q heads that share a kv head).
+// CUDA: deterministic by default (dq bit-identical run to run, which keeps activation recomputation bit-exact): the
+// portable FlashAttention backward that sums dQ per query block. set_attention_deterministic(false), or the
+// environment VLM_ATTENTION_DETERMINISTIC=0, lets the Hopper backward run (dQ added by TMA reduce-adds in no fixed
+// order: the last bits of dq vary between runs). No effect on the CPU.
+void set_attention_deterministic(bool on);
 void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,
                         const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal);

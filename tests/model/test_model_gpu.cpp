@@ -116,6 +116,17 @@ TEST(ModelGpu, Bf16ForwardBackwardMatchesTheCpuUntiedMlpProjector) {
   expect_model_matches_cpu(false, 24, DType::bf16);
 }
 
+TEST(ModelGpu, Bf16WithTheNonDeterministicAttentionBackwardMatchesTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  // The opt-in fast path (ops::set_attention_deterministic(false)): the Hopper backward where it applies, the
+  // portable one with unordered dQ sums elsewhere; same tolerances as the deterministic run.
+  struct Restore {
+    ~Restore() { ops::set_attention_deterministic(true); }
+  } restore;
+  ops::set_attention_deterministic(false);
+  expect_model_matches_cpu(true, 0, DType::bf16);
+}
+
 TEST(ModelGpu, Bf16ActivationsAndParameterCopies) {
   SKIP_WITHOUT_CUDA();
   const ModelConfig c = tiny_config(true, 0);

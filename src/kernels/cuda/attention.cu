@@ -1,6 +1,7 @@
-// Attention on CUDA. bf16 goes to our FlashAttention kernels (cuda/flash, deterministic backward) whenever they
-// support the problem (head dim a multiple of 8 up to 256, aligned); f32, and bf16 problems flash declines, run the
-// simple kernels below: the correct-CUDA-attention fallback and the fp32 parity path (speed is not their goal).
+// Attention on CUDA. bf16 goes to our FlashAttention kernels (cuda/flash; deterministic backward unless
+// ops::set_attention_deterministic(false)) whenever they support the problem (head dim a multiple of 8 up to 256,
+// aligned); f32, and bf16 problems flash declines, run the simple kernels below: the correct-CUDA-attention
+// fallback and the fp32 parity path (speed is not their goal).
 //
 // Simple kernels (semantics of ops::attention_forward: varlen, GQA, bottom-right causal, lse, rows that see no key
 // give out = 0 and lse = -inf). One warp per (sequence, head, row), lanes over the head dim:
@@ -10,6 +11,10 @@
 //   is summed by one lane in a fixed order, so runs are bit-reproducible without atomics.
 // cu_seqlens are checked by a one-block kernel that records violations (cuda_context.h); the main kernels clamp
 // them so a bad table cannot make them read or write out of bounds.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/flash/flash_api.h"
@@ -225,6 +230,17 @@ void check_cu_seqlens(const Tensor& cu, int64_t tokens, int max_len, Device dev,
   VLM_CUDA_CHECK_LAUNCH();
 }
 
+std::atomic<int> g_deterministic{-1};  // -1: not decided yet (VLM_ATTENTION_DETERMINISTIC decides on first use)
+bool deterministic_on() {
+  int v = g_deterministic.load();
+  if (v < 0) {
+    const char* env = std::getenv("VLM_ATTENTION_DETERMINISTIC");
+    v = env != nullptr && std::strcmp(env, "0") == 0 ? 0 : 1;
+    g_deterministic.store(v);
+  }
+  return v == 1;
+}
+
 bool flash_candidate(const Tensor& q, const Tensor& k, int max_k, float scale) {
   const int64_t dim = q.dim(2);
   return q.dtype() == DType::bf16 && dim % 8 == 0 && dim <= 256 && k.dim(0) > 0 && max_k > 0 && scale > 0.f;
@@ -267,6 +283,8 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
   VLM_CUDA_CHECK_LAUNCH();
 }
 
+void set_attention_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
+
 void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,
                         const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal) {
@@ -293,7 +311,7 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
     flash::FlashOptions options;
     options.scale = scale;
     options.causal = causal;
-    options.deterministic = true;
+    options.deterministic = deterministic_on();
     const Status s = flash::flash_attention_backward(dq_t, dk_t, dv_t, dout, q, k, v, out, lse, cu_seqlens_q,
                                                      cu_seqlens_k, max_seqlen_q, max_seqlen_k, options,
                                                      current_stream(dev));

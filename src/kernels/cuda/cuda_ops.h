@@ -23,6 +23,10 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
 // Autotuning of the cuBLASLt algorithm per problem (see ops::set_gemm_autotune).
 void set_gemm_autotune(bool on);
 
+// ---- attention.cu ------------------------------------------------------------------------------------------------
+// Whether attention_backward asks FlashAttention for its deterministic backward (see ops::set_attention_deterministic).
+void set_attention_deterministic(bool on);
+
 // ---- reduce.cu -------------------------------------------------------------------------------------------------
 // out[c] += sum_r in[r, c] over rows (f32 out, in f32 or bf16): per-chunk partial sums, then a second pass in order.
 void column_sums_accumulate(Tensor& out, const Tensor& in, int64_t rows, int64_t cols);
