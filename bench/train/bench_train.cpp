@@ -37,7 +37,7 @@ struct Options {
   std::string precision = "bf16";
   int profile_steps = 3;
   bool gemm_autotune = false;
-  bool fast_attention_backward = false;
+  bool deterministic_attention = false;
   std::string recompute = "none";
   std::string peer_json, json_out;
 };
@@ -70,9 +70,9 @@ const std::vector<OptionSpec<Options>>& option_specs() {
       {"--recompute", "none or blocks: recompute each block's activations before its backward (default none)",
        [](Options& o, const std::string& v) { return parse_recompute(v).ok() && !(o.recompute = v).empty(); },
        nullptr},
-      {"--fast-attention-backward",
-       "let attention's backward take the Hopper path (dQ not bit-identical run to run; ops::set_attention_deterministic)",
-       nullptr, [](Options& o) { o.fast_attention_backward = true; }},
+      {"--deterministic-attention",
+       "attention's deterministic backward (bit-identical dQ run to run, slower; ops::set_attention_deterministic)",
+       nullptr, [](Options& o) { o.deterministic_attention = true; }},
       {"--gemm-autotune", "time cuBLASLt's top algorithms per GEMM shape and keep the fastest (ops::set_gemm_autotune)",
        nullptr, [](Options& o) { o.gemm_autotune = true; }},
       {"--peer", "JSON lines of bench/peers/train_nanovlm.py (same shape): its modes and our ratio to each",
@@ -182,7 +182,7 @@ int bench_train_main(int argc, char** argv) {
   }
   const Device dev = Device::cuda(0);
   if (o.gemm_autotune) ops::set_gemm_autotune(true);
-  if (o.fast_attention_backward) ops::set_attention_deterministic(false);
+  if (o.deterministic_attention) ops::set_attention_deterministic(true);
   const DType dtype = o.precision == "bf16" ? DType::bf16 : DType::f32;
   VlmModel model(cfg, dev, dtype);
   model.init_weights(1);
@@ -228,7 +228,7 @@ int bench_train_main(int argc, char** argv) {
   const double sps = o.batch / step_s, tflops = sps * flops / 1e12;
   nlohmann::json ours = {{"peer", "vlm.cpp"},        {"mode", o.precision},
                          {"gemm_autotune", o.gemm_autotune}, {"recompute", o.recompute},
-                         {"fast_attention_backward", o.fast_attention_backward},
+                         {"deterministic_attention", ops::attention_deterministic()},
                          {"batch", o.batch},         {"samples_per_s", sps},
                          {"step_ms", step_s * 1e3},  {"tflops", tflops},
                          {"mfu", tflops / kPeakTflops}, {"peak_gb", static_cast<double>(mem.step_peak_bytes) / 1e9},

@@ -163,6 +163,14 @@ void set_attention_deterministic(bool on) {
 #endif
 }
 
+bool attention_deterministic() {
+#ifdef VLM_HAVE_CUDA
+  return cuda::attention_deterministic();
+#else
+  return true;  // the CPU kernels always are
+#endif
+}
+
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta) {
   const GemmDims d = check_gemm("matmul", out, a, b, trans_a, trans_b, 0);
   VLM_PROFILE_TAG(out.dim(0), "x", out.dim(1), "x", trans_a ? a.dim(0) : a.dim(1));

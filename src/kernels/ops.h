@@ -150,11 +150,13 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
                        const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
                        float scale, bool causal);
 // dq, dk, dv overwritten (dk/dv sum over the q heads that share a kv head).
-// CUDA: deterministic by default (dq bit-identical run to run, which keeps activation recomputation bit-exact): the
-// portable FlashAttention backward that sums dQ per query block. set_attention_deterministic(false), or the
-// environment VLM_ATTENTION_DETERMINISTIC=0, lets the Hopper backward run (dQ added by TMA reduce-adds in no fixed
-// order: the last bits of dq vary between runs). No effect on the CPU.
+// CUDA: by default the fastest backward (the Hopper FlashAttention backward where it applies), whose dQ sums arrive
+// by TMA reduce-adds in no fixed order, so the last bits of dq vary run to run (as PyTorch's SDPA backends do).
+// set_attention_deterministic(true), the environment VLM_ATTENTION_DETERMINISTIC=1, or train.deterministic = true
+// switches to the portable backward that sums dQ per query block in a fixed order: bit-identical gradients run to
+// run (and with activation recomputation), at about half the backward's speed on Hopper. The CPU always is.
 void set_attention_deterministic(bool on);
+bool attention_deterministic();
 void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,
                         const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal);

@@ -12,6 +12,7 @@
 #include "core/logging.h"
 #include "core/safetensors.h"
 #include "data/shard_spec.h"
+#include "kernels/ops.h"
 #include "track/metrics.h"
 #include "track/run_dir.h"
 #include "train/checkpoint.h"
@@ -191,6 +192,7 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
   const Expected<Recompute> recompute = parse_recompute(c.train.recompute);
   if (!recompute.ok()) return recompute.status().with_context("train.recompute");
   model.set_recompute(*recompute);
+  if (c.train.deterministic) ops::set_attention_deterministic(true);  // else VLM_ATTENTION_DETERMINISTIC decides
   model.init_weights(static_cast<uint64_t>(c.train.seed));
   if (!c.train.init_from.empty() && !resume_from)
     VLM_RETURN_IF_ERROR(model.params().load(c.train.init_from, /*allow_missing=*/true));

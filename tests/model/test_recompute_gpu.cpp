@@ -1,8 +1,8 @@
 // Per-block activation recomputation on the GPU (label gpu; skipped without a device), fp32 and bf16: the loss and
-// every parameter gradient of forward_backward are bit-identical with and without recomputation (expected: the CUDA
-// ops are deterministic, with fixed reduction orders, no float atomics and cuBLASLt algorithms cached per shape, and
-// recomputation repeats the same kernels on the same block inputs), and the caching allocator's peak over the step
-// drops.
+// every parameter gradient of forward_backward are bit-identical with and without recomputation (expected: with
+// ops::set_attention_deterministic(true), as train.deterministic sets it, the CUDA ops are deterministic, with fixed
+// reduction orders, no float atomics and cuBLASLt algorithms cached per shape, and recomputation repeats the same
+// kernels on the same block inputs), and the caching allocator's peak over the step drops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,6 +58,11 @@ GpuRun run(const ModelConfig& c, DType dtype, Recompute recompute) {
 }
 
 void expect_identical(const ModelConfig& c, DType dtype) {
+  struct Restore {
+    bool was = ops::attention_deterministic();
+    ~Restore() { ops::set_attention_deterministic(was); }
+  } restore;
+  ops::set_attention_deterministic(true);
   const GpuRun none = run(c, dtype, Recompute::none), blocks = run(c, dtype, Recompute::blocks);
   const std::string what = dtype_name(dtype);
   ASSERT_GT(none.loss.tokens, 0);

@@ -74,6 +74,21 @@ TEST(RunConfig, RecomputeIsNoneOrBlocks) {
   EXPECT_NE(c.status().message().find("train.recompute"), std::string::npos) << c.status().message();
 }
 
+TEST(RunConfig, DeterministicIsABoolOffByDefault) {
+  auto c = load_run_config("", {});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_FALSE(c->train.deterministic);
+  c = load_run_config(write("d1", "[train]\ndeterministic = true\n"), {});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_TRUE(c->train.deterministic);
+  c = load_run_config("", {"train.deterministic=true"});
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_TRUE(c->train.deterministic);
+  c = load_run_config(write("d2", "[train]\ndeterministic = \"yes please\"\n"), {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("train.deterministic"), std::string::npos) << c.status().message();
+}
+
 TEST(RunConfig, PrecisionIsParsedAndBf16NeedsCuda) {
   auto c = load_run_config("", {});
   ASSERT_TRUE(c.ok()) << c.status().to_string();

@@ -1,5 +1,5 @@
-// Attention on CUDA. bf16 goes to our FlashAttention kernels (cuda/flash; deterministic backward unless
-// ops::set_attention_deterministic(false)) whenever they support the problem (head dim a multiple of 8 up to 256,
+// Attention on CUDA. bf16 goes to our FlashAttention kernels (cuda/flash; the fastest backward, the Hopper one where
+// it applies, unless ops::set_attention_deterministic(true) asks for the deterministic one) whenever they support the problem (head dim a multiple of 8 up to 256,
 // aligned); f32, and bf16 problems flash declines, run the simple kernels below: the correct-CUDA-attention
 // fallback and the fp32 parity path (speed is not their goal).
 //
@@ -235,7 +235,7 @@ bool deterministic_on() {
   int v = g_deterministic.load();
   if (v < 0) {
     const char* env = std::getenv("VLM_ATTENTION_DETERMINISTIC");
-    v = env != nullptr && std::strcmp(env, "0") == 0 ? 0 : 1;
+    v = env != nullptr && std::strcmp(env, "1") == 0 ? 1 : 0;
     g_deterministic.store(v);
   }
   return v == 1;
@@ -284,6 +284,7 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
 }
 
 void set_attention_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
+bool attention_deterministic() { return deterministic_on(); }
 
 void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,

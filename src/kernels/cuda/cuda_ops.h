@@ -26,6 +26,7 @@ void set_gemm_autotune(bool on);
 // ---- attention.cu ------------------------------------------------------------------------------------------------
 // Whether attention_backward asks FlashAttention for its deterministic backward (see ops::set_attention_deterministic).
 void set_attention_deterministic(bool on);
+bool attention_deterministic();
 
 // ---- reduce.cu -------------------------------------------------------------------------------------------------
 // out[c] += sum_r in[r, c] over rows (f32 out, in f32 or bf16): per-chunk partial sums, then a second pass in order.
