@@ -230,6 +230,15 @@ void check_cu_seqlens(const Tensor& cu, int64_t tokens, int max_len, Device dev,
   VLM_CUDA_CHECK_LAUNCH();
 }
 
+// Self-attention passes one tensor as both: checked once (a 1-block launch per call adds up over a model's layers).
+void check_both_cu_seqlens(const Tensor& cu_q, const Tensor& cu_k, int64_t tokens_q, int64_t tokens_k, int max_q,
+                           int max_k, Device dev, cudaStream_t stream) {
+  check_cu_seqlens(cu_q, tokens_q, max_q, dev, stream);
+  const bool same = cu_k.raw_data() == cu_q.raw_data() && cu_k.dim(0) == cu_q.dim(0) && tokens_k == tokens_q &&
+                    max_k == max_q;
+  if (!same) check_cu_seqlens(cu_k, tokens_k, max_k, dev, stream);
+}
+
 std::atomic<int> g_deterministic{-1};  // -1: not decided yet (VLM_ATTENTION_DETERMINISTIC decides on first use)
 bool deterministic_on() {
   int v = g_deterministic.load();
@@ -255,10 +264,8 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
   DeviceGuard guard(dev);
   cudaStream_t stream = stream_of(dev);
   const int64_t batch = cu_seqlens_q.dim(0) - 1;
-  if (batch > 0) {
-    check_cu_seqlens(cu_seqlens_q, q.dim(0), max_seqlen_q, dev, stream);
-    check_cu_seqlens(cu_seqlens_k, k.dim(0), max_seqlen_k, dev, stream);
-  }
+  if (batch > 0) check_both_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.dim(0), k.dim(0), max_seqlen_q, max_seqlen_k, dev,
+                                        stream);
   check_index_errors_now("attention_forward", dev);
   if (q.dim(0) == 0 || batch == 0) return;
   if (flash_candidate(q, k, max_seqlen_k, scale)) {
@@ -293,10 +300,8 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
   DeviceGuard guard(dev);
   cudaStream_t stream = stream_of(dev);
   const int64_t batch = cu_seqlens_q.dim(0) - 1;
-  if (batch > 0) {
-    check_cu_seqlens(cu_seqlens_q, q.dim(0), max_seqlen_q, dev, stream);
-    check_cu_seqlens(cu_seqlens_k, k.dim(0), max_seqlen_k, dev, stream);
-  }
+  if (batch > 0) check_both_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.dim(0), k.dim(0), max_seqlen_q, max_seqlen_k, dev,
+                                        stream);
   check_index_errors_now("attention_backward", dev);
   if (!dq.defined() && !dk.defined() && !dv.defined()) return;
   if (q.dim(0) == 0 || k.dim(0) == 0 || batch == 0) {  // no (query, key) pair: all gradients are zero

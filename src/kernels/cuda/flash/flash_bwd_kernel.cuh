@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(BwdKernelShape<kHeadDim, Element>::kThreads)
       for (int e = 0; e < 4; ++e) {
         const int qi = 8 * j + 2 * t + (e & 1), key = key_lo + (e >> 1) * 8;
         const bool vis = key < sb.k_len && m0 + qi < sb.q_len && (!kCausal || key <= m0 + qi + diag);
-        st[j][e] = vis ? exp2f(fmaf(st[j][e], scale_log2, -lse[qi])) : 0.f;
+        st[j][e] = vis ? exp2_ftz(fmaf(st[j][e], scale_log2, -lse[qi])) : 0.f;
       }
     // dV += P^T dO.
 #pragma unroll
@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(DqKernelShape<kHeadDim, Element>::kThreads)
       for (int e = 0; e < 4; ++e) {
         const int col = n0 + 8 * j + 2 * t + (e & 1), r = e >> 1, row = row_lo + 8 * r;
         const bool vis = col < sb.k_len && (!kCausal || col <= row + diag);
-        const float prob = vis ? exp2f(fmaf(s[j][e], scale_log2, -lse2[r])) : 0.f;
+        const float prob = vis ? exp2_ftz(fmaf(s[j][e], scale_log2, -lse2[r])) : 0.f;
         dp[j][e] = prob * (dp[j][e] - drow[r]);
       }
     // dQ += dS K.

@@ -115,13 +115,13 @@ __global__ void __launch_bounds__(FwdKernelShape<kHeadDim, Element>::kThreads)
         for (int j = 0; j < kN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
         mx = quad_max(mx);
         const float m_scaled = mx == -kInf ? 0.f : mx * scale_log2;
-        const float corr = exp2f(row_max[r] * scale_log2 - m_scaled);
+        const float corr = exp2_ftz(row_max[r] * scale_log2 - m_scaled);
         row_max[r] = mx;
         float sum = 0.f;
 #pragma unroll
         for (int j = 0; j < kN / 8; ++j) {
-          s[j][2 * r] = exp2f(fmaf(s[j][2 * r], scale_log2, -m_scaled));
-          s[j][2 * r + 1] = exp2f(fmaf(s[j][2 * r + 1], scale_log2, -m_scaled));
+          s[j][2 * r] = exp2_ftz(fmaf(s[j][2 * r], scale_log2, -m_scaled));
+          s[j][2 * r + 1] = exp2_ftz(fmaf(s[j][2 * r + 1], scale_log2, -m_scaled));
           sum += s[j][2 * r] + s[j][2 * r + 1];
         }
         row_sum[r] = row_sum[r] * corr + sum;

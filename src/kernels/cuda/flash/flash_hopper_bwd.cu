@@ -229,8 +229,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < kM / 8; ++j) {
         const float lse0 = lse_q[8 * j], lse1 = lse_q[8 * j + 1];
   #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          st[4 * j + e] = exp2f(fmaf(st[4 * j + e], scale_log2, -(e & 1 ? lse1 : lse0)));  // masked: exp2(-inf) = 0
+        for (int e = 0; e < 4; ++e) {  // masked: exp2(-inf) = 0
+          const float x = fmaf(st[4 * j + e], scale_log2, -(e & 1 ? lse1 : lse0));
+          // d=64 is the issue-bound case; at d=128 the flush-to-zero form made ptxas spill 44 bytes (0 with exp2f).
+          st[4 * j + e] = kHeadDim == 64 ? exp2_ftz(x) : exp2f(x);
+        }
       }
       sm90::wgmma_wait<0>();
       sm90::fence_regs(dpt);

@@ -1,10 +1,12 @@
 // FlashAttention forward for Hopper (sm_90a): TMA bulk tensor copies completing on mbarriers, warp specialization
-// (warpgroup 0 loads, warpgroups 1-2 compute), wgmma with S = Q K^T from shared memory and O += P V with P taken
-// from registers, K/V in a 2-stage ring. Online softmax as in the portable kernel (base 2, per-row max and sum in
-// registers, quad reductions). Head dims 64 and 128, bf16; anything else takes the portable path.
+// (warpgroup 0 loads, the kConsumers others compute; see HopperFwdTile), wgmma with S = Q K^T from shared memory and
+// O += P V with P taken from registers, K/V in a 2-stage ring. Online softmax as in the portable kernel (base 2,
+// per-row max and sum in registers, quad reductions); exponentials by ex2.approx.ftz, at d=64 a quarter of them by
+// a polynomial on the FMA pipes (flash_utils.cuh). Head dims 64 and 128, bf16; anything else takes the portable path.
 // Each consumer warpgroup is software-pipelined: step i issues S_i = Q K_i^T together with O += P_{i-1} V_{i-1}, and
-// the softmax of S_i runs while that P V product is in flight. The two warpgroups take turns issuing (ping-pong on
-// two named barriers), so one's softmax overlaps the other's GEMMs. K and V stages are released separately (K after
+// the softmax of S_i runs while that P V product is in flight. The consumer warpgroups take turns issuing (round
+// robin on one named barrier each), so the others' softmax overlaps one's GEMMs. A warpgroup whose 64 rows all lie
+// past its sequence's end (the last tile of a short sequence) skips the products and only keeps the barriers' count. K and V stages are released separately (K after
 // its S GEMM, V after its P V GEMM), so the producer refills K a whole step before V.
 // The kernel walks (query block, head, sequence) tiles, heaviest query blocks first: persistent (one CTA per SM,
 // the producer loading the next tile's Q and K/V while the consumers finish the current one, so short sequences
@@ -28,19 +30,24 @@ namespace vlm::flash {
 
 namespace {
 
-constexpr int kProducerRegs = 24, kConsumerRegs = 240;  // 24 * 128 + 240 * 256 = 168 * 384, the launch's pool
-constexpr int kThreads = 384;  // 3 warpgroups
-constexpr int kConsumerWarps = 8;
+constexpr int kProducerRegs = 24;
 
 template <int kHeadDim>
 struct HopperFwdShape {
   using Tile = HopperFwdTile<kHeadDim>;
   static constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
+  static constexpr int kConsumers = Tile::kConsumers, kConsumerWarps = 4 * kConsumers;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  // The launch's register pool (65536 / kThreads per thread) moved to the consumers: 24 * 128 + 240 * 256 = 168 * 384
+  // with two; 24 * 128 + 160 * 384 = 126 * 512 with three.
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
   static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte swizzle atoms are 64 bf16 wide
   static constexpr int kQElems = kBlockM * kHeadDim, kKvElems = kBlockN * kHeadDim;
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + 2 * (kQElems + 2 * kStages * kKvElems) +
                                     8 * (2 + 4 * kStages);
-  static_assert(kBlockM == 128 && kHeadDim % 64 == 0, "two consumer warpgroups x 64 rows; 64-wide column blocks");
+  static_assert(kBlockM == 64 * kConsumers && kHeadDim % 64 == 0, "consumer warpgroups x 64 rows; 64-wide blocks");
+  static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for two or three consumers");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register pool");
 };
 
 template <int kHeadDim>
@@ -55,13 +62,17 @@ __device__ __forceinline__ void wgmma_pv<128>(float (&o)[64], const uint32_t (&a
 }
 
 template <int kHeadDim, bool kCausal>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(HopperFwdShape<kHeadDim>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const FlashFwdParams p) {
 #if VLM_FLASH_SM90A
   using Shape = HopperFwdShape<kHeadDim>;
   using bf16 = __nv_bfloat16;
   constexpr int kM = Shape::kBlockM, kN = Shape::kBlockN, kStages = Shape::kStages, kCB = Shape::kColBlocks;
+  constexpr int kWG = Shape::kConsumers, kConsumerWarps = Shape::kConsumerWarps;
+  // d=64: a quarter of the score exponentials on the FMA pipes (exp2_poly), as the MUFU is the softmax's bottleneck
+  // there (2026-12-04, H200, same run: forward +1-7% at s = 2k-16k, the model's shapes unchanged).
+  constexpr bool kPolyExp = kHeadDim == 64;
   constexpr float kInf = INFINITY;
   extern __shared__ unsigned char smem_raw[];
   bf16* sQ = sm90::smem_align1024<bf16>(smem_raw);
@@ -149,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
 
     // ---- consumers: warpgroup cw owns query rows [64 cw, 64 cw + 64) of the block.
-    sm90::regs_alloc<kConsumerRegs>();
+    sm90::regs_alloc<Shape::kConsumerRegs>();
     const int cw = wg - 1, lane = tid % 32, wi = (tid / 32) % 4, g = lane / 4, t = lane % 4;
     const float scale_log2 = p.scale * static_cast<float>(M_LOG2E);
     float o[kHeadDim / 2];
@@ -188,16 +199,40 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0) sm90::mbar_arrive(bar);
     };
 
-    // Ping-pong: warpgroup cw issues after bar.sync(kTurnBar + cw), then hands the turn to the other one with
-    // bar.arrive(kTurnBar + 1 - cw). Warpgroup 0 starts; each barrier sees as many arrives as syncs (the last
-    // hand-over of warpgroup 1 is skipped), so nothing is left pending at exit.
+    // Round robin: warpgroup cw issues after bar.sync(kTurnBar + cw), then hands the turn to the next one with
+    // bar.arrive(kTurnBar + next). Per tile, the last warpgroup's arrive lets warpgroup 0 start, and its last
+    // hand-over is skipped: each barrier sees as many arrives as syncs, so nothing is left pending at exit.
     constexpr int kTurnBar = 1;
+    const int next_turn = kTurnBar + (cw + 1) % kWG;
+    const bool last_wg = cw == kWG - 1;
     int it0 = 0, q_loads = 0;  // as the producer counts: key blocks and Q tiles consumed before this tile
     for (int idx = blockIdx.x; idx < num_tiles; idx += gridDim.x) {
       const Tile tl = tile_at(idx);
       if (!tl.valid) continue;
       const SeqBounds sb = tl.sb;
       const int m0 = tl.m0, h = tl.h, diag = tl.diag, n_blocks = tl.n_blocks;
+      if (m0 + cw * 64 >= sb.q_len) {
+        // No row of this warpgroup is in the sequence: the same waits, turns and releases as below, no products.
+        // (Waiting for each stage to fill before releasing it keeps the release in the right phase.)
+        if (n_blocks > 0) {
+          sm90::mbar_wait(bar_q, q_loads & 1);
+          ++q_loads;
+          if (last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
+        }
+        for (int i = 0; i < n_blocks; ++i) {
+          const int s = (it0 + i) % kStages;
+          const uint32_t phase = ((it0 + i) / kStages) & 1;
+          sm90::mbar_wait(&full_k[s], phase);
+          sm90::named_barrier_sync(kTurnBar + cw, 256);
+          if (!last_wg || i + 1 < n_blocks) sm90::named_barrier_arrive(next_turn, 256);
+          release(&empty_k[s]);
+          if (i + 1 == n_blocks) release(empty_q);
+          sm90::mbar_wait(&full_v[s], phase);
+          release(&empty_v[s]);
+        }
+        it0 += n_blocks;
+        continue;
+      }
       const int row_lo = m0 + cw * 64 + wi * 16 + g;  // this thread's rows: row_lo, row_lo + 8
     #pragma unroll
       for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
@@ -205,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (n_blocks > 0) {
         sm90::mbar_wait(bar_q, q_loads & 1);
         ++q_loads;
-        if (cw == 1) sm90::named_barrier_arrive(kTurnBar, 256);
+        if (last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
       }
       uint32_t pf[kN / 16][4];      // P of the previous key block (bf16, the A operand of its P V GEMM)
       float corr[2] = {1.f, 1.f};   // O's rescale before that P V GEMM
@@ -229,13 +264,20 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int j = 0; j < kN / 8; ++j) mx = fmaxf(mx, fmaxf(sacc[4 * j + 2 * r], sacc[4 * j + 2 * r + 1]));
           mx = quad_max(mx);
           const float m_scaled = mx == -kInf ? 0.f : mx * scale_log2;
-          corr[r] = exp2f(row_max[r] * scale_log2 - m_scaled);
+          corr[r] = exp2_ftz(row_max[r] * scale_log2 - m_scaled);
           row_max[r] = mx;
           float sum = 0.f;
     #pragma unroll
           for (int j = 0; j < kN / 8; ++j) {
-            sacc[4 * j + 2 * r] = exp2f(fmaf(sacc[4 * j + 2 * r], scale_log2, -m_scaled));
-            sacc[4 * j + 2 * r + 1] = exp2f(fmaf(sacc[4 * j + 2 * r + 1], scale_log2, -m_scaled));
+            const float x0 = fmaf(sacc[4 * j + 2 * r], scale_log2, -m_scaled);
+            const float x1 = fmaf(sacc[4 * j + 2 * r + 1], scale_log2, -m_scaled);
+            if (kPolyExp && j % 4 == 3) {  // a quarter on the FMA pipes, the rest on the MUFU
+              sacc[4 * j + 2 * r] = exp2_poly(x0);
+              sacc[4 * j + 2 * r + 1] = exp2_poly(x1);
+            } else {
+              sacc[4 * j + 2 * r] = exp2_ftz(x0);
+              sacc[4 * j + 2 * r + 1] = exp2_ftz(x1);
+            }
             sum += sacc[4 * j + 2 * r] + sacc[4 * j + 2 * r + 1];
           }
           row_sum[r] = row_sum[r] * corr[r] + sum;
@@ -264,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           sm90::named_barrier_sync(kTurnBar + cw, 256);
           sm90::wgmma_fence();
           issue_s(sacc, stage_of(0));
-          if (cw == 0 || n_blocks > 1) sm90::named_barrier_arrive(kTurnBar + 1 - cw, 256);
+          if (!last_wg || n_blocks > 1) sm90::named_barrier_arrive(next_turn, 256);
           sm90::wgmma_wait<0>();
           sm90::fence_regs(sacc);
           release(&empty_k[stage_of(0)]);
@@ -285,7 +327,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           sm90::wgmma_fence();
           issue_s(sacc, s);
           issue_pv(pf, ps);
-          if (cw == 0 || i + 1 < n_blocks) sm90::named_barrier_arrive(kTurnBar + 1 - cw, 256);
+          if (!last_wg || i + 1 < n_blocks) sm90::named_barrier_arrive(next_turn, 256);
           sm90::wgmma_wait<1>();
           sm90::fence_regs(sacc);
           release(&empty_k[s]);
@@ -353,7 +395,7 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(persistent ? std::min<int64_t>(tiles, sm_count()) : tiles));
   auto kernel = p.causal ? flash_fwd_sm90_kernel<kHeadDim, true> : flash_fwd_sm90_kernel<kHeadDim, false>;
   VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
-  kernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, p);
+  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, p);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -16,6 +16,28 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// 2^x on the special-function unit, denormal results flushed to zero. exp2f built without -ftz wraps MUFU.EX2 in
+// a range test and two predicated multiplies (three more issue slots per score element, in a softmax that is
+// issue-bound at d=64); probabilities under 2^-126 are zero for the bf16 P anyway. exp2_ftz(-inf) = 0.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// 2^x without the special-function unit (FMA and integer pipes only), for x <= 0: x is clamped at -127 (so -inf
+// gives exactly 0), split as n + f with n = round(x) by the 1.5 * 2^23 trick and |f| <= 1/2, 2^f from a cubic with
+// p(0) = 1 (relative error 1.0e-4, under bf16's 2^-9), and n added to the exponent field. The d=64 forward computes
+// part of its exponentials here: at d=64 one key block's exponentials take the MUFU (16 per clock per SM) as long
+// as its two products take the tensor cores.
+__device__ __forceinline__ float exp2_poly(float x) {
+  x = fmaxf(x, -127.f);
+  const float t = x + 12582912.f;  // the low mantissa bits of t hold round(x)
+  const float f = x - (t - 12582912.f);
+  const float p = fmaf(fmaf(fmaf(0.0550089031f, f, 0.242210969f), f, 0.693282962f), f, 1.f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+
 // 16-byte global -> shared copy; when !pred the 16 bytes are zero-filled and nothing is read.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool pred) {
   const int src_bytes = pred ? 16 : 0;
