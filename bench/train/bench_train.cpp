@@ -36,8 +36,8 @@ struct Options {
   int batch = 64, text_tokens = 128, steps = 20, warmup = 5;
   std::string precision = "bf16";
   int profile_steps = 3;
-  bool gemm_autotune = false;
-  bool deterministic_attention = false;
+  bool gemm_autotune = true;
+  bool deterministic = false;
   std::string recompute = "none";
   std::string peer_json, json_out;
 };
@@ -70,11 +70,13 @@ const std::vector<OptionSpec<Options>>& option_specs() {
       {"--recompute", "none or blocks: recompute each block's activations before its backward (default none)",
        [](Options& o, const std::string& v) { return parse_recompute(v).ok() && !(o.recompute = v).empty(); },
        nullptr},
-      {"--deterministic-attention",
-       "attention's deterministic backward (bit-identical dQ run to run, slower; ops::set_attention_deterministic)",
-       nullptr, [](Options& o) { o.deterministic_attention = true; }},
-      {"--gemm-autotune", "time cuBLASLt's top algorithms per GEMM shape and keep the fastest (ops::set_gemm_autotune)",
-       nullptr, [](Options& o) { o.gemm_autotune = true; }},
+      {"--deterministic",
+       "bit-identical results run to run, as train.deterministic: the deterministic attention backward and "
+       "cuBLASLt's heuristic GEMM algorithms (ops::set_deterministic)",
+       nullptr, [](Options& o) { o.deterministic = true; }},
+      {"--no-gemm-autotune",
+       "cuBLASLt's heuristic algorithm per GEMM instead of the fastest of its top choices timed on first use",
+       nullptr, [](Options& o) { o.gemm_autotune = false; }},
       {"--peer", "JSON lines of bench/peers/train_nanovlm.py (same shape): its modes and our ratio to each",
        [](Options& o, const std::string& v) { return !(o.peer_json = v).empty(); }, nullptr},
       {"--json", "also write every figure to this JSON file",
@@ -181,8 +183,8 @@ int bench_train_main(int argc, char** argv) {
     return 2;
   }
   const Device dev = Device::cuda(0);
-  if (o.gemm_autotune) ops::set_gemm_autotune(true);
-  if (o.deterministic_attention) ops::set_attention_deterministic(true);
+  ops::set_deterministic(o.deterministic);
+  if (!o.gemm_autotune) ops::set_gemm_autotune(false);
   const DType dtype = o.precision == "bf16" ? DType::bf16 : DType::f32;
   VlmModel model(cfg, dev, dtype);
   model.init_weights(1);
@@ -227,8 +229,8 @@ int bench_train_main(int argc, char** argv) {
   const double flops = train_flops_per_sample(cfg, o.text_tokens);
   const double sps = o.batch / step_s, tflops = sps * flops / 1e12;
   nlohmann::json ours = {{"peer", "vlm.cpp"},        {"mode", o.precision},
-                         {"gemm_autotune", o.gemm_autotune}, {"recompute", o.recompute},
-                         {"deterministic_attention", ops::attention_deterministic()},
+                         {"gemm_autotune", o.gemm_autotune && !o.deterministic}, {"recompute", o.recompute},
+                         {"deterministic", o.deterministic},
                          {"batch", o.batch},         {"samples_per_s", sps},
                          {"step_ms", step_s * 1e3},  {"tflops", tflops},
                          {"mfu", tflops / kPeakTflops}, {"peak_gb", static_cast<double>(mem.step_peak_bytes) / 1e9},

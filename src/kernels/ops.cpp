@@ -163,6 +163,11 @@ void set_attention_deterministic(bool on) {
 #endif
 }
 
+void set_deterministic(bool on) {
+  set_attention_deterministic(on);
+  set_gemm_autotune(!on);
+}
+
 bool attention_deterministic() {
 #ifdef VLM_HAVE_CUDA
   return cuda::attention_deterministic();

@@ -157,6 +157,10 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
 // run (and with activation recomputation), at about half the backward's speed on Hopper. The CPU always is.
 void set_attention_deterministic(bool on);
 bool attention_deterministic();
+// The trainer's and the training benchmark's switch (train.deterministic): on, bit-identical results run to run (the
+// deterministic attention backward, cuBLASLt's heuristic GEMM algorithms); off, the fastest kernels (the Hopper
+// attention backward, GEMM algorithms autotuned per shape on first use). No effect on the CPU.
+void set_deterministic(bool on);
 void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,
                         const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal);

@@ -77,8 +77,9 @@ void add_run_options(OptionSet& o, RunConfig& c) {
         "recomputes its activations just before its backward: less memory, one more block forward)",
         one_of({"none", "blocks"}));
   o.add("train.deterministic", &t.deterministic,
-        "cuda: bit-identical gradients run to run (attention's backward sums dQ in a fixed order, about half as fast "
-        "on Hopper); off by default, as in PyTorch");
+        "cuda: bit-identical results run to run (attention's backward sums dQ in a fixed order, about half as fast on "
+        "Hopper; GEMMs take cuBLASLt's heuristic algorithm instead of the fastest one timed per shape); off by "
+        "default, as in PyTorch");
   o.add("train.threads", &t.threads, "CPU threads (0 = all cores)", non_negative<int>());
   o.add("train.log_every", &t.log_every, "steps between metric records", positive<int64_t>());
   o.add("train.ckpt_every", &t.ckpt_every, "steps between checkpoints (0 = final only)", non_negative<int64_t>());

@@ -72,7 +72,7 @@ struct OptimConfig {
   std::string device = "cpu";
   std::string precision = "fp32";         // fp32 | bf16 (bf16 weights/activations, fp32 master + moments; cuda only)
   std::string recompute = "none";         // none | blocks (transformer blocks keep their input, redo the forward)
-  bool deterministic = false;             // cuda: bit-identical gradients run to run (slower attention backward)
+  bool deterministic = false;             // cuda: bit-identical results run to run (ops::set_deterministic)
   int threads = 0;                        // CPU threads (0 = all cores)
   int64_t log_every = 1;
   int64_t ckpt_every = 200;               // 0 disables periodic checkpoints (a final one is always written)

@@ -192,7 +192,7 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
   const Expected<Recompute> recompute = parse_recompute(c.train.recompute);
   if (!recompute.ok()) return recompute.status().with_context("train.recompute");
   model.set_recompute(*recompute);
-  if (c.train.deterministic) ops::set_attention_deterministic(true);  // else VLM_ATTENTION_DETERMINISTIC decides
+  if (device.is_cuda()) ops::set_deterministic(c.train.deterministic);
   model.init_weights(static_cast<uint64_t>(c.train.seed));
   if (!c.train.init_from.empty() && !resume_from)
     VLM_RETURN_IF_ERROR(model.params().load(c.train.init_from, /*allow_missing=*/true));
