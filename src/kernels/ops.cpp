@@ -24,6 +24,7 @@ constexpr const char* kOps[] = {"cast",
                                 "linear_forward",
                                 "linear_backward",
                                 "linear_gelu_forward",
+                                "linear_dgelu_backward",
                                 "fill",
                                 "scale",
                                 "add",
@@ -236,6 +237,22 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
   VLM_DISPATCH_CUDA(dev, op, cuda::linear_backward(dx, dw, db, dy, x, w));
   cpu::linear_backward(f32_or_null(dx), f32_or_null(dw), f32_or_null(db), dy.data<float>(), x.data<float>(),
                        w.data<float>(), leading_rows(x), in, out);
+}
+
+void linear_dgelu_backward(Tensor& dpre, const Tensor& dy, const Tensor& w, const Tensor& pre) {
+  const char* op = "linear_dgelu_backward";
+  const Device dev = dy.device();
+  const Tensor none;
+  const DType dt = check_linear(op, pre, w, none, dev);
+  check_like(op, "dy", dy, dt, dev, with_last_dim(pre, w.dim(0)));
+  check_like(op, "dpre", dpre, dt, dev, pre.shape());
+  VLM_CHECK(dpre.numel() == 0 || (dpre.raw_data() != dy.raw_data() && dpre.raw_data() != pre.raw_data()), "ops::",
+            op, ": dpre must not alias dy or pre");
+  const int64_t rows = leading_rows(pre), out = w.dim(0), in = w.dim(1);
+  VLM_PROFILE_TAG(rows, "x", out, "x", in);
+  VLM_DISPATCH_CUDA(dev, op, cuda::linear_dgelu_backward(dpre, dy, w, pre));
+  cpu::linear_backward(dpre.data<float>(), nullptr, nullptr, dy.data<float>(), nullptr, w.data<float>(), rows, in, out);
+  cpu::gelu_tanh_backward(dpre.data<float>(), dpre.data<float>(), pre.data<float>(), dpre.numel());
 }
 
 // ---- elementwise -------------------------------------------------------------------------------------------

@@ -72,6 +72,10 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
 // the backward (gelu_tanh_backward(dpre, dy, pre), then linear_backward with dpre). On CUDA with bf16 this is one
 // cuBLASLt GEMM with the GELU_AUX_BIAS epilogue where cuBLASLt supports the shape.
 void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor& b);
+// Its backward through the next layer and the GELU: dpre[T, in] = (dy[T, out] @ w[out, in]) * gelu_tanh'(pre[T, in])
+// (overwrite; dpre must not alias dy or pre). On CUDA with bf16 one cuBLASLt GEMM with the DGELU epilogue reading
+// pre where cuBLASLt supports the shape (in a multiple of 8), else the GEMM, then gelu_tanh_backward.
+void linear_dgelu_backward(Tensor& dpre, const Tensor& dy, const Tensor& w, const Tensor& pre);
 
 // ---- elementwise -------------------------------------------------------------------------------------------
 void fill(Tensor& x, float value);

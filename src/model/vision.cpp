@@ -91,9 +91,9 @@ void VisionTransformer::backward(const Tensor& dfeatures, const Saved& s) const 
     if (s.recompute) block_forward(b, s.blocks[i].x, s.seq, redone, false);
     const BlockSaved& bs = s.recompute ? redone : s.blocks[i];
     // out = h + fc2(gelu(fc1(ln2(h))))
-    Tensor d_act = b.fc2.backward(dx, bs.act_out, true);
+    b.fc2.backward(dx, bs.act_out, false);  // fc2's weight and bias gradients
     Tensor d_fc1 = new_like(bs.fc1_out.shape(), dx);
-    ops::gelu_tanh_backward(d_fc1, d_act, bs.fc1_out);
+    ops::linear_dgelu_backward(d_fc1, dx, b.fc2.w->weight(), bs.fc1_out);  // through fc2 and the GELU at once
     Tensor d_ln2 = b.fc1.backward(d_fc1, bs.ln2_out, true);
     Tensor dh = b.ln2.backward_add(d_ln2, dx, bs.h, bs.ln2);  // + the residual path's dx
     // h = x + attn(ln1(x))

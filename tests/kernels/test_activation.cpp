@@ -1,6 +1,7 @@
 // GELU (tanh) and SwiGLU against float64 formulas and finite differences.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 
 #include "kernel_test_util.h"
@@ -53,6 +54,21 @@ TEST(Activation, GeluTanhBackwardMatchesFiniteDifferences) {
     const RefFn ref = [](const std::vector<Doubles>& v) { return map(v[0], gelu_tanh_ref); };
     const Doubles g = numeric_grad(ref, {to_doubles(x)}, 0, to_doubles(dy));
     EXPECT_TRUE(all_close(dx, from_doubles(g, shape), 1e-4, 1e-5));
+  }
+}
+
+TEST(Activation, LinearDgeluBackwardIsTheProductThenTheGeluGradient) {
+  uint64_t seed = 15;
+  for (const auto& [rows, out, in] : {std::array<int64_t, 3>{1, 1, 1}, {5, 3, 8}, {17, 9, 24}, {0, 4, 8}, {3, 0, 8}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " x " << out << " x " << in);
+    const Tensor dy = random_normal({rows, out}, seed++), w = random_normal({out, in}, seed++);
+    const Tensor pre = activation_input({rows, in}, seed++);
+    Tensor got = nan_tensor({rows, in}), prod = nan_tensor({rows, in}), expect = nan_tensor({rows, in});
+    ops::linear_dgelu_backward(got, dy, w, pre);
+    Tensor none;
+    ops::linear_backward(prod, none, none, dy, pre, w);
+    ops::gelu_tanh_backward(expect, prod, pre);
+    EXPECT_TRUE(all_close(got, expect, 0.0, 0.0));  // the same two steps on the CPU
   }
 }
 

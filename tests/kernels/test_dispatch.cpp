@@ -16,6 +16,7 @@ const char* const kAllOps[] = {"cast",
                                "linear_forward",
                                "linear_backward",
                                "linear_gelu_forward",
+                               "linear_dgelu_backward",
                                "fill",
                                "scale",
                                "add",
@@ -139,6 +140,11 @@ TEST(Dispatch, MalformedCallsAbortNamingTheOp) {
        [&] {
          Tensor y = f32({3, 4}), pre = f32({3, 5});
          ops::linear_gelu_forward(y, pre, f32({3, 6}), f32({4, 6}), none);
+       }},
+      {"linear_dgelu_backward",
+       [&] {
+         Tensor dpre = f32({3, 6});  // dy has 5 columns, w has 4 rows
+         ops::linear_dgelu_backward(dpre, f32({3, 5}), f32({4, 6}), f32({3, 6}));
        }},
       {"fill",
        [&] {

@@ -20,6 +20,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
 // pre = x @ w^T + b;  y = gelu_tanh(pre) (the cuBLASLt GELU_AUX_BIAS epilogue where it applies).
 void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor& b);
 void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w);
+void linear_dgelu_backward(Tensor& dpre, const Tensor& dy, const Tensor& w, const Tensor& pre);
 // Autotuning of the cuBLASLt algorithm per problem (see ops::set_gemm_autotune).
 void set_gemm_autotune(bool on);
 

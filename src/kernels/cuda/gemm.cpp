@@ -406,4 +406,29 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
   if (db.defined()) column_sums_accumulate(db, dy, rows, out);
 }
 
+void linear_dgelu_backward(Tensor& dpre, const Tensor& dy, const Tensor& w, const Tensor& pre) {
+  const int64_t rows = rows_of(pre), out = w.dim(0), in = w.dim(1);
+  if (rows == 0 || in == 0) return;
+  const Device dev = dy.device();
+  DeviceGuard guard(dev);
+  if (out == 0) return fill(dpre, 0.f);  // the product is zero, and so is its gradient through the GELU
+  if (dpre.dtype() == DType::bf16 && in % 8 == 0) {  // dpre[T, in] = dy[T, out] @ w[out, in], DGELU(aux = pre)
+    Gemm g;
+    g.out = dpre.raw_data();
+    g.out_type = lt_type(dpre.dtype());
+    g.a = dy.raw_data();
+    g.b = w.raw_data();
+    g.in_type = lt_type(dy.dtype());
+    g.m = rows;
+    g.n = in;
+    g.k = out;
+    g.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    g.aux = const_cast<void*>(pre.raw_data());  // read only: the GELU input the forward's GELU_AUX epilogue saved
+    if (run_gemm(g, dev)) return;
+  }
+  Tensor none, prod = scratch(dpre.shape(), dpre.dtype(), dev);
+  linear_backward(prod, none, none, dy, pre, w);
+  gelu_tanh_backward(dpre, prod, pre);
+}
+
 }  // namespace vlm::ops::cuda

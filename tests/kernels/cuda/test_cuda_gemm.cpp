@@ -3,7 +3,10 @@
 // backward (dx overwritten, dw/db accumulated in f32), on odd and empty shapes, f32 and bf16.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "kernels/kernel_test_util.h"
@@ -182,6 +185,39 @@ TEST(CudaGemm, LinearBackwardMatchesCpuAndAccumulates) {
       Guarded dw_only(dw0, DType::f32);
       ops::linear_backward(none, dw_only.view(), none, to_gpu(dy, dt), to_gpu(x, dt), to_gpu(w, dt));
       EXPECT_TRUE(matches(dw_only, ref_dw, dot_tolerance(rows)));
+    }
+}
+
+TEST(CudaGemm, LinearDgeluBackwardMatchesCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  uint64_t seed = 450;
+  // Cases as (x = pre's shape [.., in], out = dy's columns); bf16 with in % 8 == 0 takes the fused DGELU epilogue,
+  // the others the GEMM then gelu_tanh_backward. {384, 768} -> 192 is the ViT MLP's shape, scaled down.
+  std::vector<LinearCase> cases(std::begin(kLinearCases), std::end(kLinearCases));
+  cases.push_back({{384, 768}, 192, false});
+  for (DType dt : compute_dtypes())
+    for (const LinearCase& c : cases) {
+      SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " pre=" << c.x.to_string() << " out=" << c.out);
+      const int64_t in = c.x[c.x.ndim() - 1];
+      const float w_std = 1.f / std::sqrt(static_cast<float>(std::max<int64_t>(c.out, 1)));
+      const Tensor dy = random_normal(with_last(c.x, c.out), seed++), w = random_normal({c.out, in}, seed++, w_std);
+      const Tensor pre = random_normal(c.x, seed++);  // ~N(0, 1): where the GELU bends
+      Tensor ref = Tensor::empty(c.x, DType::f32), ref_prod = Tensor::empty(c.x, DType::f32), none;
+      ops::linear_dgelu_backward(ref, rounded(dy, dt), rounded(w, dt), rounded(pre, dt));
+      ops::linear_backward(ref_prod, none, none, rounded(dy, dt), rounded(pre, dt), rounded(w, dt));
+      Guarded dpre(c.x, dt);
+      ops::linear_dgelu_backward(dpre.view(), to_gpu(dy, dt), to_gpu(w, dt), to_gpu(pre, dt));
+      // Each element: the product's error (its dot bound, and for the unfused bf16 path half an ulp of the stored
+      // product) times |gelu_tanh'| <= 1.13, plus the result's own rounding.
+      const Tolerance dot_tol = dot_tolerance(c.out);
+      const Tensor prod_host = ref_prod;
+      const double stored = dt == DType::bf16 ? 1.01 * kBf16HalfUlp : 0.0;
+      EXPECT_TRUE(close_within(dpre.view(), ref, [&](int64_t i, double expected) {
+        const double q = std::fabs(prod_host.data<float>()[i]);
+        return 1.13 * (dot_tol.rtol * q + dot_tol.atol + stored * q) +
+               output_tolerance(dt, {1e-6, 1e-6}).rtol * std::fabs(expected) + 1e-6;
+      }));
+      EXPECT_TRUE(dpre.guards_intact());
     }
 }
 
