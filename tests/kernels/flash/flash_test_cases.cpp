@@ -82,6 +82,24 @@ std::vector<Case> all_cases() {
     v.push_back(c);
     v.push_back(dense(128, 2, 1, 2048, 2048, true));
   }
+  // Many short sequences: more forward tiles and backward items than SMs, so the persistent kernels walk several
+  // each (items of different lengths, some CTAs with one more than others); the first pair is in the sanitizer runs.
+  for (bool causal : {false, true}) {
+    Case c = dense(64, 4, 2, 1, 1, causal);
+    c.len_q.clear();
+    for (int i = 0; i < 150; ++i) c.len_q.push_back(1 + (i * 37) % 61);
+    c.len_k = c.len_q;
+    c.small = true;
+    v.push_back(c);
+  }
+  for (int d : {64, 128}) {  // a training-like batch: 64 sequences of 150..259 tokens, GQA 3:1, causal
+    Case c = dense(d, 6, 2, 1, 1, true);
+    c.len_q.clear();
+    for (int i = 0; i < 64; ++i) c.len_q.push_back(150 + (i * 53) % 110);
+    c.len_k = c.len_q;
+    c.small = false;
+    v.push_back(c);
+  }
   // q, k, v as column slices of one packed qkv tensor (row strides > H * D).
   for (auto [d, hkv, len, causal] : {std::tuple{64, 4, 129, true}, std::tuple{128, 2, 200, false}}) {
     Case c = dense(d, 4, hkv, len, len, causal);

@@ -19,10 +19,12 @@
 namespace vlm::flash {
 
 // D[h, t] = rowsum(dO ∘ O) into dsum[h * stats_stride + t], 8 threads per (token, head) row, 16-byte loads; with
-// lse_log2, also lse * log2(e) at the same place of that array (the Hopper backward loads both with TMA).
+// lse_log2, also lse * log2(e) at the same place of that array (the Hopper backward loads both with TMA); with
+// dq_accum, also zeroes that row's accum_dim floats of the dQ accumulator (one launch instead of a memset more).
 template <class Element>
 __global__ void __launch_bounds__(256)
-    flash_bwd_dot_do_o_kernel(const FlashBwdParams p, float* dsum, int64_t stats_stride, float* lse_log2) {
+    flash_bwd_dot_do_o_kernel(const FlashBwdParams p, float* dsum, int64_t stats_stride, float* lse_log2,
+                              float* dq_accum = nullptr, int accum_dim = 0) {
   const int64_t n_rows = static_cast<int64_t>(p.total_q) * p.n_heads_q;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x / 8;
   const int sub = threadIdx.x % 8;
@@ -41,6 +43,10 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc += to_float<Element>(ae[i]) * to_float<Element>(oe[i]);
     }
+  }
+  if (dq_accum != nullptr && valid) {  // the 8 threads of a row write 128 contiguous bytes per step
+    float4* z = reinterpret_cast<float4*>(dq_accum + row * accum_dim);
+    for (int c = sub; c < accum_dim / 4; c += 8) z[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   acc += __shfl_xor_sync(0xffffffffu, acc, 1);
   acc += __shfl_xor_sync(0xffffffffu, acc, 2);

@@ -35,11 +35,10 @@ void run_flash_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaSt
   if (p.batch == 0) return;
   if (p.total_q > 0) {
     const int64_t rows = static_cast<int64_t>(p.total_q) * p.n_heads_q;
-    flash_bwd_dot_do_o_kernel<Element><<<static_cast<unsigned>((rows + 31) / 32), 256, 0, stream>>>(p, dsum, p.total_q, nullptr);
+    // Non-deterministic: the same launch zeroes the dQ accumulator.
+    flash_bwd_dot_do_o_kernel<Element><<<static_cast<unsigned>((rows + 31) / 32), 256, 0, stream>>>(
+        p, dsum, p.total_q, nullptr, p.deterministic ? nullptr : dq_accum, kHeadDim);
     VLM_CUDA_CHECK_LAUNCH();
-    if (!p.deterministic) {
-      VLM_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, static_cast<size_t>(rows) * kHeadDim * sizeof(float), stream));
-    }
   }
   if (p.max_seqlen_k > 0) {
     const dim3 grid((p.max_seqlen_k + Shape::kBlockN - 1) / Shape::kBlockN, p.n_heads_kv, p.batch);
