@@ -148,6 +148,8 @@ void swiglu_packed_backward(Tensor& dgu, const Tensor& dy, const Tensor& gu);
 // Variable-length multi-head attention with grouped-query heads (Hq % Hkv == 0; q head h reads kv head h / (Hq/Hkv)).
 //   q [Tq, Hq, D], k, v [Tk, Hkv, D]; cu_seqlens_q/k i32 [B+1] (sequence b is rows [cu[b], cu[b+1]));
 //   out [Tq, Hq, D]; lse [Hq, Tq] f32 = log-sum-exp of the scaled scores of each query row.
+//   On CUDA, q, k, v (and dq, dk, dv) may also be row-strided: each row's H x D contiguous, rows further apart (column
+//   slices of a packed qkv projection); elsewhere tensors are contiguous.
 // Causal masks are bottom-right aligned: in a sequence with Lq queries and Lk keys, query i sees keys
 // j <= i + Lk - Lq. A query row that sees no key gets out = 0 and lse = -inf.
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -14,15 +14,29 @@ using namespace detail;  // NOLINT: the boundary helpers of ops_check.h
 // ---- attention ---------------------------------------------------------------------------------------------
 
 namespace {
+// q, k, v and their gradients: contiguous, or on CUDA also [T, H, D] rows at a larger stride with each row's H x D
+// contiguous (column slices of a packed projection, e.g. q = qkv.view({T, H + 2 Hkv, D}).slice(1, 0, H)).
+void check_rows(const char* op, const char* name, const Tensor& t, DType dt, Device dev) {
+  const bool row_strided = dev.is_cuda() && t.defined() && t.ndim() == 3 && t.strides()[2] == 1 &&
+                           t.strides()[1] == t.dim(2) && t.strides()[0] >= t.dim(1) * t.dim(2);
+  if (!row_strided) return check_tensor(op, name, t, dt, dev);
+  VLM_CHECK(t.dtype() == dt, "ops::", op, ": ", name, " is ", t.describe(), ", expected dtype ", dtype_name(dt));
+  VLM_CHECK(t.device() == dev, "ops::", op, ": ", name, " is ", t.describe(), ", expected device ", dev.to_string());
+}
+void check_rows_like(const char* op, const char* name, const Tensor& t, DType dt, Device dev, const Shape& shape) {
+  check_rows(op, name, t, dt, dev);
+  check_shape(op, name, t, shape);
+}
+
 // Validates the inputs shared by forward and backward (q, k, v in the compute dtype `dt`) and fills the params.
 cpu::AttentionParams check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                                      const Tensor& cu_q, const Tensor& cu_k, int max_seqlen_q, int max_seqlen_k,
                                      float scale, bool causal, DType dt, Device dev) {
-  check_tensor(op, "q", q, dt, dev);
-  check_tensor(op, "k", k, dt, dev);
+  check_rows(op, "q", q, dt, dev);
+  check_rows(op, "k", k, dt, dev);
   check_ndim(op, "q", q, 3);
   check_ndim(op, "k", k, 3);
-  check_like(op, "v", v, dt, dev, k.shape());
+  check_rows_like(op, "v", v, dt, dev, k.shape());
   const int64_t heads_q = q.dim(1), heads_kv = k.dim(1), dim = q.dim(2);
   VLM_CHECK(k.dim(2) == dim && dim > 0, "ops::", op, ": q is ", q.describe(), ", k is ", k.describe(),
             " (head dims must match and be > 0)");
@@ -85,9 +99,9 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
   check_like(op, "dout", dout, dt, dev, q.shape());
   check_like(op, "out", out, dt, dev, q.shape());
   check_like(op, "lse", lse, DType::f32, dev, Shape{p.heads_q, p.tokens_q});
-  check_optional(op, "dq", dq, dt, dev, q.shape());
-  check_optional(op, "dk", dk, dt, dev, k.shape());
-  check_optional(op, "dv", dv, dt, dev, k.shape());
+  if (dq.defined()) check_rows_like(op, "dq", dq, dt, dev, q.shape());
+  if (dk.defined()) check_rows_like(op, "dk", dk, dt, dev, k.shape());
+  if (dv.defined()) check_rows_like(op, "dv", dv, dt, dev, k.shape());
   VLM_PROFILE_TAG(p.tokens_q, " h", p.heads_q, "/", p.heads_kv, " d", p.head_dim, " s", max_seqlen_q);
   VLM_DISPATCH_CUDA(dev, op,
                     cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,

@@ -176,11 +176,18 @@ Tensor SelfAttention::forward(const Tensor& x, const SeqInfo& seq, Saved& s) con
   const int64_t T = x.dim(0);
   const int H = shape.heads, Hkv = shape.kv_heads, D = shape.head_dim;
   const Tensor qkv_out = qkv.forward(x);  // [T, (H + 2 Hkv) D]
-  s.q = new_like({T, H, D}, x);
-  s.k = new_like({T, Hkv, D}, x);
-  s.v = new_like({T, Hkv, D}, x);
-  ops::qkv_split_forward(s.q, s.k, s.v, qkv_out, shape.rope ? seq.positions : Tensor(),
-                         shape.rope ? shape.rope_theta : 0.f);
+  if (reads_packed_qkv(x)) {  // attention reads q, k, v where the projection wrote them
+    const Tensor heads = qkv_out.view({T, H + 2 * Hkv, D});
+    s.q = heads.slice(1, 0, H);
+    s.k = heads.slice(1, H, H + Hkv);
+    s.v = heads.slice(1, H + Hkv, H + 2 * Hkv);
+  } else {
+    s.q = new_like({T, H, D}, x);
+    s.k = new_like({T, Hkv, D}, x);
+    s.v = new_like({T, Hkv, D}, x);
+    ops::qkv_split_forward(s.q, s.k, s.v, qkv_out, shape.rope ? seq.positions : Tensor(),
+                           shape.rope ? shape.rope_theta : 0.f);
+  }
   s.out = new_like({T, H, D}, x);
   s.lse = new_f32_like({H, T}, x);
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
@@ -193,12 +200,20 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, const SeqInfo&
   const int64_t T = x.dim(0);
   const int H = shape.heads, Hkv = shape.kv_heads, D = shape.head_dim;
   Tensor d_out = o.backward(dy, s.out.view({T, H * D}), true).view({T, H, D});
-  Tensor dq = new_like({T, H, D}, x), dk = new_like({T, Hkv, D}, x), dv = new_like({T, Hkv, D}, x);
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  ops::attention_backward(dq, dk, dv, d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.cu_seqlens,
-                          seq.max_seqlen, seq.max_seqlen, scale, shape.causal);
   Tensor dqkv = new_like({T, qkv.out}, x);
-  ops::qkv_split_backward(dqkv, dq, dk, dv, shape.rope ? seq.positions : Tensor(), shape.rope ? shape.rope_theta : 0.f);
+  if (reads_packed_qkv(x)) {  // the gradients land in the packed layout directly
+    const Tensor heads = dqkv.view({T, H + 2 * Hkv, D});
+    Tensor dq = heads.slice(1, 0, H), dk = heads.slice(1, H, H + Hkv), dv = heads.slice(1, H + Hkv, H + 2 * Hkv);
+    ops::attention_backward(dq, dk, dv, d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.cu_seqlens,
+                            seq.max_seqlen, seq.max_seqlen, scale, shape.causal);
+  } else {
+    Tensor dq = new_like({T, H, D}, x), dk = new_like({T, Hkv, D}, x), dv = new_like({T, Hkv, D}, x);
+    ops::attention_backward(dq, dk, dv, d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.cu_seqlens,
+                            seq.max_seqlen, seq.max_seqlen, scale, shape.causal);
+    ops::qkv_split_backward(dqkv, dq, dk, dv, shape.rope ? seq.positions : Tensor(),
+                            shape.rope ? shape.rope_theta : 0.f);
+  }
   return qkv.backward(dqkv, x, true);
 }
 

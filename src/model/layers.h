@@ -95,8 +95,11 @@ struct SelfAttention {
   Linear o;
   AttentionShape shape;
   struct Saved {
-    Tensor q, k, v, out, lse;  // q/k after RoPE; [T, H, D]
+    Tensor q, k, v, out, lse;  // q/k after RoPE; [T, H, D] (row-strided views of the projection without RoPE on CUDA)
   };
+  // Without RoPE on CUDA, attention reads q, k, v as column slices of the packed projection and writes dq, dk, dv
+  // into the packed gradient: no split copies (the CPU ops take contiguous tensors only).
+  bool reads_packed_qkv(const Tensor& x) const { return !shape.rope && x.device().is_cuda(); }
   static SelfAttention create(ParameterStore& store, const std::string& prefix, const std::string& out_name,
                               ParamGroup group, int hidden, const AttentionShape& shape, bool qkv_bias, bool out_bias,
                               Device device);

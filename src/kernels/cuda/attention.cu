@@ -250,6 +250,28 @@ bool deterministic_on() {
   return v == 1;
 }
 
+// q, k, v and their gradients may be row-strided [T, H, D] (ops::attention_forward): flash reads and writes them in
+// place; the simple kernels take contiguous copies (cudaMemcpy2D over the T rows of H x D elements).
+Tensor contiguous_rows(const Tensor& t, cudaStream_t stream) {
+  if (!t.defined() || t.is_contiguous() || t.dim(0) == 0) return t;
+  Tensor c = scratch(t.shape(), t.dtype(), t.device());
+  const size_t es = dtype_size(t.dtype()), width = static_cast<size_t>(t.dim(1) * t.dim(2)) * es;
+  VLM_CUDA_CHECK(cudaMemcpy2DAsync(c.raw_data(), width, t.raw_data(), static_cast<size_t>(t.strides()[0]) * es, width,
+                                   static_cast<size_t>(t.dim(0)), cudaMemcpyDeviceToDevice, stream));
+  return c;
+}
+// dst (row-strided or contiguous) = src (contiguous, same shape); nothing when they are the same tensor.
+void copy_rows_into(const Tensor& dst, const Tensor& src, cudaStream_t stream) {
+  if (!dst.defined() || dst.raw_data() == src.raw_data() || dst.dim(0) == 0) return;
+  const size_t es = dtype_size(dst.dtype()), width = static_cast<size_t>(dst.dim(1) * dst.dim(2)) * es;
+  VLM_CUDA_CHECK(cudaMemcpy2DAsync(dst.raw_data(), static_cast<size_t>(dst.strides()[0]) * es, src.raw_data(), width,
+                                   width, static_cast<size_t>(dst.dim(0)), cudaMemcpyDeviceToDevice, stream));
+}
+// A contiguous stand-in for an output that is row-strided (written back with copy_rows_into), else the output itself.
+Tensor contiguous_output(const Tensor& t) {
+  return !t.defined() || t.is_contiguous() ? t : scratch(t.shape(), t.dtype(), t.device());
+}
+
 bool flash_candidate(const Tensor& q, const Tensor& k, int max_k, float scale) {
   const int64_t dim = q.dim(2);
   return q.dtype() == DType::bf16 && dim % 8 == 0 && dim <= 256 && k.dim(0) > 0 && max_k > 0 && scale > 0.f;
@@ -282,9 +304,11 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
   dim3 grid;
   if (!attention_grid(grid, max_seqlen_q, q.dim(1), batch)) return;
   const size_t smem = sizeof(float) * kWarps * 2 * static_cast<size_t>(dim);
+  const Tensor qc = contiguous_rows(q, stream), kc = contiguous_rows(k, stream), vc = contiguous_rows(v, stream);
   dispatch_float(q.dtype(), "attention_forward", [&](auto tag) {
     using T = decltype(tag);
-    const AttnArgs<T> a = make_args<T>(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal);
+    const AttnArgs<T> a =
+        make_args<T>(qc, kc, vc, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal);
     attention_forward_kernel<T><<<grid, kWarps * 32, smem, stream>>>(a, ptr<T>(out), ptr<float>(lse));
   });
   VLM_CUDA_CHECK_LAUNCH();
@@ -305,8 +329,12 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
   check_index_errors_now("attention_backward", dev);
   if (!dq.defined() && !dk.defined() && !dv.defined()) return;
   if (q.dim(0) == 0 || k.dim(0) == 0 || batch == 0) {  // no (query, key) pair: all gradients are zero
-    for (Tensor* g : {&dq, &dk, &dv})
-      if (g->defined()) g->zero_(current_stream(dev));
+    for (Tensor* g : {&dq, &dk, &dv}) {
+      if (!g->defined() || g->dim(0) == 0) continue;
+      const size_t es = dtype_size(g->dtype()), width = static_cast<size_t>(g->dim(1) * g->dim(2)) * es;
+      VLM_CUDA_CHECK(cudaMemset2DAsync(g->raw_data(), static_cast<size_t>(g->strides()[0]) * es, 0, width,
+                                       static_cast<size_t>(g->dim(0)), stream));
+    }
     return;
   }
   if (flash_candidate(q, k, max_seqlen_k, scale)) {
@@ -327,9 +355,12 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
   VLM_CHECK(dim <= kMaxSimpleDim, "ops::attention_backward: head dim ", dim, " exceeds the simple kernel's ",
             kMaxSimpleDim);
   Tensor delta = scratch(Shape{q.dim(1), q.dim(0)}, DType::f32, dev);
+  const Tensor qc = contiguous_rows(q, stream), kc = contiguous_rows(k, stream), vc = contiguous_rows(v, stream);
+  const Tensor dqc = contiguous_output(dq), dkc = contiguous_output(dk), dvc = contiguous_output(dv);
   dispatch_float(q.dtype(), "attention_backward", [&](auto tag) {
     using T = decltype(tag);
-    const AttnArgs<T> a = make_args<T>(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal);
+    const AttnArgs<T> a =
+        make_args<T>(qc, kc, vc, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal);
     const dim3 delta_grid(static_cast<unsigned>(ceil_div(q.dim(0), kWarps)), static_cast<unsigned>(q.dim(1)));
     attention_delta_kernel<T><<<delta_grid, kWarps * 32, 0, stream>>>(ptr<float>(delta), ptr<T>(dout), ptr<T>(out),
                                                                       q.dim(0), a.heads_q, a.dim);
@@ -337,15 +368,18 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
     dim3 grid;
     if (dq.defined() && attention_grid(grid, max_seqlen_q, q.dim(1), batch)) {
       attention_dq_kernel<T><<<grid, kWarps * 32, sizeof(float) * kWarps * 3 * dim, stream>>>(
-          a, ptr<T>(dq), ptr<T>(dout), ptr<float>(lse), ptr<float>(delta));
+          a, ptr<T>(dqc), ptr<T>(dout), ptr<float>(lse), ptr<float>(delta));
       VLM_CUDA_CHECK_LAUNCH();
     }
     if ((dk.defined() || dv.defined()) && attention_grid(grid, max_seqlen_k, k.dim(1), batch)) {
       attention_dkdv_kernel<T><<<grid, kWarps * 32, sizeof(float) * kWarps * 4 * dim, stream>>>(
-          a, ptr_or_null<T>(dk), ptr_or_null<T>(dv), ptr<T>(dout), ptr<float>(lse), ptr<float>(delta));
+          a, ptr_or_null<T>(dkc), ptr_or_null<T>(dvc), ptr<T>(dout), ptr<float>(lse), ptr<float>(delta));
       VLM_CUDA_CHECK_LAUNCH();
     }
   });
+  copy_rows_into(dq, dqc, stream);
+  copy_rows_into(dk, dkc, stream);
+  copy_rows_into(dv, dvc, stream);
 }
 
 }  // namespace vlm::ops::cuda

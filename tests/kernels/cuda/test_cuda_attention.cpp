@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
+#include <utility>
 
 #include "cuda_test_util.h"
 #include "kernels/kernel_test_util.h"
@@ -118,8 +120,16 @@ TEST(CudaAttention, ForwardAndBackwardMatchCpu) {
   EXPECT_TRUE(ops::check_index_errors(gpu()).ok());
 }
 
+// Restores ops::set_attention_deterministic on scope exit.
+struct DeterminismScope {
+  bool was = ops::attention_deterministic();
+  explicit DeterminismScope(bool on) { ops::set_attention_deterministic(on); }
+  ~DeterminismScope() { ops::set_attention_deterministic(was); }
+};
+
 TEST(CudaAttention, BackwardIsBitwiseReproducible) {
   VLM_SKIP_WITHOUT_CUDA();
+  const DeterminismScope deterministic(true);  // the guarantee under test (the default is the fastest backward)
   const std::vector<int32_t> cu = {0, 40, 97};
   for (DType dt : compute_dtypes())
     for (int64_t dim : {64, 24}) {
@@ -139,6 +149,72 @@ TEST(CudaAttention, BackwardIsBitwiseReproducible) {
       const std::vector<Tensor> first = run(), second = run();
       for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(bitwise_equal(first[i], second[i])) << "output " << i;
     }
+}
+
+// Columns [h0, h1) of a host [T, Hall, D] tensor, as a contiguous [T, h1 - h0, D] tensor (any dtype, bytes copied).
+Tensor head_columns(const Tensor& packed, int64_t h0, int64_t h1) {
+  const int64_t t = packed.dim(0), hall = packed.dim(1), d = packed.dim(2);
+  const size_t es = dtype_size(packed.dtype()), row = static_cast<size_t>((h1 - h0) * d) * es;
+  Tensor out = Tensor::empty({t, h1 - h0, d}, packed.dtype());
+  for (int64_t i = 0; i < t; ++i)
+    std::memcpy(static_cast<char*>(out.raw_data()) + i * row,
+                static_cast<const char*>(packed.raw_data()) + (i * hall + h0) * d * es, row);
+  return out;
+}
+
+TEST(CudaAttention, RowStridedQkvAndGradientsMatchContiguous) {
+  VLM_SKIP_WITHOUT_CUDA();
+  // q, k, v as column slices of one packed [T, H + 2 Hkv, D] projection, and dq, dk, dv written into one packed
+  // gradient (what the model does without RoPE): the same results as contiguous tensors, on the flash paths (bf16
+  // d=64: Hopper or portable, deterministic or not) and the simple kernels (f32; bf16 d=20).
+  const std::vector<int32_t> cu = {0, 40, 97, 230};
+  const int64_t tq = 230, hq = 4, hkv = 2, hall = hq + 2 * hkv;
+  const Tensor cu_g = gpu_i32(cu);
+  for (DType dt : compute_dtypes())
+    for (int64_t dim : {64, 20})
+      for (bool deterministic : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " d=" << dim << (deterministic ? " det" : ""));
+        const DeterminismScope scope(deterministic);
+        const Tensor packed = to_gpu(random_normal({tq, hall, dim}, 5 + dim), dt);
+        const Tensor host = packed.to(Device::cpu());
+        const Tensor q = packed.slice(1, 0, hq), k = packed.slice(1, hq, hq + hkv), v = packed.slice(1, hq + hkv, hall);
+        ASSERT_FALSE(q.is_contiguous());
+        const Tensor qc = head_columns(host, 0, hq).to(gpu()), kc = head_columns(host, hq, hq + hkv).to(gpu());
+        const Tensor vc = head_columns(host, hq + hkv, hall).to(gpu());
+        const Tensor dout = to_gpu(random_normal({tq, hq, dim}, 6), dt);
+        const float scale = 1.f / std::sqrt(static_cast<float>(dim));
+        auto forward = [&](const Tensor& qq, const Tensor& kk, const Tensor& vv) {
+          Tensor out = Tensor::empty({tq, hq, dim}, dt, gpu()), lse = Tensor::empty({hq, tq}, DType::f32, gpu());
+          ops::attention_forward(out, lse, qq, kk, vv, cu_g, cu_g, 133, 133, scale, true);
+          return std::pair{out, lse};
+        };
+        const auto [out_s, lse_s] = forward(q, k, v);
+        const auto [out_c, lse_c] = forward(qc, kc, vc);
+        EXPECT_TRUE(bitwise_equal(out_s.to(Device::cpu()), out_c.to(Device::cpu()))) << "out";
+        EXPECT_TRUE(bitwise_equal(lse_s.to(Device::cpu()), lse_c.to(Device::cpu()))) << "lse";
+
+        Tensor dqkv = Tensor::full({tq, hall, dim}, std::nanf("")).to(dt).to(gpu());  // poisoned: every element written
+        Tensor dq = dqkv.slice(1, 0, hq), dk = dqkv.slice(1, hq, hq + hkv), dv = dqkv.slice(1, hq + hkv, hall);
+        ops::attention_backward(dq, dk, dv, dout, q, k, v, out_s, lse_s, cu_g, cu_g, 133, 133, scale, true);
+        Tensor dqc = Tensor::empty(qc.shape(), dt, gpu()), dkc = Tensor::empty(kc.shape(), dt, gpu());
+        Tensor dvc = Tensor::empty(kc.shape(), dt, gpu());
+        ops::attention_backward(dqc, dkc, dvc, dout, qc, kc, vc, out_c, lse_c, cu_g, cu_g, 133, 133, scale, true);
+        const Tensor got = dqkv.to(Device::cpu());
+        const Tensor parts[3] = {head_columns(got, 0, hq), head_columns(got, hq, hq + hkv),
+                                 head_columns(got, hq + hkv, hall)};
+        const Tensor want[3] = {dqc.to(Device::cpu()), dkc.to(Device::cpu()), dvc.to(Device::cpu())};
+        for (int i = 0; i < 3; ++i) {
+          if (deterministic || i > 0) {  // dk, dv are always summed in a fixed order; dq only in deterministic mode
+            EXPECT_TRUE(bitwise_equal(parts[i], want[i])) << "gradient " << i;
+          } else {
+            const Tensor a = parts[i].to(DType::f32), b = want[i].to(DType::f32);
+            const double tol = 8 * kBf16HalfUlp * max_abs(b) + 1e-6;
+            for (int64_t j = 0; j < a.numel(); ++j)
+              ASSERT_LE(std::fabs(a.data<float>()[j] - b.data<float>()[j]), tol) << "dq[" << j << "]";
+          }
+        }
+      }
+  EXPECT_TRUE(ops::check_index_errors(gpu()).ok());
 }
 
 TEST(CudaAttention, BadCuSeqlensAreRecorded) {
