@@ -369,6 +369,22 @@ void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& 
   gelu_tanh_forward(y, pre);
 }
 
+namespace {
+// dx[rows, in] = dy[rows, out] @ w[out, in], the input gradient of a linear layer (out > 0).
+Gemm input_grad_gemm(Tensor& dx, const Tensor& dy, const Tensor& w, int64_t rows) {
+  Gemm g;
+  g.out = dx.raw_data();
+  g.out_type = lt_type(dx.dtype());
+  g.a = dy.raw_data();
+  g.b = w.raw_data();
+  g.in_type = lt_type(dy.dtype());
+  g.m = rows;
+  g.n = w.dim(1);
+  g.k = w.dim(0);
+  return g;
+}
+}  // namespace
+
 void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w) {
   const int64_t rows = rows_of(x), out = w.dim(0), in = w.dim(1);
   const Device dev = dy.device();
@@ -377,16 +393,7 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
     if (out == 0) {
       fill(dx, 0.f);
     } else {
-      Gemm g;
-      g.out = dx.raw_data();
-      g.out_type = lt_type(dx.dtype());
-      g.a = dy.raw_data();
-      g.b = w.raw_data();
-      g.in_type = lt_type(dy.dtype());
-      g.m = rows;
-      g.n = in;
-      g.k = out;
-      run_gemm(g, dev);
+      run_gemm(input_grad_gemm(dx, dy, w, rows), dev);
     }
   }
   if (dw.defined() && rows > 0 && out > 0 && in > 0) {  // dw[out, in] += dy^T @ x, f32 output
@@ -413,15 +420,7 @@ void linear_dgelu_backward(Tensor& dpre, const Tensor& dy, const Tensor& w, cons
   DeviceGuard guard(dev);
   if (out == 0) return fill(dpre, 0.f);  // the product is zero, and so is its gradient through the GELU
   if (dpre.dtype() == DType::bf16 && in % 8 == 0) {  // dpre[T, in] = dy[T, out] @ w[out, in], DGELU(aux = pre)
-    Gemm g;
-    g.out = dpre.raw_data();
-    g.out_type = lt_type(dpre.dtype());
-    g.a = dy.raw_data();
-    g.b = w.raw_data();
-    g.in_type = lt_type(dy.dtype());
-    g.m = rows;
-    g.n = in;
-    g.k = out;
+    Gemm g = input_grad_gemm(dpre, dy, w, rows);
     g.epilogue = CUBLASLT_EPILOGUE_DGELU;
     g.aux = const_cast<void*>(pre.raw_data());  // read only: the GELU input the forward's GELU_AUX epilogue saved
     if (run_gemm(g, dev)) return;
