@@ -19,6 +19,7 @@
 #include "model/generate.h"
 #include "model/vlm.h"
 #include "model_fixture.h"
+#include "testing/attention_determinism.h"
 #include "testing/test_util.h"
 #include "train/optimizer.h"
 
@@ -120,11 +121,7 @@ TEST(ModelGpu, Bf16WithTheDeterministicAttentionBackwardMatchesTheCpu) {
   SKIP_WITHOUT_CUDA();
   // The opt-in deterministic backward (ops::set_attention_deterministic(true): dQ summed per query block in a fixed
   // order); the other bf16 tests run the default, fastest one. Same tolerances.
-  struct Restore {
-    bool was = ops::attention_deterministic();
-    ~Restore() { ops::set_attention_deterministic(was); }
-  } restore;
-  ops::set_attention_deterministic(true);
+  const testing::AttentionDeterminismScope deterministic(true);
   expect_model_matches_cpu(true, 0, DType::bf16);
 }
 

@@ -11,6 +11,7 @@
 #include "kernels/ops.h"
 #include "model/vlm.h"
 #include "model_fixture.h"
+#include "testing/attention_determinism.h"
 #include "testing/test_util.h"
 #include "train/memory_report.h"
 
@@ -58,11 +59,7 @@ GpuRun run(const ModelConfig& c, DType dtype, Recompute recompute) {
 }
 
 void expect_identical(const ModelConfig& c, DType dtype) {
-  struct Restore {
-    bool was = ops::attention_deterministic();
-    ~Restore() { ops::set_attention_deterministic(was); }
-  } restore;
-  ops::set_attention_deterministic(true);
+  const testing::AttentionDeterminismScope deterministic(true);
   const GpuRun none = run(c, dtype, Recompute::none), blocks = run(c, dtype, Recompute::blocks);
   const std::string what = dtype_name(dtype);
   ASSERT_GT(none.loss.tokens, 0);

@@ -13,6 +13,7 @@
 #include "cuda_test_util.h"
 #include "kernels/kernel_test_util.h"
 #include "kernels/ops.h"
+#include "testing/attention_determinism.h"
 
 namespace vlm::testing {
 namespace {
@@ -120,16 +121,9 @@ TEST(CudaAttention, ForwardAndBackwardMatchCpu) {
   EXPECT_TRUE(ops::check_index_errors(gpu()).ok());
 }
 
-// Restores ops::set_attention_deterministic on scope exit.
-struct DeterminismScope {
-  bool was = ops::attention_deterministic();
-  explicit DeterminismScope(bool on) { ops::set_attention_deterministic(on); }
-  ~DeterminismScope() { ops::set_attention_deterministic(was); }
-};
-
 TEST(CudaAttention, BackwardIsBitwiseReproducible) {
   VLM_SKIP_WITHOUT_CUDA();
-  const DeterminismScope deterministic(true);  // the guarantee under test (the default is the fastest backward)
+  const AttentionDeterminismScope deterministic(true);  // the guarantee under test (not the default)
   const std::vector<int32_t> cu = {0, 40, 97};
   for (DType dt : compute_dtypes())
     for (int64_t dim : {64, 24}) {
@@ -174,7 +168,7 @@ TEST(CudaAttention, RowStridedQkvAndGradientsMatchContiguous) {
     for (int64_t dim : {64, 20})
       for (bool deterministic : {true, false}) {
         SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " d=" << dim << (deterministic ? " det" : ""));
-        const DeterminismScope scope(deterministic);
+        const AttentionDeterminismScope scope(deterministic);
         const Tensor packed = to_gpu(random_normal({tq, hall, dim}, 5 + dim), dt);
         const Tensor host = packed.to(Device::cpu());
         const Tensor q = packed.slice(1, 0, hq), k = packed.slice(1, hq, hq + hkv), v = packed.slice(1, hq + hkv, hall);
