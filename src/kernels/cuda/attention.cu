@@ -1,7 +1,7 @@
 // Attention on CUDA. bf16 goes to our FlashAttention kernels (cuda/flash; the fastest backward, the Hopper one where
-// it applies, unless ops::set_attention_deterministic(true) asks for the deterministic one) whenever they support the problem (head dim a multiple of 8 up to 256,
-// aligned); f32, and bf16 problems flash declines, run the simple kernels below: the correct-CUDA-attention
-// fallback and the fp32 parity path (speed is not their goal).
+// it applies, unless ops::set_attention_deterministic(true) asks for the deterministic one) whenever they support
+// the problem (head dim a multiple of 8 up to 256, aligned); f32, and bf16 problems flash declines, run the simple
+// kernels below: the correct-CUDA-attention fallback and the fp32 parity path (speed is not their goal).
 //
 // Simple kernels (semantics of ops::attention_forward: varlen, GQA, bottom-right causal, lse, rows that see no key
 // give out = 0 and lse = -inf). One warp per (sequence, head, row), lanes over the head dim:
@@ -252,20 +252,22 @@ bool deterministic_on() {
 
 // q, k, v and their gradients may be row-strided [T, H, D] (ops::attention_forward): flash reads and writes them in
 // place; the simple kernels take contiguous copies (cudaMemcpy2D over the T rows of H x D elements).
+// Bytes of one row's H x D elements, and from one row to the next.
+size_t row_bytes(const Tensor& t) { return static_cast<size_t>(t.dim(1) * t.dim(2)) * dtype_size(t.dtype()); }
+size_t row_pitch(const Tensor& t) { return static_cast<size_t>(t.strides()[0]) * dtype_size(t.dtype()); }
+
 Tensor contiguous_rows(const Tensor& t, cudaStream_t stream) {
   if (!t.defined() || t.is_contiguous() || t.dim(0) == 0) return t;
   Tensor c = scratch(t.shape(), t.dtype(), t.device());
-  const size_t es = dtype_size(t.dtype()), width = static_cast<size_t>(t.dim(1) * t.dim(2)) * es;
-  VLM_CUDA_CHECK(cudaMemcpy2DAsync(c.raw_data(), width, t.raw_data(), static_cast<size_t>(t.strides()[0]) * es, width,
+  VLM_CUDA_CHECK(cudaMemcpy2DAsync(c.raw_data(), row_bytes(t), t.raw_data(), row_pitch(t), row_bytes(t),
                                    static_cast<size_t>(t.dim(0)), cudaMemcpyDeviceToDevice, stream));
   return c;
 }
 // dst (row-strided or contiguous) = src (contiguous, same shape); nothing when they are the same tensor.
 void copy_rows_into(const Tensor& dst, const Tensor& src, cudaStream_t stream) {
   if (!dst.defined() || dst.raw_data() == src.raw_data() || dst.dim(0) == 0) return;
-  const size_t es = dtype_size(dst.dtype()), width = static_cast<size_t>(dst.dim(1) * dst.dim(2)) * es;
-  VLM_CUDA_CHECK(cudaMemcpy2DAsync(dst.raw_data(), static_cast<size_t>(dst.strides()[0]) * es, src.raw_data(), width,
-                                   width, static_cast<size_t>(dst.dim(0)), cudaMemcpyDeviceToDevice, stream));
+  VLM_CUDA_CHECK(cudaMemcpy2DAsync(dst.raw_data(), row_pitch(dst), src.raw_data(), row_bytes(dst), row_bytes(dst),
+                                   static_cast<size_t>(dst.dim(0)), cudaMemcpyDeviceToDevice, stream));
 }
 // A contiguous stand-in for an output that is row-strided (written back with copy_rows_into), else the output itself.
 Tensor contiguous_output(const Tensor& t) {
@@ -331,9 +333,8 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
   if (q.dim(0) == 0 || k.dim(0) == 0 || batch == 0) {  // no (query, key) pair: all gradients are zero
     for (Tensor* g : {&dq, &dk, &dv}) {
       if (!g->defined() || g->dim(0) == 0) continue;
-      const size_t es = dtype_size(g->dtype()), width = static_cast<size_t>(g->dim(1) * g->dim(2)) * es;
-      VLM_CUDA_CHECK(cudaMemset2DAsync(g->raw_data(), static_cast<size_t>(g->strides()[0]) * es, 0, width,
-                                       static_cast<size_t>(g->dim(0)), stream));
+      VLM_CUDA_CHECK(cudaMemset2DAsync(g->raw_data(), row_pitch(*g), 0, row_bytes(*g), static_cast<size_t>(g->dim(0)),
+                                       stream));
     }
     return;
   }

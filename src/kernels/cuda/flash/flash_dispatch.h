@@ -14,8 +14,8 @@ bool flash_portable_supports(int head_dim, FlashDType dtype);
 // The sm_90a forward (wgmma + TMA): true when built for this problem's head dim / dtype and the device is sm_90.
 bool flash_hopper_fwd_supports(const FlashFwdParams& p);
 Status flash_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream);
-// The sm_90a backward (non-deterministic: dq added by TMA reduce-adds into an f32 accumulator, in no fixed order). dsum [Hq, total_q] and dq_accum
-// [total_q, Hq, head_dim] f32 are the workspace of flash_bwd.
+// The sm_90a backward (non-deterministic: dq added by TMA reduce-adds into an f32 accumulator, in no fixed order).
+// dsum [Hq, total_q] and dq_accum [total_q, Hq, head_dim] f32 are the workspace of flash_bwd.
 bool flash_hopper_bwd_supports(const FlashBwdParams& p);
 Status flash_hopper_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaStream_t stream);
 #else

@@ -128,15 +128,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int group = p.n_heads_q / p.n_heads_kv;
   struct Item {
     SeqBounds sb;
-    int n_block, hk, b, n0, m_first, m_count, n_iters;
+    int hk, n0, m_first, m_count, n_iters;
   };
   auto item_at = [&](int idx) {
     Item w;
-    w.n_block = idx % num_nb;
     w.hk = (idx / num_nb) % p.n_heads_kv;
-    w.b = idx / (num_nb * p.n_heads_kv);
-    w.sb = seq_bounds(p.cu_seqlens_q, p.cu_seqlens_k, w.b);
-    w.n0 = w.n_block * kN;
+    w.sb = seq_bounds(p.cu_seqlens_q, p.cu_seqlens_k, idx / (num_nb * p.n_heads_kv));
+    w.n0 = (idx % num_nb) * kN;
     const int diag = w.sb.k_len - w.sb.q_len;
     w.m_first = kCausal ? max(0, w.n0 - diag) / kM : 0;
     w.m_count = max(0, (w.sb.q_len + kM - 1) / kM - w.m_first);
@@ -233,14 +231,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     #pragma unroll
         for (int kk = 0; kk < kHeadDim / 16; ++kk) {
           const int c = kk / 4, ko = (kk % 4) * 16;
-          wgmma_ss<kM>(st, desc_at<16>(b16, kOffK + c * kN * 64 + cw * 64 * 64 + ko), desc_at<16>(b16, q_off + c * kM * 64 + ko), kk > 0);
+          wgmma_ss<kM>(st, desc_at<16>(b16, kOffK + c * kN * 64 + cw * 64 * 64 + ko),
+                       desc_at<16>(b16, q_off + c * kM * 64 + ko), kk > 0);
         }
         sm90::wgmma_commit();
         sm90::mbar_wait(&full_do[s], phase);
     #pragma unroll
         for (int kk = 0; kk < kHeadDim / 16; ++kk) {
           const int c = kk / 4, ko = (kk % 4) * 16;
-          wgmma_ss<kM>(dpt, desc_at<16>(b16, kOffV + c * kN * 64 + cw * 64 * 64 + ko), desc_at<16>(b16, do_off + c * kM * 64 + ko), kk > 0);
+          wgmma_ss<kM>(dpt, desc_at<16>(b16, kOffV + c * kN * 64 + cw * 64 * 64 + ko),
+                       desc_at<16>(b16, do_off + c * kM * 64 + ko), kk > 0);
         }
         sm90::wgmma_commit();
         sm90::wgmma_wait<1>();

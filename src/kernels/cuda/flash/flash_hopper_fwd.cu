@@ -6,8 +6,9 @@
 // Each consumer warpgroup is software-pipelined: step i issues S_i = Q K_i^T together with O += P_{i-1} V_{i-1}, and
 // the softmax of S_i runs while that P V product is in flight. The consumer warpgroups take turns issuing (round
 // robin on one named barrier each), so the others' softmax overlaps one's GEMMs. A warpgroup whose 64 rows all lie
-// past its sequence's end (the last tile of a short sequence) skips the products and only keeps the barriers' count. K and V stages are released separately (K after
-// its S GEMM, V after its P V GEMM), so the producer refills K a whole step before V.
+// past its sequence's end (the last tile of a short sequence) skips the products and only keeps the barriers' count.
+// K and V stages are released separately (K after its S GEMM, V after its P V GEMM), so the producer refills K a
+// whole step before V.
 // The kernel walks (query block, head, sequence) tiles, heaviest query blocks first: persistent (one CTA per SM,
 // the producer loading the next tile's Q and K/V while the consumers finish the current one, so short sequences
 // such as a vision tower's 196 tokens do not pay a CTA's start and end for one or two key blocks), or one tile per
