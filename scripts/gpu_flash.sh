@@ -8,7 +8,8 @@
 # Environment: FLASH_BIN (default .carry/flash: flash_gpu_test, flash_reference_test, bench_attention, lib/),
 # OUT (default ./gpu_flash_out), BENCH_ARGS (extra arguments for bench_attention and the peer, e.g.
 # "--head-dims 128 --seqlens 4096"), SAN_FILTER (gtest filter for the sanitizer runs, default the "san" cases),
-# STEP_TIMEOUT (seconds per program, default 300).
+# STEP_TIMEOUT (seconds per program, default 300). VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs
+# the Hopper cases under both).
 # To prepare the binaries on the build machine:
 #   cmake --build build-flash --target flash_gpu_test flash_reference_test bench_attention
 #   mkdir -p .carry/flash/lib && cp build-flash/tests/kernels/flash/flash_{gpu,reference}_test \
@@ -38,6 +39,13 @@ for step in "${steps[@]}"; do
       note "tests"
       run "$BIN/flash_reference_test" >"$OUT/tests.log" 2>&1 || status=1
       run "$BIN/flash_gpu_test" >>"$OUT/tests.log" 2>&1 || status=1
+      # The Hopper kernels once more with every problem forced persistent (1) and one item per CTA (0), so both
+      # schedules see every shape whichever the automatic choice picks.
+      for forced in 0 1; do
+        echo "==== VLM_FLASH_PERSISTENT=$forced" >>"$OUT/tests.log"
+        VLM_FLASH_PERSISTENT=$forced run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 \
+          || status=1
+      done
       grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|err |bound|was written|differs" "$OUT/tests.log" \
         | grep -v "^\[       OK" | tail -40 | tee -a "$OUT/summary.log"
       ;;

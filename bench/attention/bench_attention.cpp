@@ -32,7 +32,7 @@ struct Options {
   std::vector<int> head_dims{64, 128};
   std::vector<int> seqlens{512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> causal{0, 1};
-  int tokens = 16384, hidden = 2048, iters = 10, warmup = 3;
+  int tokens = 16384, hidden = 2048, kv_heads = 0, iters = 10, warmup = 3;  // kv_heads 0: as many as q heads
   std::string path = "auto", peer_json, json_out, peer_script = "bench/peers/attention_sdpa.py";
   bool run_peer = false, deterministic = false;
 };
@@ -78,6 +78,8 @@ const std::vector<OptionSpec>& option_specs() {
        nullptr},
       {"--hidden", "heads * head dim (default 2048)", [](Options& o, const std::string& v) { return parse_int(v, &o.hidden); },
        nullptr},
+      {"--kv-heads", "key/value heads, dividing hidden / head dim (grouped-query; default: as many as q heads)",
+       [](Options& o, const std::string& v) { return parse_int(v, &o.kv_heads); }, nullptr},
       {"--iters", "timed runs per measurement (median; default 10)",
        [](Options& o, const std::string& v) { return parse_int(v, &o.iters); }, nullptr},
       {"--warmup", "untimed runs first (default 3)", [](Options& o, const std::string& v) { return parse_int(v, &o.warmup); },
@@ -157,13 +159,13 @@ struct DeviceBuffer {
 };
 
 Result measure(const Options& opt, int d, bool causal, int s) {
-  const int b = std::max(1, opt.tokens / s), h = opt.hidden / d;
-  const int64_t t = static_cast<int64_t>(b) * s, n = t * h * d;
-  DeviceBuffer q(n * 2), k(n * 2), v(n * 2), out(n * 2), dout(n * 2), dq(n * 2), dk(n * 2), dv(n * 2);
+  const int b = std::max(1, opt.tokens / s), h = opt.hidden / d, hkv = opt.kv_heads > 0 ? opt.kv_heads : h;
+  const int64_t t = static_cast<int64_t>(b) * s, n = t * h * d, nkv = t * hkv * d;
+  DeviceBuffer q(n * 2), k(nkv * 2), v(nkv * 2), out(n * 2), dout(n * 2), dq(n * 2), dk(nkv * 2), dv(nkv * 2);
   DeviceBuffer lse(t * h * 4), cu(static_cast<size_t>(b + 1) * 4);
   fill_random_bf16(q.ptr, n, 1);
-  fill_random_bf16(k.ptr, n, 2);
-  fill_random_bf16(v.ptr, n, 3);
+  fill_random_bf16(k.ptr, nkv, 2);
+  fill_random_bf16(v.ptr, nkv, 3);
   fill_random_bf16(dout.ptr, n, 4);
   std::vector<int32_t> cu_host(b + 1);
   for (int i = 0; i <= b; ++i) cu_host[i] = i * s;
@@ -179,11 +181,13 @@ Result measure(const Options& opt, int d, bool causal, int s) {
   f.out = out.ptr;
   f.lse = static_cast<float*>(lse.ptr);
   f.cu_seqlens_q = f.cu_seqlens_k = static_cast<const int32_t*>(cu.ptr);
-  f.q_row_stride = f.k_row_stride = f.v_row_stride = f.out_row_stride = static_cast<int64_t>(h) * d;
+  f.q_row_stride = f.out_row_stride = static_cast<int64_t>(h) * d;
+  f.k_row_stride = f.v_row_stride = static_cast<int64_t>(hkv) * d;
   f.q_head_stride = f.k_head_stride = f.v_head_stride = f.out_head_stride = d;
   f.lse_head_stride = t;
   f.batch = b;
-  f.n_heads_q = f.n_heads_kv = h;
+  f.n_heads_q = h;
+  f.n_heads_kv = hkv;
   f.head_dim = d;
   f.max_seqlen_q = f.max_seqlen_k = s;
   f.total_q = f.total_k = static_cast<int>(t);
@@ -202,13 +206,14 @@ Result measure(const Options& opt, int d, bool causal, int s) {
   g.dk = dk.ptr;
   g.dv = dv.ptr;
   g.cu_seqlens_q = g.cu_seqlens_k = f.cu_seqlens_q;
-  g.q_row_stride = g.k_row_stride = g.v_row_stride = g.out_row_stride = g.dout_row_stride = g.dq_row_stride =
-      g.dk_row_stride = g.dv_row_stride = f.q_row_stride;
+  g.q_row_stride = g.out_row_stride = g.dout_row_stride = g.dq_row_stride = f.q_row_stride;
+  g.k_row_stride = g.v_row_stride = g.dk_row_stride = g.dv_row_stride = f.k_row_stride;
   g.q_head_stride = g.k_head_stride = g.v_head_stride = g.out_head_stride = g.dout_head_stride = g.dq_head_stride =
       g.dk_head_stride = g.dv_head_stride = d;
   g.lse_head_stride = t;
   g.batch = b;
-  g.n_heads_q = g.n_heads_kv = h;
+  g.n_heads_q = h;
+  g.n_heads_kv = hkv;
   g.head_dim = d;
   g.max_seqlen_q = g.max_seqlen_k = s;
   g.total_q = g.total_k = static_cast<int>(t);
@@ -286,6 +291,10 @@ int bench_attention_main(int argc, char** argv) {
     if (opt.hidden % d != 0) {
       std::fprintf(stderr, "bench attention: hidden %d is not a multiple of head dim %d\n", opt.hidden, d);
       return 2;
+    } else if (opt.kv_heads < 0 || (opt.kv_heads > 0 && (opt.hidden / d) % opt.kv_heads != 0)) {
+      std::fprintf(stderr, "bench attention: --kv-heads %d does not divide the %d query heads of head dim %d\n",
+                   opt.kv_heads, opt.hidden / d, d);
+      return 2;
     }
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "bench attention: no CUDA device\n");
@@ -297,7 +306,7 @@ int bench_attention_main(int argc, char** argv) {
     if (opt.peer_json.empty()) opt.peer_json = "attention_sdpa_peer.json";
     const std::string cmd = "python3 " + opt.peer_script + " --head-dims " + join(opt.head_dims) + " --seqlens " +
                             join(opt.seqlens) + " --tokens " + std::to_string(opt.tokens) + " --hidden " +
-                            std::to_string(opt.hidden) + " --causal " +
+                            std::to_string(opt.hidden) + " --kv-heads " + std::to_string(opt.kv_heads) + " --causal " +
                             (opt.causal.size() == 2 ? "both" : opt.causal[0] ? "yes" : "no") + " --iters " +
                             std::to_string(opt.iters) + " --warmup " + std::to_string(opt.warmup) + " --json " +
                             opt.peer_json;

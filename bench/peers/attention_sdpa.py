@@ -38,16 +38,19 @@ def time_ms(fn, warmup, iters):
 
 def measure(backend, d, causal, s, args):
     b, h = max(1, args.tokens // s), args.hidden // d
-    def make():
-        return torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_(True)
-    q, k, v = make(), make(), make()
+    hkv = args.kv_heads or h
+    gqa = hkv != h
+    def make(heads):
+        return torch.randn(b, s, heads, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_(True)
+    q, k, v = make(h), make(hkv), make(hkv)
     dout = torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    attend = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
     with sdpa_kernel([BACKENDS[backend]]):
-        fwd = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        fwd = attend
         out = fwd()
         bwd = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
         def fwdbwd():
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            o = attend()
             torch.autograd.grad(o, (q, k, v), dout)
         fwd_ms = time_ms(fwd, args.warmup, args.iters)
         bwd_ms = time_ms(bwd, args.warmup, args.iters)
@@ -66,6 +69,7 @@ def main():
     p.add_argument("--causal", choices=["yes", "no", "both"], default="both")
     p.add_argument("--tokens", type=int, default=16384)
     p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--kv-heads", type=int, default=0, help="key/value heads (grouped-query); default: as many as q")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--backends", default="cudnn,flash")

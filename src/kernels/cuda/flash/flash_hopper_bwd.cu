@@ -34,6 +34,8 @@ namespace {
 // Register budget: the launch gives every thread 168 (65536 / 384, rounded down to 8), so the pool is 168 * 384;
 // setmaxnreg.inc blocks until the producer's release covers it: 40 * 128 + 232 * 256 must not exceed 168 * 384.
 constexpr int kThreads = 384, kProducerRegs = 24, kConsumerRegs = 240, kConsumerWarps = 8;
+// Causal rows up to this many keys run persistent (see run_hopper_bwd).
+constexpr int kBwdPersistentCausalMaxKeys = 256;
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * kThreads, "setmaxnreg budget");
 
 template <int kHeadDim>
@@ -99,7 +101,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                           const __grid_constant__ CUtensorMap tm_dq, const __grid_constant__ CUtensorMap tm_lse,
-                          const __grid_constant__ CUtensorMap tm_dsum, const FlashBwdParams p) {
+                          const __grid_constant__ CUtensorMap tm_dsum, const FlashBwdParams p,
+                          bool key_block_slowest) {
 #if VLM_FLASH_SM90A
   using Shape = HopperBwdShape<kHeadDim>;
   using bf16 = __nv_bfloat16;
@@ -123,8 +126,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* full_do = full_q + kStages;
   uint64_t* empty = full_do + kStages;
 
-  // Item idx: key block fastest (for causal rows the first key blocks are the heaviest), then kv head, then sequence.
-  const int num_nb = (p.max_seqlen_k + kN - 1) / kN, num_items = num_nb * p.n_heads_kv * p.batch;
+  // Item idx, heaviest key blocks first (under a causal mask the first key blocks are seen by the most queries): with
+  // key_block_slowest (persistent causal rows, where the snake schedule balances the costs) the key block is the
+  // slowest index; otherwise the fastest, then kv head, then sequence.
+  const int heads_batch = p.n_heads_kv * p.batch;
+  const int num_nb = (p.max_seqlen_k + kN - 1) / kN, num_items = num_nb * heads_batch;
   const int group = p.n_heads_q / p.n_heads_kv;
   struct Item {
     SeqBounds sb;
@@ -132,9 +138,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   auto item_at = [&](int idx) {
     Item w;
-    w.hk = (idx / num_nb) % p.n_heads_kv;
-    w.sb = seq_bounds(p.cu_seqlens_q, p.cu_seqlens_k, idx / (num_nb * p.n_heads_kv));
-    w.n0 = (idx % num_nb) * kN;
+    const int rem = key_block_slowest ? idx % heads_batch : idx / num_nb;
+    w.hk = rem % p.n_heads_kv;
+    w.sb = seq_bounds(p.cu_seqlens_q, p.cu_seqlens_k, rem / p.n_heads_kv);
+    w.n0 = (key_block_slowest ? idx / heads_batch : idx % num_nb) * kN;
     const int diag = w.sb.k_len - w.sb.q_len;
     w.m_first = kCausal ? max(0, w.n0 - diag) / kM : 0;
     w.m_count = max(0, (w.sb.q_len + kM - 1) / kM - w.m_first);
@@ -160,7 +167,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int warp = tid / 32;
     // Steps are counted over all of this CTA's items (git): they give the Q/dO stage and its parity; items with work
     // (kv) give the K/V buffer's parity.
-    for (int idx = blockIdx.x, git = 0, kv = 0; warp == 0 && lane == 0 && idx < num_items; idx += gridDim.x) {
+    for (int r = 0, git = 0, kv = 0; warp == 0 && lane == 0 && r * static_cast<int>(gridDim.x) < num_items; ++r) {
+      const int idx = snake_index(r, blockIdx.x, gridDim.x);
+      if (idx >= num_items) continue;
       const Item w = item_at(idx);
       if (w.n_iters == 0) continue;
       const SeqBounds sb = w.sb;
@@ -199,7 +208,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kOffK = 0, kOffV = Shape::kKvElems, kOffQ = 2 * Shape::kKvElems;
     constexpr int kOffDo = kOffQ + kStages * Shape::kQElems, kOffDs = kOffDo + kStages * Shape::kQElems;
     const uint32_t base16 = sm90::smem_base16(sK);
-    for (int idx = blockIdx.x, git = 0, kv = 0; idx < num_items; idx += gridDim.x) {  // as the producer walks them
+    for (int r = 0, git = 0, kv = 0; r * static_cast<int>(gridDim.x) < num_items; ++r) {  // the producer's walk
+      const int idx = snake_index(r, blockIdx.x, gridDim.x);
+      if (idx >= num_items) continue;
       const Item w = item_at(idx);
       if (w.n0 >= w.sb.k_len) continue;  // no key here (keys no query sees still get their zero gradients below)
       const SeqBounds sb = w.sb;
@@ -405,18 +416,19 @@ void run_hopper_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaS
   const int64_t items = static_cast<int64_t>((p.max_seqlen_k + Shape::kBlockN - 1) / Shape::kBlockN) * p.n_heads_kv *
                         p.batch;
   VLM_CHECK(items <= INT32_MAX, "flash: ", items, " backward work items exceed the scheduler's int range");
-  // Persistent (one CTA per SM striding over the items) for short non-causal sequences, where an item is a few steps
-  // and a CTA's start (barriers, K/V load) and end (dK/dV stores, the last dQ reduce-add) cost as much as its work;
-  // one item per CTA otherwise (causal items differ in cost, and the hardware balances them as SMs free up).
-  // (Measured 2026-12-04: persistent causal short rows were 5-19% slower, the static striding leaving SMs idle.)
-  const bool persistent = !p.causal && p.max_seqlen_k <= 2048;
+  // Persistent (one CTA per SM walking the items) for short sequences (2k keys, 256 causal), where an item is a few
+  // steps and a CTA's start (barriers, K/V load) and end (dK/dV stores, the last dQ reduce-add) cost as much as its
+  // work; one item per CTA otherwise (long causal items differ in cost, and the hardware balances them).
+  // Persistent causal items are walked heaviest key block first over all heads and sequences (snake_index); with a
+  // plain stride they were 5-19% slower (2026-12-04), the stride handing all heavy items to the same CTAs.
+  const bool persistent = flash_persistent(p.max_seqlen_k <= (p.causal ? kBwdPersistentCausalMaxKeys : 2048));
   const dim3 grid(static_cast<unsigned>(persistent ? std::min<int64_t>(items, sm_count()) : items));
   auto kernel = p.causal ? flash_bwd_sm90_kernel<kHeadDim, true> : flash_bwd_sm90_kernel<kHeadDim, false>;
   VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
   const CUtensorMap tdq = make_f32_reduce_map(dq_accum, p.total_q, p.n_heads_q, kHeadDim, 64);
   const CUtensorMap tlse = make_f32_stats_map(lse_log2, p.total_q, p.n_heads_q, stats_stride, Shape::kStatRows);
   const CUtensorMap tdsum = make_f32_stats_map(dsum, p.total_q, p.n_heads_q, stats_stride, Shape::kStatRows);
-  kernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, tdo, tdq, tlse, tdsum, p);
+  kernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, tdo, tdq, tlse, tdsum, p, persistent && p.causal);
   VLM_CUDA_CHECK_LAUNCH();
   const int64_t pairs = rows * (p.head_dim / 2);
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 132 * 16));

@@ -65,7 +65,8 @@ __device__ __forceinline__ void wgmma_pv<128>(float (&o)[64], const uint32_t (&a
 template <int kHeadDim, bool kCausal>
 __global__ void __launch_bounds__(HopperFwdShape<kHeadDim>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                          const __grid_constant__ CUtensorMap tm_v, const FlashFwdParams p) {
+                          const __grid_constant__ CUtensorMap tm_v, const FlashFwdParams p,
+                          bool query_block_slowest) {
 #if VLM_FLASH_SM90A
   using Shape = HopperFwdShape<kHeadDim>;
   using bf16 = __nv_bfloat16;
@@ -87,8 +88,9 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim>::kThreads, 1)
   uint64_t* empty_v = empty_k + kStages;
   uint64_t* empty_q = empty_v + kStages;
 
-  // Tile idx: query block fastest (heaviest first, for the causal mask), so CTAs running together share one head's
-  // K and V in L2; then head, then sequence.
+  // Tile idx, heaviest query blocks first (the causal mask): with query_block_slowest (persistent causal rows, where
+  // the snake schedule balances the costs) the query block is the slowest index; otherwise the fastest, so CTAs
+  // running together share one head's K and V in L2; then head, then sequence.
   const int heads_batch = p.n_heads_q * p.batch, num_m = (p.max_seqlen_q + kM - 1) / kM;
   const int num_tiles = num_m * heads_batch;
   struct Tile {
@@ -98,10 +100,10 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim>::kThreads, 1)
   };
   auto tile_at = [&](int idx) {
     Tile tl;
-    const int rem = idx / num_m;
+    const int rem = query_block_slowest ? idx % heads_batch : idx / num_m;
     tl.h = rem % p.n_heads_q;
     tl.sb = seq_bounds(p.cu_seqlens_q, p.cu_seqlens_k, rem / p.n_heads_q);
-    tl.m0 = (num_m - 1 - idx % num_m) * kM;
+    tl.m0 = (num_m - 1 - (query_block_slowest ? idx / heads_batch : idx % num_m)) * kM;
     tl.valid = tl.m0 < tl.sb.q_len;
     tl.hk = tl.h / (p.n_heads_q / p.n_heads_kv);
     tl.diag = tl.sb.k_len - tl.sb.q_len;
@@ -133,7 +135,9 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim>::kThreads, 1)
       sm90::tma_prefetch_desc(&tm_k);
       sm90::tma_prefetch_desc(&tm_v);
       int it = 0, q_loads = 0;  // key blocks and Q tiles loaded so far: they give the stages and parities
-      for (int idx = blockIdx.x; idx < num_tiles; idx += gridDim.x) {
+      for (int r = 0; r * static_cast<int>(gridDim.x) < num_tiles; ++r) {
+        const int idx = snake_index(r, blockIdx.x, gridDim.x);
+        if (idx >= num_tiles) continue;
         const Tile tl = tile_at(idx);
         if (tl.n_blocks == 0) continue;
         sm90::mbar_wait(empty_q, (q_loads & 1) ^ 1);
@@ -207,7 +211,9 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim>::kThreads, 1)
     const int next_turn = kTurnBar + (cw + 1) % kWG;
     const bool last_wg = cw == kWG - 1;
     int it0 = 0, q_loads = 0;  // as the producer counts: key blocks and Q tiles consumed before this tile
-    for (int idx = blockIdx.x; idx < num_tiles; idx += gridDim.x) {
+    for (int r = 0; r * static_cast<int>(gridDim.x) < num_tiles; ++r) {  // the producer's walk
+      const int idx = snake_index(r, blockIdx.x, gridDim.x);
+      if (idx >= num_tiles) continue;
       const Tile tl = tile_at(idx);
       if (!tl.valid) continue;
       const SeqBounds sb = tl.sb;
@@ -392,11 +398,12 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   // key blocks, and CTAs striding a fixed tile list drift apart (load imbalance, and their K/V no longer share L2),
   // so each CTA takes one tile and the hardware hands out the next as SMs free up (measured 2026-12-03, d=128
   // causal 16k: 402 TFLOP/s persistent vs 607 one tile per CTA; non-causal and short rows gain from persistence).
-  const bool persistent = !p.causal || p.max_seqlen_q <= 1024;
+  // Persistent causal tiles are walked heaviest query block first over all heads and sequences (snake_index).
+  const bool persistent = flash_persistent(!p.causal || p.max_seqlen_q <= 1024);
   const dim3 grid(static_cast<unsigned>(persistent ? std::min<int64_t>(tiles, sm_count()) : tiles));
   auto kernel = p.causal ? flash_fwd_sm90_kernel<kHeadDim, true> : flash_fwd_sm90_kernel<kHeadDim, false>;
   VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
-  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, p);
+  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, p, persistent && p.causal);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -25,6 +25,11 @@ CUtensorMap make_f32_stats_map(const float* base, int64_t rows, int heads, int64
 // Streaming multiprocessors of the current device (the persistent kernels' grid size).
 int sm_count();
 
+// The persistent-or-not choice of a Hopper kernel: `automatic` unless the environment variable VLM_FLASH_PERSISTENT
+// is 0 (one work item per CTA) or 1 (one CTA per SM walking the items), which benchmarks use to compare the two on
+// one binary. Read once per process.
+bool flash_persistent(bool automatic);
+
 // True when the current device is compute capability 9.0 (H100 / H200), which the sm_90a code needs.
 bool device_is_sm90();
 

@@ -137,6 +137,16 @@ __device__ __forceinline__ SeqBounds seq_bounds(const int32_t* cu_q, const int32
   return s;
 }
 
+// Persistent schedules: the work index CTA `cta` of `ctas` takes in round r. Work lists are ordered heaviest first
+// and the stride turns around every round (a snake), so a CTA that took one of a round's heaviest items takes one of
+// the next round's lightest. A plain stride (idx += gridDim.x) hands every item of one cost class to the same CTAs
+// whenever the grid and the number of classes share a factor (132 SMs and the 2 query blocks of a 177-token causal
+// sequence: half the CTAs did twice the work of the other half). With one CTA per item this is just blockIdx.x.
+// Walk: for (int r = 0; r * ctas < items; ++r) { idx = snake_index(r, cta, ctas); if (idx >= items) continue; ... }
+__device__ __forceinline__ int snake_index(int round, int cta, int ctas) {
+  return round * ctas + ((round & 1) ? ctas - 1 - cta : cta);
+}
+
 // Copies a tile of kRows x kCols (kCols a multiple of 8) from global rows into shared memory with row pitch
 // kPitch elements. Rows >= n_rows and columns >= n_cols are zero-filled.
 template <int kRows, int kCols, int kPitch, int kThreads, class Element>
