@@ -156,6 +156,18 @@ void set_gemm_autotune(bool on) {
 #endif
 }
 
+WeightGradOverlap::WeightGradOverlap(Device device) : device_(device) {
+#ifdef VLM_HAVE_CUDA
+  if (device_.is_cuda()) cuda::weight_grad_overlap_begin(device_);
+#endif
+}
+
+WeightGradOverlap::~WeightGradOverlap() {
+#ifdef VLM_HAVE_CUDA
+  if (device_.is_cuda()) cuda::weight_grad_overlap_end(device_);
+#endif
+}
+
 void set_attention_deterministic(bool on) {
 #ifdef VLM_HAVE_CUDA
   cuda::set_attention_deterministic(on);

@@ -79,6 +79,8 @@ Tensor TextDecoder::backward(const Tensor& dhidden, const SeqInfo& seq, const Sa
     BlockSaved redone;
     if (s.recompute) block_forward(b, s.blocks[i].x, seq, redone, false);
     const BlockSaved& bs = s.recompute ? redone : s.blocks[i];
+    // The block's weight gradients run on a side stream beside its input gradients, joined at the block's end.
+    const ops::WeightGradOverlap overlap(dx.device());
     Tensor d_act = b.down.backward(dx, bs.act, true);
     Tensor d_gate_up = new_like(bs.gate_up.shape(), dx);
     ops::swiglu_packed_backward(d_gate_up, d_act, bs.gate_up);

@@ -90,6 +90,8 @@ void VisionTransformer::backward(const Tensor& dfeatures, const Saved& s) const 
     BlockSaved redone;
     if (s.recompute) block_forward(b, s.blocks[i].x, s.seq, redone, false);
     const BlockSaved& bs = s.recompute ? redone : s.blocks[i];
+    // The block's weight gradients run on a side stream beside its input gradients, joined at the block's end.
+    const ops::WeightGradOverlap overlap(dx.device());
     // out = h + fc2(gelu(fc1(ln2(h))))
     b.fc2.backward(dx, bs.act_out, false);  // fc2's weight and bias gradients
     Tensor d_fc1 = new_like(bs.fc1_out.shape(), dx);

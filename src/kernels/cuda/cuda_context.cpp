@@ -20,6 +20,8 @@ void check_device_index(int device) {
 }
 
 thread_local std::array<StreamHandle, kMaxDevices> t_streams{};
+// Side streams live as long as the thread (never destroyed: work may still be queued on them at exit).
+thread_local std::array<StreamHandle, kMaxDevices> t_side_streams{};
 
 std::mutex g_record_mutex;
 std::array<IndexErrorRecord*, kMaxDevices> g_records{};
@@ -34,6 +36,27 @@ StreamHandle current_stream(int device) {
 void set_current_stream(int device, StreamHandle stream) {
   check_device_index(device);
   t_streams[static_cast<size_t>(device)] = stream;
+}
+
+StreamHandle side_stream(int device) {
+  check_device_index(device);
+  StreamHandle& s = t_side_streams[static_cast<size_t>(device)];
+  if (s == nullptr) {
+    const DeviceGuard guard(Device::cuda(device));
+    cudaStream_t stream = nullptr;
+    VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    s = stream;
+  }
+  return s;
+}
+
+void stream_wait(int device, StreamHandle waiter, StreamHandle signaler) {
+  const DeviceGuard guard(Device::cuda(device));
+  cudaEvent_t event = nullptr;
+  VLM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  VLM_CUDA_CHECK(cudaEventRecord(event, static_cast<cudaStream_t>(signaler)));
+  VLM_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter), event, 0));
+  VLM_CUDA_CHECK(cudaEventDestroy(event));  // released once the wait is done with it
 }
 
 DeviceGuard::DeviceGuard(Device device) {

@@ -17,6 +17,12 @@ StreamHandle current_stream(int device);
 void set_current_stream(int device, StreamHandle stream);
 inline StreamHandle current_stream(Device device) { return current_stream(device.index); }
 
+// A second stream of `device` (per host thread, created on first use, not synchronizing with the legacy default
+// stream) for work that overlaps the current stream's: the weight gradients of linear_backward (gemm.cpp).
+StreamHandle side_stream(int device);
+// Enqueues on `waiter` a wait for everything enqueued on `signaler` so far (an event recorded on `signaler`).
+void stream_wait(int device, StreamHandle waiter, StreamHandle signaler);
+
 // Makes `device` the current CUDA device for the scope and restores the previous one on exit.
 class DeviceGuard {
  public:

@@ -23,6 +23,9 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
 void linear_dgelu_backward(Tensor& dpre, const Tensor& dy, const Tensor& w, const Tensor& pre);
 // Autotuning of the cuBLASLt algorithm per problem (see ops::set_gemm_autotune).
 void set_gemm_autotune(bool on);
+// ops::WeightGradOverlap's scope on `device` (nested scopes count; the outermost end joins the side stream).
+void weight_grad_overlap_begin(Device device);
+void weight_grad_overlap_end(Device device);
 
 // ---- attention.cu ------------------------------------------------------------------------------------------------
 // Whether attention_backward asks FlashAttention for its deterministic backward (see ops::set_attention_deterministic).

@@ -7,19 +7,23 @@
 // Per device: one cuBLASLt handle; per (device, stream): a 32 MiB workspace; per problem (shape, dtypes, flags,
 // epilogue, pointer alignments): one algorithm, cached, so a shape always runs the same algorithm and repeated calls
 // are bit-identical. The algorithm is the heuristic's first, or with autotuning on (set_gemm_autotune, or
-// VLM_GEMM_AUTOTUNE=1) the fastest of the heuristic's first kAutotuneCandidates, timed on first use into a scratch
-// output. Autotuned choices can differ between processes (timing noise), and with them the rounding of results.
+// VLM_GEMM_AUTOTUNE=1) the fastest of the heuristic's first kAutotuneCandidates (VLM_GEMM_CANDIDATES), timed on first
+// use into a scratch output (VLM_GEMM_AUTOTUNE_LOG=1 prints each choice and its split-K). Weight gradients run on a
+// side stream beside the input gradients (ops::WeightGradOverlap). Autotuned choices can differ between processes
+// (timing noise), and with them the rounding of results.
 // Compute type is always 32F (no TF32), so f32 GEMMs are fp32.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
@@ -40,8 +44,26 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // what NVIDIA recommends for Hopper
 constexpr int kMaxDevices = 64;
-constexpr int kAutotuneCandidates = 8;  // the heuristic's top choices timed when autotuning
-constexpr int kAutotuneRuns = 3;        // timed runs per candidate (after one untimed)
+constexpr int kAutotuneCandidates = 8;  // the heuristic's top choices timed when autotuning (VLM_GEMM_CANDIDATES)
+constexpr int kMaxCandidates = 64;
+constexpr int kAutotuneRuns = 3;  // timed runs per candidate (after one untimed)
+
+int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  VLM_CHECK(*end == '\0' && x >= lo && x <= hi, name, " must be an integer in [", lo, ", ", hi, "], not '", v, "'");
+  return static_cast<int>(x);
+}
+int candidate_count() {
+  static const int n = env_int("VLM_GEMM_CANDIDATES", kAutotuneCandidates, 1, kMaxCandidates);
+  return n;
+}
+bool autotune_log() {
+  static const bool on = env_int("VLM_GEMM_AUTOTUNE_LOG", 0, 0, 1) == 1;
+  return on;
+}
 
 std::atomic<int> g_autotune{-1};  // -1: not decided yet (VLM_GEMM_AUTOTUNE decides on first use)
 bool autotune_on() {
@@ -156,7 +178,7 @@ void* workspace(DeviceState& st, StreamHandle stream) {
 // output is written, and rewritten by the real call), and returns the fastest. Synchronizes the stream.
 cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                   cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
-                                  void* ws, const cublasLtMatmulHeuristicResult_t* results, int count) {
+                                  void* ws, const std::vector<cublasLtMatmulAlgo_t>& algos) {
   const auto stream = static_cast<cudaStream_t>(current_stream(dev));
   Tensor out = scratch({static_cast<int64_t>(type_size(g.out_type)) * g.m * g.n * g.batch}, DType::u8, dev);
   VLM_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, static_cast<size_t>(out.numel()), stream));
@@ -164,11 +186,11 @@ cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t ha
   VLM_CUDA_CHECK(cudaEventCreate(&start));
   VLM_CUDA_CHECK(cudaEventCreate(&stop));
   int best = 0;
-  float best_ms = -1.f;
-  for (int i = 0; i < count; ++i) {
+  float best_ms = -1.f, first_ms = -1.f;
+  for (size_t i = 0; i < algos.size(); ++i) {
     auto run = [&] {
       return cublasLtMatmul(handle, desc, &g.alpha, g.b, la, g.a, lb, &g.beta, out.raw_data(), lc, out.raw_data(),
-                            lc, &results[i].algo, ws, kWorkspaceBytes, stream);
+                            lc, &algos[i], ws, kWorkspaceBytes, stream);
     };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate cuBLASLt cannot run after all: skip it
     VLM_CUDA_CHECK(cudaEventRecord(start, stream));
@@ -178,14 +200,27 @@ cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t ha
     VLM_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0.f;
     VLM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (i == 0) first_ms = ms;
     if (ok && (best_ms < 0.f || ms < best_ms)) {
       best_ms = ms;
-      best = i;
+      best = static_cast<int>(i);
     }
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  return results[best].algo;
+  if (autotune_log()) {
+    int split = 1;
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&algos[best], CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split),
+                                         &written);
+    std::fprintf(stderr, "gemm autotune: m=%lld n=%lld k=%lld batch=%lld ta=%d tb=%d beta=%g epilogue=%d: "
+                 "candidate %d of %zu (split-k %d) %.1f us, heuristic's first %.1f us\n",
+                 static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
+                 static_cast<long long>(g.batch), g.trans_a ? 1 : 0, g.trans_b ? 1 : 0, static_cast<double>(g.beta),
+                 static_cast<int>(g.epilogue), best, algos.size(), split, 1e3 * best_ms / kAutotuneRuns,
+                 1e3 * first_ms / kAutotuneRuns);
+  }
+  return algos[best];
 }
 
 // Runs g on `dev`'s current stream; false (nothing launched) when cuBLASLt has no algorithm for it, which only
@@ -256,15 +291,16 @@ bool run_gemm(const Gemm& g, Device dev) {
       // partials (measured: dx of a [7, 256] x [256, 100] bf16 GEMM off by 13 ulps).
       set_pref(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
       const bool tune = autotune_on();
-      std::array<cublasLtMatmulHeuristicResult_t, kAutotuneCandidates> results{};
+      std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results{};
       int found = 0;
       const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, desc.d, la.l, lb.l, lc.l, lc.l, pref.p,
-                                                                   tune ? kAutotuneCandidates : 1, results.data(),
+                                                                   tune ? candidate_count() : 1, results.data(),
                                                                    &found);
       std::optional<cublasLtMatmulAlgo_t> entry;
       if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
-        entry = found > 1 ? fastest_algo(g, dev, handle, desc.d, la.l, lb.l, lc.l, ws, results.data(), found)
-                          : results[0].algo;
+        std::vector<cublasLtMatmulAlgo_t> algos;
+        for (int i = 0; i < found; ++i) algos.push_back(results[i].algo);
+        entry = algos.size() > 1 ? fastest_algo(g, dev, handle, desc.d, la.l, lb.l, lc.l, ws, algos) : algos[0];
       } else if (status != CUBLAS_STATUS_NOT_SUPPORTED && g.aux == nullptr) {
         VLM_CUBLASLT_CHECK(status);
       }
@@ -385,18 +421,74 @@ Gemm input_grad_gemm(Tensor& dx, const Tensor& dy, const Tensor& w, int64_t rows
 }
 }  // namespace
 
+namespace {
+
+// Weight gradients on the side stream (cuda_context.h): each dw GEMM waits for the current stream's work so far
+// (its dy and x), runs beside what the current stream does next, and is joined (the current stream waits for the
+// side stream) at the end of linear_backward or, inside ops::WeightGradOverlap scopes, at the outermost scope's
+// end, which also drops the references that kept dy and x alive until then (their memory is reused in the current
+// stream's order, after the join). Narrow layers' dw products fill a fraction of the SMs (a 576 x 576 gradient over
+// 11k tokens: 100 CTAs on 132 SMs), so they overlap the next input gradient and the element-wise ops.
+struct OverlapState {
+  int depth = 0;             // open WeightGradOverlap scopes
+  bool pending = false;      // side-stream work not yet joined
+  std::vector<Tensor> keep;  // inputs of pending weight gradients
+};
+thread_local std::array<OverlapState, kMaxDevices> t_overlap;
+
+bool overlap_enabled() {
+  static const bool on = env_int("VLM_GEMM_OVERLAP", 1, 0, 1) == 1;
+  return on;
+}
+
+OverlapState& overlap_state(Device dev) {
+  VLM_CHECK(dev.index >= 0 && dev.index < kMaxDevices, "gemm: device index ", dev.index, " out of range");
+  return t_overlap[static_cast<size_t>(dev.index)];
+}
+
+void join_side_stream(Device dev, OverlapState& st) {
+  if (!st.pending) return;
+  stream_wait(dev.index, current_stream(dev), side_stream(dev.index));
+  st.pending = false;
+  st.keep.clear();
+}
+
+// Runs g on the side stream after the current stream's work so far.
+void run_gemm_on_side_stream(const Gemm& g, Device dev, OverlapState& st) {
+  const StreamHandle main = current_stream(dev), side = side_stream(dev.index);
+  stream_wait(dev.index, side, main);
+  st.pending = true;
+  set_current_stream(dev.index, side);  // run_gemm (and its autotuning scratch) use the current stream
+  try {
+    run_gemm(g, dev);
+  } catch (...) {
+    set_current_stream(dev.index, main);
+    throw;
+  }
+  set_current_stream(dev.index, main);
+}
+
+}  // namespace
+
+void weight_grad_overlap_begin(Device device) { ++overlap_state(device).depth; }
+
+void weight_grad_overlap_end(Device device) {
+  OverlapState& st = overlap_state(device);
+  VLM_CHECK(st.depth > 0, "gemm: weight_grad_overlap_end without a matching begin");
+  if (--st.depth == 0) {
+    DeviceGuard guard(device);
+    join_side_stream(device, st);
+  }
+}
+
 void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w) {
   const int64_t rows = rows_of(x), out = w.dim(0), in = w.dim(1);
   const Device dev = dy.device();
   DeviceGuard guard(dev);
-  if (dx.defined() && rows > 0 && in > 0) {  // dx[T, in] = dy[T, out] @ w[out, in]
-    if (out == 0) {
-      fill(dx, 0.f);
-    } else {
-      run_gemm(input_grad_gemm(dx, dy, w, rows), dev);
-    }
-  }
-  if (dw.defined() && rows > 0 && out > 0 && in > 0) {  // dw[out, in] += dy^T @ x, f32 output
+  const bool want_dw = dw.defined() && rows > 0 && out > 0 && in > 0;
+  OverlapState& st = overlap_state(dev);
+  const bool side = want_dw && overlap_enabled() && (st.depth > 0 || (dx.defined() && rows > 0 && in > 0));
+  if (want_dw) {  // dw[out, in] += dy^T @ x, f32 output
     Gemm g;
     g.out = dw.raw_data();
     g.out_type = CUDA_R_32F;
@@ -408,9 +500,25 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
     g.k = rows;
     g.trans_a = true;
     g.beta = 1.f;
-    run_gemm(g, dev);
+    if (side) {
+      run_gemm_on_side_stream(g, dev, st);
+      if (st.depth > 0) {
+        st.keep.push_back(dy);
+        st.keep.push_back(x);
+      }
+    } else {
+      run_gemm(g, dev);
+    }
+  }
+  if (dx.defined() && rows > 0 && in > 0) {  // dx[T, in] = dy[T, out] @ w[out, in]
+    if (out == 0) {
+      fill(dx, 0.f);
+    } else {
+      run_gemm(input_grad_gemm(dx, dy, w, rows), dev);
+    }
   }
   if (db.defined()) column_sums_accumulate(db, dy, rows, out);
+  if (side && st.depth == 0) join_side_stream(dev, st);
 }
 
 void linear_dgelu_backward(Tensor& dpre, const Tensor& dy, const Tensor& w, const Tensor& pre) {

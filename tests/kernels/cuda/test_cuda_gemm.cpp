@@ -272,5 +272,50 @@ TEST(CudaGemm, AutotunedGemmsMatchCpuAndRepeatBitwise) {
   ops::set_gemm_autotune(false);
 }
 
+TEST(CudaGemm, WeightGradOverlapKeepsInputsAliveAndMatchesSerial) {
+  VLM_SKIP_WITHOUT_CUDA();
+  // Inside a WeightGradOverlap scope the dw products run on a side stream, joined at the scope's end. Each layer's
+  // dy and x are dropped right after its linear_backward and same-sized buffers are allocated and filled with NaN on
+  // the current stream: had the scope not kept them alive, the caching allocator would hand their memory to those
+  // buffers while the side stream still reads it. dw and dx must equal the serial results bit for bit.
+  const int64_t rows = 4096, in = 1024, out = 1024;
+  constexpr int kLayers = 4;
+  std::vector<Tensor> xs, ws, dys;
+  for (int l = 0; l < kLayers; ++l) {
+    xs.push_back(random_normal({rows, in}, 900 + 3 * l));
+    ws.push_back(to_gpu(random_normal({out, in}, 901 + 3 * l), DType::bf16));
+    dys.push_back(random_normal({rows, out}, 902 + 3 * l));
+  }
+  std::vector<Tensor> ref_dw, ref_dx;
+  for (int l = 0; l < kLayers; ++l) {  // serial: dw alone (no dx: nothing to overlap), then dx alone
+    Tensor dw = Tensor::zeros({out, in}, DType::f32, gpu()), dx = Tensor::empty({rows, in}, DType::bf16, gpu());
+    Tensor none;
+    ops::linear_backward(none, dw, none, to_gpu(dys[l], DType::bf16), to_gpu(xs[l], DType::bf16), ws[l]);
+    ops::linear_backward(dx, none, none, to_gpu(dys[l], DType::bf16), to_gpu(xs[l], DType::bf16), ws[l]);
+    ref_dw.push_back(dw.to(Device::cpu()));
+    ref_dx.push_back(dx.to(Device::cpu()));
+  }
+  std::vector<Tensor> dws, dxs;
+  {
+    const ops::WeightGradOverlap overlap(gpu());
+    for (int l = 0; l < kLayers; ++l) {
+      dws.push_back(Tensor::zeros({out, in}, DType::f32, gpu()));
+      dxs.push_back(Tensor::empty({rows, in}, DType::bf16, gpu()));
+      {
+        Tensor dy = to_gpu(dys[l], DType::bf16), x = to_gpu(xs[l], DType::bf16), none;
+        ops::linear_backward(dxs[l], dws[l], none, dy, x, ws[l]);
+      }
+      Tensor junk_dy = Tensor::empty({rows, out}, DType::bf16, gpu());
+      Tensor junk_x = Tensor::empty({rows, in}, DType::bf16, gpu());
+      ops::fill(junk_dy, std::nanf(""));
+      ops::fill(junk_x, std::nanf(""));
+    }
+  }
+  for (int l = 0; l < kLayers; ++l) {
+    EXPECT_TRUE(bitwise_equal(dws[l].to(Device::cpu()), ref_dw[l])) << "dw of layer " << l;
+    EXPECT_TRUE(bitwise_equal(dxs[l].to(Device::cpu()), ref_dx[l])) << "dx of layer " << l;
+  }
+}
+
 }  // namespace
 }  // namespace vlm::testing
