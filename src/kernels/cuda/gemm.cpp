@@ -178,7 +178,7 @@ void* workspace(DeviceState& st, StreamHandle stream) {
 // output is written, and rewritten by the real call), and returns the fastest. Synchronizes the stream.
 cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                   cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
-                                  void* ws, const std::vector<cublasLtMatmulAlgo_t>& algos) {
+                                  void* ws, const cublasLtMatmulHeuristicResult_t* results, int count) {
   const auto stream = static_cast<cudaStream_t>(current_stream(dev));
   Tensor out = scratch({static_cast<int64_t>(type_size(g.out_type)) * g.m * g.n * g.batch}, DType::u8, dev);
   VLM_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, static_cast<size_t>(out.numel()), stream));
@@ -187,10 +187,10 @@ cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t ha
   VLM_CUDA_CHECK(cudaEventCreate(&stop));
   int best = 0;
   float best_ms = -1.f, first_ms = -1.f;
-  for (size_t i = 0; i < algos.size(); ++i) {
+  for (int i = 0; i < count; ++i) {
     auto run = [&] {
       return cublasLtMatmul(handle, desc, &g.alpha, g.b, la, g.a, lb, &g.beta, out.raw_data(), lc, out.raw_data(),
-                            lc, &algos[i], ws, kWorkspaceBytes, stream);
+                            lc, &results[i].algo, ws, kWorkspaceBytes, stream);
     };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate cuBLASLt cannot run after all: skip it
     VLM_CUDA_CHECK(cudaEventRecord(start, stream));
@@ -203,7 +203,7 @@ cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t ha
     if (i == 0) first_ms = ms;
     if (ok && (best_ms < 0.f || ms < best_ms)) {
       best_ms = ms;
-      best = static_cast<int>(i);
+      best = i;
     }
   }
   cudaEventDestroy(start);
@@ -211,16 +211,16 @@ cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t ha
   if (autotune_log()) {
     int split = 1;
     size_t written = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&algos[best], CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split),
+    cublasLtMatmulAlgoConfigGetAttribute(&results[best].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split),
                                          &written);
     std::fprintf(stderr, "gemm autotune: m=%lld n=%lld k=%lld batch=%lld ta=%d tb=%d beta=%g epilogue=%d: "
-                 "candidate %d of %zu (split-k %d) %.1f us, heuristic's first %.1f us\n",
+                 "candidate %d of %d (split-k %d) %.1f us, heuristic's first %.1f us\n",
                  static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
                  static_cast<long long>(g.batch), g.trans_a ? 1 : 0, g.trans_b ? 1 : 0, static_cast<double>(g.beta),
-                 static_cast<int>(g.epilogue), best, algos.size(), split, 1e3 * best_ms / kAutotuneRuns,
+                 static_cast<int>(g.epilogue), best, count, split, 1e3 * best_ms / kAutotuneRuns,
                  1e3 * first_ms / kAutotuneRuns);
   }
-  return algos[best];
+  return results[best].algo;
 }
 
 // Runs g on `dev`'s current stream; false (nothing launched) when cuBLASLt has no algorithm for it, which only
@@ -298,9 +298,8 @@ bool run_gemm(const Gemm& g, Device dev) {
                                                                    &found);
       std::optional<cublasLtMatmulAlgo_t> entry;
       if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
-        std::vector<cublasLtMatmulAlgo_t> algos;
-        for (int i = 0; i < found; ++i) algos.push_back(results[i].algo);
-        entry = algos.size() > 1 ? fastest_algo(g, dev, handle, desc.d, la.l, lb.l, lc.l, ws, algos) : algos[0];
+        entry = found > 1 ? fastest_algo(g, dev, handle, desc.d, la.l, lb.l, lc.l, ws, results.data(), found)
+                          : results[0].algo;
       } else if (status != CUBLAS_STATUS_NOT_SUPPORTED && g.aux == nullptr) {
         VLM_CUBLASLT_CHECK(status);
       }
@@ -485,9 +484,9 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
   const int64_t rows = rows_of(x), out = w.dim(0), in = w.dim(1);
   const Device dev = dy.device();
   DeviceGuard guard(dev);
-  const bool want_dw = dw.defined() && rows > 0 && out > 0 && in > 0;
+  const bool want_dx = dx.defined() && rows > 0 && in > 0, want_dw = dw.defined() && rows > 0 && out > 0 && in > 0;
   OverlapState& st = overlap_state(dev);
-  const bool side = want_dw && overlap_enabled() && (st.depth > 0 || (dx.defined() && rows > 0 && in > 0));
+  const bool side = want_dw && overlap_enabled() && (st.depth > 0 || want_dx);
   if (want_dw) {  // dw[out, in] += dy^T @ x, f32 output
     Gemm g;
     g.out = dw.raw_data();
@@ -510,7 +509,7 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
       run_gemm(g, dev);
     }
   }
-  if (dx.defined() && rows > 0 && in > 0) {  // dx[T, in] = dy[T, out] @ w[out, in]
+  if (want_dx) {  // dx[T, in] = dy[T, out] @ w[out, in]
     if (out == 0) {
       fill(dx, 0.f);
     } else {
