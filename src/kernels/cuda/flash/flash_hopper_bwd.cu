@@ -12,6 +12,10 @@
 //                                         columns; d=64: 64 query rows) over all 128 keys
 //   dK += dS^T Q                          issued once dV is done; runs while the dQ tile goes to shared memory and
 //                                         one TMA reduce-add adds it into the f32 dq accumulator, asynchronously.
+// At d=128 a step's dQ is computed one step later, beside the next step's dV and dK: a warpgroup then needs the
+// other's half of dS^T from the step before, written long ago, instead of meeting it every step, and the two take
+// turns issuing S^T and dP^T, so one's softmax gradient runs while the other's products keep the tensor cores busy
+// (+2-5% on the d=128 backward, 2026-12-04). dS^T gets three buffers for it.
 // The D row sums and the final dq conversion are the portable kernels of flash_bwd_kernel.cuh.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -52,7 +56,12 @@ struct HopperBwdShape {
   // Each stage's rows start 128-byte aligned in shared memory, as TMA destinations must.
   static constexpr int kStatRows = kBlockM + 4, kStatStride = kBlockM + 32;
   static_assert(kColBlocks * kQueryBlocks == 2, "one 64 x 64 dQ tile per consumer warpgroup");
-  static constexpr int kSmemBytes = 1024 + 2 * (2 * kKvElems + 2 * kStages * kQElems + 2 * kDsElems) +
+  // d=128 computes each step's dQ one step later (see the kernel), so the two warpgroups need not meet every step;
+  // three dS^T buffers keep the slower one's reads clear of the faster one's writes. At d=64 (128-query steps) three
+  // buffers of 32 KB do not fit beside the rest, and its steps keep the warpgroups in lockstep.
+  static constexpr bool kDeferDq = kHeadDim == 128;
+  static constexpr int kDsSlots = kDeferDq ? 3 : 2;
+  static constexpr int kSmemBytes = 1024 + 2 * (2 * kKvElems + 2 * kStages * kQElems + kDsSlots * kDsElems) +
                                     4 * 2 * kDqElems + 4 * 2 * kStages * kStatStride + 8 * (2 + 3 * kStages);
   static_assert(kBlockN == 128, "two consumer warpgroups x 64 keys");
   static_assert(kStages == 2, "the lse/D buffers are indexed by iteration parity, like the Q/dO stages");
@@ -114,8 +123,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16* sV = sK + Shape::kKvElems;
   bf16* sQ = sV + Shape::kKvElems;              // [kStages][kCB][kM][64]
   bf16* sdO = sQ + kStages * Shape::kQElems;    // [kStages][kCB][kM][64]
-  bf16* sdS = sdO + kStages * Shape::kQElems;   // [2][kM / 64][kN][64]: dS^T, keys x queries, 128-byte swizzle
-  float* sDq = reinterpret_cast<float*>(sdS + 2 * Shape::kDsElems);  // [2 warpgroups][2 halves][64][32], swizzled
+  bf16* sdS = sdO + kStages * Shape::kQElems;   // [kDsSlots][kM / 64][kN][64]: dS^T, keys x queries, 128B swizzle
+  float* sDq = reinterpret_cast<float*>(sdS + Shape::kDsSlots * Shape::kDsElems);  // [2 wg][2 halves][64][32]
   constexpr int kSR = Shape::kStatStride;
   float* sLse = sDq + 2 * Shape::kDqElems;                           // [2][kSR], log2 units
   float* sD = sLse + kStages * kSR;                                   // [2][kSR]
@@ -208,6 +217,50 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kOffK = 0, kOffV = Shape::kKvElems, kOffQ = 2 * Shape::kKvElems;
     constexpr int kOffDo = kOffQ + kStages * Shape::kQElems, kOffDs = kOffDo + kStages * Shape::kQElems;
     const uint32_t base16 = sm90::smem_base16(sK);
+    // Named barriers: 1 (both dS^T halves written, d=64), 2 + cw (this warpgroup's dQ tile in shared memory), at
+    // d=128 kTurnBar + cw (whose turn it is to issue S^T and dP^T) and ready_bar(w, step) (warpgroup w's half of
+    // that step's dS^T written; four per warpgroup, so one is never re-armed before its sync: a warpgroup can run
+    // at most two steps ahead of the other).
+    constexpr int kTurnBar = 4, kReadyBar = 6;
+    constexpr bool kTurns = Shape::kDeferDq;
+    auto ready_bar = [](int w, int step) { return kReadyBar + 4 * w + (step & 3); };
+    // dQ = dS K over the 128 keys of step `step` for this warpgroup's 64 x 64 tile: A = dS (M-major view of dS^T),
+    // B = K (N-major).
+    auto issue_dq = [&](float (&dq)[32], uint32_t b16, int step) {
+      const int ds_off = kOffDs + (static_cast<unsigned>(step) % Shape::kDsSlots) * Shape::kDsElems;
+    #pragma unroll
+      for (int kk = 0; kk < kN / 16; ++kk)
+        sm90::wgmma_m64n64k16_ss_tnsp_ab(dq, desc_at<kN * 128>(b16, ds_off + dq_qb * kN * 64 + kk * 16 * 64),
+                                         desc_at<kN * 128>(b16, kOffK + dq_cb * kN * 64 + kk * 16 * 64), kk > 0);
+    };
+    // The dQ tile to shared memory (two 32-column halves, 128-byte rows, 16-byte chunk c of row r at c ^ (r % 8)),
+    // then one thread adds it into dq_accum (query rows m0.. of head h). Rows past this sequence carry exact zeros
+    // (P = 0 there), so adding them into the next sequence's rows changes nothing; rows past total_q are dropped by
+    // the TMA. Row wi * 16 + g + 8 r (row % 8 = g); columns 8 (j % 4) + 2t, +1 of half j / 4: chunk 2 (j % 4) + t / 2.
+    auto store_dq = [&](const float (&dq)[32], const SeqBounds& sb, int h, int m0) {
+      float* dq_t = sDq + cw * Shape::kDqElems;
+      char* dq_row = reinterpret_cast<char*>(dq_t) + (wi * 16 + g) * 128 + (t % 2) * 8;
+      const int x16 = sm90::opaque_u32(((t / 2) ^ g) << 4);  // chunk (2m + t/2) ^ g = 2m ^ ((t/2) ^ g)
+    #pragma unroll
+      for (int j = 0; j < 8; ++j)
+    #pragma unroll
+        for (int r = 0; r < 2; ++r)
+          *reinterpret_cast<float2*>(dq_row + (j / 4) * 64 * 128 + r * 1024 + (((2 * (j % 4)) << 4) ^ x16)) =
+              make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+      sm90::fence_proxy_async_smem();
+      sm90::named_barrier_sync(2 + cw, 128);
+      if (tid % 128 == 0) {
+        const int row0 = sb.q_start + m0 + dq_qb * 64;
+        sm90::tma_reduce_add_3d(&tm_dq, dq_t, dq_cb * 64, h, row0);
+        sm90::tma_reduce_add_3d(&tm_dq, dq_t + 64 * 32, dq_cb * 64 + 32, h, row0);
+        sm90::bulk_commit();
+      }
+    };
+    // Turns run over all of the CTA's steps: warpgroup 1 gives warpgroup 0 its first (the other warpgroup arrives
+    // at the unused barrier kSoloBar alone, count 128: a select, not a branch, which kept ptxas from serializing
+    // every wgmma), and warpgroup 0 takes warpgroup 1's last hand-over after the loop.
+    constexpr int kSoloBar = 15;
+    if (kTurns) sm90::named_barrier_arrive(cw == 1 ? kTurnBar : kSoloBar, cw == 1 ? 256 : 128);
     for (int r = 0, git = 0, kv = 0; r * static_cast<int>(gridDim.x) < num_items; ++r) {  // the producer's walk
       const int idx = snake_index(r, blockIdx.x, gridDim.x);
       if (idx >= num_items) continue;
@@ -224,20 +277,20 @@ __global__ void __launch_bounds__(kThreads, 1)
         ++kv;
       }
       for (int it = 0; it < n_iters; ++it, ++git) {
-        const int h = hk * group + it / m_count, m0 = (m_first + it % m_count) * kM, s = git % kStages;
+        const int m0 = (m_first + it % m_count) * kM, s = git % kStages;
         const uint32_t phase = (git / kStages) & 1;
         // Descriptors are built from element offsets to sK (see desc_sw128_from).
         const uint32_t b16 = sm90::opaque_u32(base16);
         const int q_off = kOffQ + s * Shape::kQElems, do_off = kOffDo + s * Shape::kQElems;
-        const int ds_off = kOffDs + (git & 1) * Shape::kDsElems;
         // lse and D of this thread's queries 8j + 2t, +1 (the stage's rows start at q_start & 3, see kStatRows).
         const float* lse_q = sLse + s * kSR + (sb.q_start & 3) + 2 * t;
         const float* d_q = sD + s * kSR + (sb.q_start & 3) + 2 * t;
-        bf16* ds_t = sdS + (git & 1) * Shape::kDsElems;
+        bf16* ds_t = sdS + (static_cast<unsigned>(git) % Shape::kDsSlots) * Shape::kDsElems;
 
         // S^T = K Q^T and dP^T = V dO^T (64 keys x kM queries per warpgroup).
         float st[kM / 2], dpt[kM / 2];  // overwritten by their first k-step (scale-d 0): no zeroing needed
         sm90::mbar_wait(&full_q[s], phase);
+        if (kTurns) sm90::named_barrier_sync(kTurnBar + cw, 256);
         sm90::wgmma_fence();
     #pragma unroll
         for (int kk = 0; kk < kHeadDim / 16; ++kk) {
@@ -254,6 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                        desc_at<16>(b16, do_off + c * kM * 64 + ko), kk > 0);
         }
         sm90::wgmma_commit();
+        if (kTurns) sm90::named_barrier_arrive(kTurnBar + 1 - cw, 256);  // the other's next turn
         sm90::wgmma_wait<1>();
         sm90::fence_regs(st);
         // P^T (accumulator tile j: queries 8j .. 8j + 7; element e: key + 8 (e >> 1), query + (e & 1)). Masks are
@@ -314,16 +368,25 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::fence_proxy_async_smem();
         // The barrier also hands this warpgroup's dQ tile buffer back: its last reduce-add has read it.
         if (tid % 128 == 0) sm90::bulk_wait_read<0>();
-        sm90::named_barrier_sync(1, 256);
+        // The step whose dQ is computed now: this one (both halves of its dS^T written: barrier 1), or at d=128 the
+        // previous one, whose other half the other warpgroup announced on its ready barrier a while ago.
+        bool have_dq = true;
+        int dq_it = it, dq_git = git;
+        if constexpr (Shape::kDeferDq) {
+          sm90::named_barrier_arrive(ready_bar(cw, git), 256);
+          have_dq = it > 0;
+          dq_it = it - 1;
+          dq_git = git + Shape::kDsSlots - 1;  // the slot of step git - 1 (at the first step, an unused one)
+          if (have_dq) sm90::named_barrier_sync(ready_bar(1 - cw, git - 1), 256);
+        } else {
+          sm90::named_barrier_sync(1, 256);
+        }
 
-        // dQ = dS K over this block's 128 keys for this warpgroup's 64 x 64 tile: A = dS (M-major view of dS^T),
-        // B = K (N-major).
+        // Issued even on an item's first step at d=128 (a product of this step's half-written dS^T, never stored):
+        // a branch around the wgmma made ptxas spill 400 bytes.
         float dq[32];  // the first k-step overwrites it (scale-d 0), so it needs no zeroing
         sm90::wgmma_fence();
-    #pragma unroll
-        for (int kk = 0; kk < kN / 16; ++kk)
-          sm90::wgmma_m64n64k16_ss_tnsp_ab(dq, desc_at<kN * 128>(b16, ds_off + dq_qb * kN * 64 + kk * 16 * 64),
-                                           desc_at<kN * 128>(b16, kOffK + dq_cb * kN * 64 + kk * 16 * 64), kk > 0);
+        issue_dq(dq, b16, dq_git);
         sm90::wgmma_commit();
         // dK += dS^T Q (the scale is applied at the end), issued once dV has released the P^T fragments' registers.
         sm90::wgmma_wait<1>();
@@ -336,35 +399,25 @@ __global__ void __launch_bounds__(kThreads, 1)
         sm90::wgmma_commit();
         sm90::wgmma_wait<1>();
         sm90::fence_regs(dq);
-
-        // dQ tile to shared memory (two 32-column halves, 128-byte rows, 16-byte chunk c of row r at c ^ (r % 8)) while
-        // dK runs, then one thread adds it into dq_accum. Rows past this sequence carry exact zeros (P = 0 there), so
-        // adding them into the next sequence's rows changes nothing; rows past total_q are dropped by the TMA.
-        // Row wi * 16 + g + 8 r (row % 8 = g); columns 8 (j % 4) + 2t, +1 of half j / 4: chunk 2 (j % 4) + t / 2.
-        float* dq_t = sDq + cw * Shape::kDqElems;
-        {
-          char* dq_row = reinterpret_cast<char*>(dq_t) + (wi * 16 + g) * 128 + (t % 2) * 8;
-          const int x16 = sm90::opaque_u32(((t / 2) ^ g) << 4);  // chunk (2m + t/2) ^ g = 2m ^ ((t/2) ^ g)
-    #pragma unroll
-          for (int j = 0; j < 8; ++j)
-    #pragma unroll
-            for (int r = 0; r < 2; ++r)
-              *reinterpret_cast<float2*>(dq_row + (j / 4) * 64 * 128 + r * 1024 + (((2 * (j % 4)) << 4) ^ x16)) =
-                  make_float2(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
-        }
-        sm90::fence_proxy_async_smem();
-        sm90::named_barrier_sync(2 + cw, 128);
-        if (tid % 128 == 0) {
-          const int row0 = sb.q_start + m0 + dq_qb * 64;
-          sm90::tma_reduce_add_3d(&tm_dq, dq_t, dq_cb * 64, h, row0);
-          sm90::tma_reduce_add_3d(&tm_dq, dq_t + 64 * 32, dq_cb * 64 + 32, h, row0);
-          sm90::bulk_commit();
-        }
+        if (have_dq) store_dq(dq, sb, hk * group + dq_it / m_count, (m_first + dq_it % m_count) * kM);
         sm90::wgmma_wait<0>();
         sm90::fence_regs(dk);
         sm90::fence_regs(dv);
         __syncwarp();
         if (lane == 0) sm90::mbar_arrive(&empty[s]);
+      }
+      if constexpr (Shape::kDeferDq) {
+        if (n_iters > 0) {  // the item's last dQ (it reads K, so it retires before K is released)
+          if (tid % 128 == 0) sm90::bulk_wait_read<0>();
+          sm90::named_barrier_sync(ready_bar(1 - cw, git - 1), 256);
+          float dq[32];
+          sm90::wgmma_fence();
+          issue_dq(dq, sm90::opaque_u32(base16), git - 1);
+          sm90::wgmma_commit();
+          sm90::wgmma_wait<0>();
+          sm90::fence_regs(dq);
+          store_dq(dq, sb, hk * group + (n_iters - 1) / m_count, (m_first + (n_iters - 1) % m_count) * kM);
+        }
       }
       // Every product of this item has retired (wgmma_wait<0> above): K and V may be refilled for the next one.
       __syncwarp();
@@ -391,6 +444,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+    if (kTurns) sm90::named_barrier_sync(cw == 0 ? kTurnBar : kSoloBar, cw == 0 ? 256 : 128);
     if (tid % 128 == 0) sm90::bulk_wait<0>();  // the last dQ reduce-adds have landed
   }
 #endif
