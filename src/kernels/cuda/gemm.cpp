@@ -19,7 +19,6 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -69,8 +68,7 @@ std::atomic<int> g_autotune{-1};  // -1: not decided yet (VLM_GEMM_AUTOTUNE deci
 bool autotune_on() {
   int v = g_autotune.load();
   if (v < 0) {
-    const char* env = std::getenv("VLM_GEMM_AUTOTUNE");
-    v = env != nullptr && std::strcmp(env, "1") == 0 ? 1 : 0;
+    v = env_int("VLM_GEMM_AUTOTUNE", 0, 0, 1);
     g_autotune.store(v);
   }
   return v == 1;
@@ -331,18 +329,25 @@ int64_t rows_of(const Tensor& t) {
   return rows;
 }
 
+// out[m, n] = a[m, k] @ b[k, n] with the tensors' element types and no epilogue; callers set the transposes, the
+// scales and the epilogue.
+Gemm product(Tensor& out, const Tensor& a, const Tensor& b, int64_t m, int64_t n, int64_t k) {
+  Gemm g;
+  g.out = out.raw_data();
+  g.out_type = lt_type(out.dtype());
+  g.a = a.raw_data();
+  g.b = b.raw_data();
+  g.in_type = lt_type(a.dtype());
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  return g;
+}
+
 // y[T, out] = x @ w^T (+ b) with an optional GELU epilogue writing the pre-activation to `pre`; false when the
 // epilogue has no algorithm.
 bool linear_gemm(Tensor& y, Tensor* pre, const Tensor& x, const Tensor& w, const Tensor& b) {
-  Gemm g;
-  g.out = y.raw_data();
-  g.out_type = lt_type(y.dtype());
-  g.a = x.raw_data();
-  g.b = w.raw_data();
-  g.in_type = lt_type(x.dtype());
-  g.m = rows_of(x);
-  g.n = w.dim(0);
-  g.k = w.dim(1);
+  Gemm g = product(y, x, w, rows_of(x), w.dim(0), w.dim(1));
   g.trans_b = true;
   if (pre != nullptr) {
     g.epilogue = b.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
@@ -361,19 +366,13 @@ void set_gemm_autotune(bool on) { g_autotune.store(on ? 1 : 0); }
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
             bool batched) {
   const int first = batched ? 1 : 0;
-  Gemm g;
-  g.m = out.dim(first);
-  g.n = out.dim(first + 1);
-  g.k = a.dim(trans_a ? first : first + 1);
-  g.batch = batched ? out.dim(0) : 1;
-  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  const int64_t m = out.dim(first), n = out.dim(first + 1), k = a.dim(trans_a ? first : first + 1);
+  const int64_t batch = batched ? out.dim(0) : 1;
+  if (m == 0 || n == 0 || batch == 0) return;
   DeviceGuard guard(out.device());
-  if (g.k == 0) return empty_product(out, beta);
-  g.out = out.raw_data();
-  g.out_type = lt_type(out.dtype());
-  g.a = a.raw_data();
-  g.b = b.raw_data();
-  g.in_type = lt_type(a.dtype());
+  if (k == 0) return empty_product(out, beta);
+  Gemm g = product(out, a, b, m, n, k);
+  g.batch = batch;
   g.trans_a = trans_a;
   g.trans_b = trans_b;
   g.alpha = alpha;
@@ -407,16 +406,7 @@ void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& 
 namespace {
 // dx[rows, in] = dy[rows, out] @ w[out, in], the input gradient of a linear layer (out > 0).
 Gemm input_grad_gemm(Tensor& dx, const Tensor& dy, const Tensor& w, int64_t rows) {
-  Gemm g;
-  g.out = dx.raw_data();
-  g.out_type = lt_type(dx.dtype());
-  g.a = dy.raw_data();
-  g.b = w.raw_data();
-  g.in_type = lt_type(dy.dtype());
-  g.m = rows;
-  g.n = w.dim(1);
-  g.k = w.dim(0);
-  return g;
+  return product(dx, dy, w, rows, w.dim(1), w.dim(0));
 }
 }  // namespace
 
@@ -488,15 +478,8 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
   OverlapState& st = overlap_state(dev);
   const bool side = want_dw && overlap_enabled() && (st.depth > 0 || want_dx);
   if (want_dw) {  // dw[out, in] += dy^T @ x, f32 output
-    Gemm g;
-    g.out = dw.raw_data();
+    Gemm g = product(dw, dy, x, out, in, rows);
     g.out_type = CUDA_R_32F;
-    g.a = dy.raw_data();
-    g.b = x.raw_data();
-    g.in_type = lt_type(dy.dtype());
-    g.m = out;
-    g.n = in;
-    g.k = rows;
     g.trans_a = true;
     g.beta = 1.f;
     if (side) {
