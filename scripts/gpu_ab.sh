@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Same-call A/B of two builds of one program on the GPU machine: machine-to-machine spread is larger than most
+# changes, so only ratios measured in one call count (docs/flash.md, docs/benchmarks.md). Runs the old and the new
+# binary alternately, ROUNDS times, each run under a time limit (a hung kernel must not eat the session's device
+# time), and prints the lines that match AB_GREP, labelled.
+#
+#   scripts/gpu_ab.sh OLD_BINARY NEW_BINARY [ARGS...]
+#
+# Environment: ROUNDS (default 2), AB_TIMEOUT (seconds per run, default 120), AB_GREP (extended regex of the lines to
+# keep, default: every line), AB_ENV_NEW (extra VAR=value words for the new binary's runs only, e.g.
+# "VLM_FLASH_PERSISTENT=0"). Exit status: 1 if any run failed or timed out.
+# Example (attention, d=128 rows of the sweep):
+#   AB_GREP='^d=' scripts/gpu_ab.sh /tmp/old/bench_attention /tmp/new/bench_attention --head-dims 128 --causal both
+set -uo pipefail
+[ $# -ge 2 ] || { echo "usage: scripts/gpu_ab.sh OLD_BINARY NEW_BINARY [ARGS...]" >&2; exit 2; }
+old=$1
+new=$2
+shift 2
+for exe in "$old" "$new"; do
+  [ -x "$exe" ] || { echo "gpu_ab: $exe is not an executable" >&2; exit 2; }
+done
+rounds=${ROUNDS:-2}
+limit=${AB_TIMEOUT:-120}
+pattern=${AB_GREP:-.}
+read -r -a new_env <<<"${AB_ENV_NEW:-}"
+status=0
+for ((r = 1; r <= rounds; r++)); do
+  for side in old new; do
+    exe=$old
+    envs=()
+    if [ "$side" = new ]; then
+      exe=$new
+      envs=("${new_env[@]}")
+    fi
+    echo "== round $r, $side: $exe ${envs[*]}"
+    out=$(env "${envs[@]}" timeout -k 5 "$limit" "$exe" "$@" 2>&1)
+    rc=$?
+    grep -E -- "$pattern" <<<"$out"
+    if [ $rc -ne 0 ]; then
+      status=1
+      [ $rc -eq 124 ] && echo "   (timed out after ${limit} s)" || echo "   (exit status $rc)"
+      [ -n "$out" ] && tail -5 <<<"$out" | sed 's/^/   | /'
+    fi
+  done
+done
+exit $status
