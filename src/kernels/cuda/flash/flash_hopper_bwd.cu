@@ -484,10 +484,7 @@ void run_hopper_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaS
   const CUtensorMap tdsum = make_f32_stats_map(dsum, p.total_q, p.n_heads_q, stats_stride, Shape::kStatRows);
   kernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, tdo, tdq, tlse, tdsum, p, persistent && p.causal);
   VLM_CUDA_CHECK_LAUNCH();
-  const int64_t pairs = rows * (p.head_dim / 2);
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 132 * 16));
-  flash_bwd_convert_dq_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(p, dq_accum, kHeadDim);
-  VLM_CUDA_CHECK_LAUNCH();
+  launch_convert_dq<__nv_bfloat16>(p, dq_accum, kHeadDim, stream);
 }
 
 }  // namespace

@@ -59,10 +59,7 @@ void run_flash_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaSt
     kernel<<<grid, DqShape::kThreads, DqShape::kSmemBytes, stream>>>(p, dsum);
     VLM_CUDA_CHECK_LAUNCH();
   } else {
-    const int64_t pairs = static_cast<int64_t>(p.total_q) * p.n_heads_q * (p.head_dim / 2);
-    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 132 * 16));
-    flash_bwd_convert_dq_kernel<Element><<<blocks, 256, 0, stream>>>(p, dq_accum, kHeadDim);
-    VLM_CUDA_CHECK_LAUNCH();
+    launch_convert_dq<Element>(p, dq_accum, kHeadDim, stream);
   }
 }
 
