@@ -68,8 +68,9 @@ void matmul_batched(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a,
 // beside the scope's other work (the next input gradients, norms, attention); the outermost scope's end makes the
 // current stream wait for them and releases the dy and x they read (the models open one per block: joining one
 // block later measured no faster and held 160 MB more). Without a scope, linear_backward still runs its dw beside
-// its own dx. Results are bit-identical either way (same algorithms, same accumulation order into each dw). Param gradients a scope's weight gradients write must not be read inside it. No effect on the CPU; the
-// environment VLM_GEMM_OVERLAP=0 turns the side stream off.
+// its own dx. Results are bit-identical either way (same algorithms, same accumulation order into each dw). Param
+// gradients a scope's weight gradients write must not be read inside it. No effect on the CPU; the environment
+// VLM_GEMM_OVERLAP=0 turns the side stream off.
 class WeightGradOverlap {
  public:
   explicit WeightGradOverlap(Device device);

@@ -12,9 +12,8 @@
 // cu_seqlens are checked by a one-block kernel that records violations (cuda_context.h); the main kernels clamp
 // them so a bad table cannot make them read or write out of bounds.
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
+#include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/flash/flash_api.h"
@@ -243,8 +242,7 @@ std::atomic<int> g_deterministic{-1};  // -1: not decided yet (VLM_ATTENTION_DET
 bool deterministic_on() {
   int v = g_deterministic.load();
   if (v < 0) {
-    const char* env = std::getenv("VLM_ATTENTION_DETERMINISTIC");
-    v = env != nullptr && std::strcmp(env, "1") == 0 ? 1 : 0;
+    v = env_int("VLM_ATTENTION_DETERMINISTIC", 0, 0, 1);
     g_deterministic.store(v);
   }
   return v == 1;

@@ -18,13 +18,13 @@
 #include <array>
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -47,14 +47,6 @@ constexpr int kAutotuneCandidates = 8;  // the heuristic's top choices timed whe
 constexpr int kMaxCandidates = 64;
 constexpr int kAutotuneRuns = 3;  // timed runs per candidate (after one untimed)
 
-int env_int(const char* name, int fallback, int lo, int hi) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  VLM_CHECK(*end == '\0' && x >= lo && x <= hi, name, " must be an integer in [", lo, ", ", hi, "], not '", v, "'");
-  return static_cast<int>(x);
-}
 int candidate_count() {
   static const int n = env_int("VLM_GEMM_CANDIDATES", kAutotuneCandidates, 1, kMaxCandidates);
   return n;
@@ -408,9 +400,6 @@ namespace {
 Gemm input_grad_gemm(Tensor& dx, const Tensor& dy, const Tensor& w, int64_t rows) {
   return product(dx, dy, w, rows, w.dim(1), w.dim(0));
 }
-}  // namespace
-
-namespace {
 
 // Weight gradients on the side stream (cuda_context.h): each dw GEMM waits for the current stream's work so far
 // (its dy and x), runs beside what the current stream does next, and is joined (the current stream waits for the

@@ -5,9 +5,8 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
-#include <cstdlib>
-
 #include "core/cuda_check.h"
+#include "core/env.h"
 
 namespace vlm::flash {
 
@@ -85,12 +84,7 @@ int sm_count() {
 }
 
 bool flash_persistent(bool automatic) {
-  static const int forced = [] {
-    const char* v = std::getenv("VLM_FLASH_PERSISTENT");
-    if (v == nullptr || *v == '\0') return -1;
-    VLM_CHECK((v[0] == '0' || v[0] == '1') && v[1] == '\0', "VLM_FLASH_PERSISTENT must be 0 or 1, not '", v, "'");
-    return v[0] - '0';
-  }();
+  static const int forced = env_int("VLM_FLASH_PERSISTENT", -1, 0, 1);  // -1: unset
   return forced < 0 ? automatic : forced == 1;
 }
 
