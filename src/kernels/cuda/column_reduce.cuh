@@ -3,8 +3,8 @@
 //   pass 1: a block owns a tile of kColTile columns x row_chunk rows (kRowLanes rows in flight, a fixed stride per
 //           lane), sums it per column and writes the result to partial[n][chunk][col];
 //   pass 2 (column_finish, also used by kernels that write their own per-block partials, e.g. norm.cu): a block per
-//           tile of kColTile columns; lane y of a column adds the chunks y, y + kFinishLanes, ... in order, then one
-//           lane adds the kFinishLanes sums in lane order and adds the total into the output.
+//           tile of kColTile columns; lane y of a column adds the chunks y, y + kFinishLanes, ... in order, then the
+//           kFinishLanes sums are added in a fixed pairwise tree and the total added into the output.
 // Every addition's order depends on (rows, cols) alone, so repeated runs give bit-identical results.
 #pragma once
 
@@ -65,15 +65,28 @@ __global__ void __launch_bounds__(kColTile * kFinishLanes)
   for (int n = 0; n < N; ++n) {
     if (outs.out[n] == nullptr) continue;  // the same for the whole block: the barriers below stay uniform
     float s = 0.f;
-    if (c < cols)
-      for (int64_t ch = threadIdx.y; ch < chunks; ch += kFinishLanes) s += partial[(n * chunks + ch) * cols + c];
+    if (c < cols) {
+      // Loads in groups of 8 before their adds (a fixed order still): the kernel is a chain of dependent global
+      // loads otherwise, ~5 us for a 256-chunk partial where one round trip's latency should be the floor.
+      const float* src = partial + n * chunks * cols + c;
+      int64_t ch = threadIdx.y;
+      for (; ch + 7 * kFinishLanes < chunks; ch += 8 * kFinishLanes) {
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v[u] = src[(ch + u * kFinishLanes) * cols];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) s += v[u];
+      }
+      for (; ch < chunks; ch += kFinishLanes) s += src[ch * cols];
+    }
     tile[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
-    if (threadIdx.y == 0 && c < cols) {
-      float total = 0.f;
-      for (int y = 0; y < kFinishLanes; ++y) total += tile[y][threadIdx.x];
-      outs.out[n][c] += total;
+    // The kFinishLanes sums of a column, added pairwise in a fixed tree (lanes y and y + half, half = 16, 8, ..., 1).
+    for (int half = kFinishLanes / 2; half > 0; half /= 2) {
+      if (threadIdx.y < half) tile[threadIdx.y][threadIdx.x] += tile[threadIdx.y + half][threadIdx.x];
+      __syncthreads();
     }
+    if (threadIdx.y == 0 && c < cols) outs.out[n][c] += tile[0][threadIdx.x];
     __syncthreads();  // the tile is rewritten for the next output
   }
 }

@@ -277,7 +277,8 @@ TEST(CudaGemm, WeightGradOverlapKeepsInputsAliveAndMatchesSerial) {
   // Inside a WeightGradOverlap scope the dw products run on a side stream, joined at the scope's end. Each layer's
   // dy and x are dropped right after its linear_backward and same-sized buffers are allocated and filled with NaN on
   // the current stream: had the scope not kept them alive, the caching allocator would hand their memory to those
-  // buffers while the side stream still reads it. dw and dx must equal the serial results bit for bit.
+  // buffers while the side stream still reads it. dw, db and dx must equal the serial results bit for bit, and db
+  // (from the dw product's bias-gradient epilogue, its scratch on the side stream) the column sums of dy.
   const int64_t rows = 4096, in = 1024, out = 1024;
   constexpr int kLayers = 4;
   std::vector<Tensor> xs, ws, dys;
@@ -286,24 +287,26 @@ TEST(CudaGemm, WeightGradOverlapKeepsInputsAliveAndMatchesSerial) {
     ws.push_back(to_gpu(random_normal({out, in}, 901 + 3 * l), DType::bf16));
     dys.push_back(random_normal({rows, out}, 902 + 3 * l));
   }
-  std::vector<Tensor> ref_dw, ref_dx;
-  for (int l = 0; l < kLayers; ++l) {  // serial: dw alone (no dx: nothing to overlap), then dx alone
+  std::vector<Tensor> ref_dw, ref_db, ref_dx;
+  for (int l = 0; l < kLayers; ++l) {  // serial: dw and db alone (no dx: nothing to overlap), then dx alone
     Tensor dw = Tensor::zeros({out, in}, DType::f32, gpu()), dx = Tensor::empty({rows, in}, DType::bf16, gpu());
-    Tensor none;
-    ops::linear_backward(none, dw, none, to_gpu(dys[l], DType::bf16), to_gpu(xs[l], DType::bf16), ws[l]);
+    Tensor db = Tensor::full({out}, 0.5f, gpu()), none;
+    ops::linear_backward(none, dw, db, to_gpu(dys[l], DType::bf16), to_gpu(xs[l], DType::bf16), ws[l]);
     ops::linear_backward(dx, none, none, to_gpu(dys[l], DType::bf16), to_gpu(xs[l], DType::bf16), ws[l]);
     ref_dw.push_back(dw.to(Device::cpu()));
+    ref_db.push_back(db.to(Device::cpu()));
     ref_dx.push_back(dx.to(Device::cpu()));
   }
-  std::vector<Tensor> dws, dxs;
+  std::vector<Tensor> dws, dbs, dxs;
   {
     const ops::WeightGradOverlap overlap(gpu());
     for (int l = 0; l < kLayers; ++l) {
       dws.push_back(Tensor::zeros({out, in}, DType::f32, gpu()));
+      dbs.push_back(Tensor::full({out}, 0.5f, gpu()));
       dxs.push_back(Tensor::empty({rows, in}, DType::bf16, gpu()));
       {
-        Tensor dy = to_gpu(dys[l], DType::bf16), x = to_gpu(xs[l], DType::bf16), none;
-        ops::linear_backward(dxs[l], dws[l], none, dy, x, ws[l]);
+        Tensor dy = to_gpu(dys[l], DType::bf16), x = to_gpu(xs[l], DType::bf16);
+        ops::linear_backward(dxs[l], dws[l], dbs[l], dy, x, ws[l]);
       }
       Tensor junk_dy = Tensor::empty({rows, out}, DType::bf16, gpu());
       Tensor junk_x = Tensor::empty({rows, in}, DType::bf16, gpu());
@@ -314,6 +317,23 @@ TEST(CudaGemm, WeightGradOverlapKeepsInputsAliveAndMatchesSerial) {
   for (int l = 0; l < kLayers; ++l) {
     EXPECT_TRUE(bitwise_equal(dws[l].to(Device::cpu()), ref_dw[l])) << "dw of layer " << l;
     EXPECT_TRUE(bitwise_equal(dxs[l].to(Device::cpu()), ref_dx[l])) << "dx of layer " << l;
+    EXPECT_TRUE(bitwise_equal(dbs[l].to(Device::cpu()), ref_db[l])) << "db of layer " << l;
+    // db = 0.5 + the column sums of the bf16-rounded dy, in double on the host.
+    const Tensor dy = rounded(dys[l], DType::bf16);
+    Tensor expected = Tensor::empty({out}, DType::f32);
+    std::vector<double> magnitude(static_cast<size_t>(out), 0.5);
+    for (int64_t c = 0; c < out; ++c) {
+      double sum = 0.5;
+      for (int64_t r = 0; r < rows; ++r) {
+        sum += dy.data<float>()[r * out + c];
+        magnitude[static_cast<size_t>(c)] += std::fabs(dy.data<float>()[r * out + c]);
+      }
+      expected.data<float>()[c] = static_cast<float>(sum);
+    }
+    // f32 sums of 4096 terms in any order: within 4096 ulps of the sum of magnitudes, plus the result's rounding.
+    EXPECT_TRUE(close_within(ref_db[l], expected, [&](int64_t c, double e) {
+      return 4096 * 6e-8 * magnitude[static_cast<size_t>(c)] + 1e-7 * std::fabs(e);
+    })) << "db of layer " << l;
   }
 }
 

@@ -221,12 +221,16 @@ TEST(CudaLayout, PatchesAndPixelShuffleAreExact) {
     int64_t batch, channels, height, width;
     int patch;
   };
-  const PatchCase patch_cases[] = {{1, 1, 1, 1, 1}, {2, 3, 4, 6, 2}, {1, 3, 34, 17, 17}, {3, 2, 48, 32, 16}};
+  // Patches of 8 and 16 (whole 16-byte vectors per patch row in bf16 and f32) take the vector path, the others the
+  // scalar one; likewise shuffles of 24 and 64 columns.
+  const PatchCase patch_cases[] = {{1, 1, 1, 1, 1},    {2, 3, 4, 6, 2},    {1, 3, 34, 17, 17},
+                                   {3, 2, 48, 32, 16}, {2, 3, 16, 40, 8}};
   struct ShuffleCase {
     int64_t batch, side, cols;
     int factor;
   };
-  const ShuffleCase shuffle_cases[] = {{1, 1, 1, 1}, {2, 4, 3, 2}, {1, 14, 17, 2}, {2, 9, 5, 3}};
+  const ShuffleCase shuffle_cases[] = {{1, 1, 1, 1}, {2, 4, 3, 2},   {1, 14, 17, 2},
+                                       {2, 9, 5, 3}, {2, 14, 64, 2}, {1, 6, 24, 3}};
   for (DType dt : compute_dtypes()) {
     for (const PatchCase& c : patch_cases) {
       SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " images [" << c.batch << ", " << c.channels << ", "
