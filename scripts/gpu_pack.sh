@@ -25,7 +25,7 @@ for exe in "$@"; do
   done
 done
 echo "packed into $dest: $(du -sh "$dest" | cut -f1)"
-du -sh "$dest"/* "$dest"/lib/* 2>/dev/null | sed 's/^/  /'
+{ du -sh "$dest"/* "$dest"/lib/* 2>/dev/null || true; } | sed "s/^/  /"  # lib/ may be empty
 if [ "${PACK_XZ:-0}" = 1 ]; then
   tar -cf - -C "$(dirname "$dest")" "$(basename "$dest")" | xz -6 -T0 >"$dest.tar.xz"
   rm -rf "$dest"
