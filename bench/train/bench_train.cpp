@@ -128,7 +128,9 @@ void sync(Device dev) { (void)ops::check_index_errors(dev); }  // synchronizes t
 
 // Prints where the profiled steps' device time went: per op (summed over call sites), then the largest call sites
 // ("<scope>/<op> <shape>"), as ms per step and share of the step; the gap is step time no op covered (launch
-// latency the GPU waited for, host-side work, allocator calls). Returns the same as JSON.
+// latency the GPU waited for, host-side work, allocator calls). With weight gradients on the side stream an op's
+// time includes whatever side-stream work overlapped it (a norm backward beside a dw GEMM looks 3-4x slower), so the
+// per-op figures show the critical path, not each kernel's cost. Returns the same as JSON.
 nlohmann::json print_breakdown(const std::vector<ops::profile::OpTime>& times, int steps, double profiled_step_s,
                                double step_s) {
   const double step_ms = profiled_step_s * 1e3;
@@ -144,6 +146,8 @@ nlohmann::json print_breakdown(const std::vector<ops::profile::OpTime>& times, i
             [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
   std::printf("\ntime breakdown: %d profiled steps of %.2f ms (unprofiled %.2f ms; CUDA events around every op)\n",
               steps, step_ms, step_s * 1e3);
+  std::printf("  (an op's time is the main stream's between its events, so it includes the side stream's weight\n"
+              "  gradients that overlapped it; scripts/gpu_kernel_profile.sh times each kernel alone)\n");
   std::printf("  %-34s %8s %10s %7s\n", "op", "calls", "ms/step", "share");
   nlohmann::json j_ops = nlohmann::json::array(), j_sites = nlohmann::json::array();
   for (const auto& [op, v] : ops_sorted) {
