@@ -66,8 +66,8 @@ thread_local ThreadEvents t_events;
 }  // namespace
 
 void stream_wait(int device, StreamHandle waiter, StreamHandle signaler) {
-  const DeviceGuard guard(Device::cuda(device));
   check_device_index(device);
+  const DeviceGuard guard(Device::cuda(device));
   cudaEvent_t& event = t_events.events[static_cast<size_t>(device)];
   if (event == nullptr) VLM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   VLM_CUDA_CHECK(cudaEventRecord(event, static_cast<cudaStream_t>(signaler)));

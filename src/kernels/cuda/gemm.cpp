@@ -480,17 +480,15 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
   const bool want_dx = dx.defined() && rows > 0 && in > 0, want_dw = dw.defined() && rows > 0 && out > 0 && in > 0;
   OverlapState& st = overlap_state(dev);
   const bool side = want_dw && overlap_enabled() && (st.depth > 0 || want_dx);
-  Tensor no_db;
-  Tensor& db_with_dw = want_dw ? db : no_db;  // db goes with dw, or alone below
-  if (want_dw) {
+  if (want_dw) {  // db goes with dw, or alone below
     if (side) {
-      run_on_side_stream(dev, st, [&] { weight_grad(dw, db_with_dw, dy, x, rows, dev); });
+      run_on_side_stream(dev, st, [&] { weight_grad(dw, db, dy, x, rows, dev); });
       if (st.depth > 0) {
         st.keep.push_back(dy);
         st.keep.push_back(x);
       }
     } else {
-      weight_grad(dw, db_with_dw, dy, x, rows, dev);
+      weight_grad(dw, db, dy, x, rows, dev);
     }
   }
   if (want_dx) {  // dx[T, in] = dy[T, out] @ w[out, in]
@@ -500,7 +498,7 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
       run_gemm(input_grad_gemm(dx, dy, w, rows), dev);
     }
   }
-  if (db.defined() && !want_dw && rows > 0) column_sums_accumulate(db, dy, rows, out);
+  if (db.defined() && !want_dw) column_sums_accumulate(db, dy, rows, out);
   if (side && st.depth == 0) join_side_stream(dev, st);
 }
 

@@ -71,7 +71,8 @@ __global__ void pixel_shuffle_kernel(T* __restrict__ y, const T* __restrict__ x,
     const int64_t b = row / (g.out_side * g.out_side), rem = row % (g.out_side * g.out_side);
     const int64_t ho = rem / g.out_side, wo = rem % g.out_side;
     const int64_t q = col / g.cols, c = col % g.cols, ry = q / g.factor, rx = q % g.factor;
-    move_elements<T, kV>(y + e, x + (b * g.side * g.side + (ho * g.factor + ry) * g.side + wo * g.factor + rx) * g.cols + c);
+    const int64_t src_row = b * g.side * g.side + (ho * g.factor + ry) * g.side + wo * g.factor + rx;
+    move_elements<T, kV>(y + e, x + src_row * g.cols + c);
   }
 }
 
@@ -84,18 +85,18 @@ __global__ void pixel_unshuffle_kernel(T* __restrict__ x, const T* __restrict__ 
     const int64_t b = row / (g.side * g.side), rem = row % (g.side * g.side);
     const int64_t yy = rem / g.side, xx = rem % g.side;
     const int64_t ho = yy / g.factor, ry = yy % g.factor, wo = xx / g.factor, rx = xx % g.factor;
-    move_elements<T, kV>(
-        x + e, y + (b * g.out_side * g.out_side + ho * g.out_side + wo) * g.out_cols + (ry * g.factor + rx) * g.cols + c);
+    const int64_t src_row = b * g.out_side * g.out_side + ho * g.out_side + wo;
+    move_elements<T, kV>(x + e, y + src_row * g.out_cols + (ry * g.factor + rx) * g.cols + c);
   }
 }
 
-// Calls launch(integral_constant<kV>, grid, stream) with kV = kVec16<T> (vector_ok: every run of consecutive elements
-// holds whole 16-byte vectors and both pointers are aligned) or 1, and a grid for n / kV threads.
+// Calls launch(integral_constant<kV>, grid) with kV = kVec16<T> (vector_ok: every run of consecutive elements holds
+// whole 16-byte vectors and both pointers are aligned) or 1, and a grid for n / kV threads.
 template <class T, class Launch>
-void launch_layout(int64_t n, bool vector_ok, cudaStream_t stream, Launch&& launch) {
+void launch_layout(int64_t n, bool vector_ok, Launch&& launch) {
   constexpr int kV = kVec16<T>;
-  if (vector_ok) launch(std::integral_constant<int, kV>{}, grid_for(n / kV, kThreads), stream);
-  else launch(std::integral_constant<int, 1>{}, grid_for(n, kThreads), stream);
+  if (vector_ok) launch(std::integral_constant<int, kV>{}, grid_for(n / kV, kThreads));
+  else launch(std::integral_constant<int, 1>{}, grid_for(n, kThreads));
 }
 
 }  // namespace
@@ -112,10 +113,10 @@ void image_to_patches(Tensor& dst, const Tensor& src, int64_t channels, int64_t 
   dispatch_float(dst.dtype(), backward ? "image_to_patches_backward" : "image_to_patches", [&](auto tag) {
     using T = decltype(tag);
     const bool vec = exact_tiles && patch % kVec16<T> == 0 && all_aligned16(ptr<T>(dst), ptr<T>(src));
-    launch_layout<T>(n, vec, stream, [&](auto v, unsigned grid, cudaStream_t s) {
+    launch_layout<T>(n, vec, [&](auto v, unsigned grid) {
       constexpr int kV = decltype(v)::value;
-      if (backward) patches_to_image_kernel<T, kV><<<grid, kThreads, 0, s>>>(ptr<T>(dst), ptr<T>(src), n, g);
-      else image_to_patches_kernel<T, kV><<<grid, kThreads, 0, s>>>(ptr<T>(dst), ptr<T>(src), n, g);
+      if (backward) patches_to_image_kernel<T, kV><<<grid, kThreads, 0, stream>>>(ptr<T>(dst), ptr<T>(src), n, g);
+      else image_to_patches_kernel<T, kV><<<grid, kThreads, 0, stream>>>(ptr<T>(dst), ptr<T>(src), n, g);
     });
   });
   VLM_CUDA_CHECK_LAUNCH();
@@ -130,10 +131,10 @@ void pixel_shuffle(Tensor& dst, const Tensor& src, int64_t side, int64_t cols, i
   dispatch_float(dst.dtype(), backward ? "pixel_shuffle_backward" : "pixel_shuffle_forward", [&](auto tag) {
     using T = decltype(tag);
     const bool vec = cols % kVec16<T> == 0 && all_aligned16(ptr<T>(dst), ptr<T>(src));
-    launch_layout<T>(n, vec, stream, [&](auto v, unsigned grid, cudaStream_t s) {
+    launch_layout<T>(n, vec, [&](auto v, unsigned grid) {
       constexpr int kV = decltype(v)::value;
-      if (backward) pixel_unshuffle_kernel<T, kV><<<grid, kThreads, 0, s>>>(ptr<T>(dst), ptr<T>(src), n, g);
-      else pixel_shuffle_kernel<T, kV><<<grid, kThreads, 0, s>>>(ptr<T>(dst), ptr<T>(src), n, g);
+      if (backward) pixel_unshuffle_kernel<T, kV><<<grid, kThreads, 0, stream>>>(ptr<T>(dst), ptr<T>(src), n, g);
+      else pixel_shuffle_kernel<T, kV><<<grid, kThreads, 0, stream>>>(ptr<T>(dst), ptr<T>(src), n, g);
     });
   });
   VLM_CUDA_CHECK_LAUNCH();
