@@ -33,9 +33,9 @@ namespace {
 
 constexpr int kProducerRegs = 24;
 
-template <int kHeadDim>
+template <int kHeadDim, bool kCausal>
 struct HopperFwdShape {
-  using Tile = HopperFwdTile<kHeadDim>;
+  using Tile = HopperFwdTile<kHeadDim, kCausal>;
   static constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
   static constexpr int kConsumers = Tile::kConsumers, kConsumerWarps = 4 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -51,6 +51,18 @@ struct HopperFwdShape {
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register pool");
 };
 
+// S += Q K^T for one 16-wide k-step: 64 queries x kN keys per warpgroup.
+template <int kN>
+__device__ __forceinline__ void wgmma_s(float (&s)[kN / 2], uint64_t desc_q, uint64_t desc_k, int acc);
+template <>
+__device__ __forceinline__ void wgmma_s<128>(float (&s)[64], uint64_t desc_q, uint64_t desc_k, int acc) {
+  sm90::wgmma_m64n128k16_ss(s, desc_q, desc_k, acc);
+}
+template <>
+__device__ __forceinline__ void wgmma_s<160>(float (&s)[80], uint64_t desc_q, uint64_t desc_k, int acc) {
+  sm90::wgmma_m64n160k16_ss(s, desc_q, desc_k, acc);
+}
+
 template <int kHeadDim>
 __device__ __forceinline__ void wgmma_pv(float (&o)[kHeadDim / 2], const uint32_t (&a)[4], uint64_t desc, int acc);
 template <>
@@ -63,12 +75,12 @@ __device__ __forceinline__ void wgmma_pv<128>(float (&o)[64], const uint32_t (&a
 }
 
 template <int kHeadDim, bool kCausal>
-__global__ void __launch_bounds__(HopperFwdShape<kHeadDim>::kThreads, 1)
+__global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const FlashFwdParams p,
                           bool query_block_slowest) {
 #if VLM_FLASH_SM90A
-  using Shape = HopperFwdShape<kHeadDim>;
+  using Shape = HopperFwdShape<kHeadDim, kCausal>;
   using bf16 = __nv_bfloat16;
   constexpr int kM = Shape::kBlockM, kN = Shape::kBlockN, kStages = Shape::kStages, kCB = Shape::kColBlocks;
   constexpr int kWG = Shape::kConsumers, kConsumerWarps = Shape::kConsumerWarps;
@@ -170,7 +182,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim>::kThreads, 1)
     const float scale_log2 = p.scale * static_cast<float>(M_LOG2E);
     float o[kHeadDim / 2];
 
-    // S = Q K^T for key block `stage`: 64 x 128 per warpgroup, accumulated over the head dim in k-steps of 16.
+    // S = Q K^T for key block `stage`: 64 x kN per warpgroup, accumulated over the head dim in k-steps of 16.
     auto issue_s = [&](float (&sacc)[kN / 2], int stage) {
       const bf16* k_tile = sK + stage * Shape::kKvElems;
   #pragma unroll
@@ -178,7 +190,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim>::kThreads, 1)
         const int c = kk / 4, ko = (kk % 4) * 16;
         const uint64_t da = sm90::smem_desc_sw128(sQ + c * kM * 64 + cw * 64 * 64 + ko, 16, 1024);
         const uint64_t db = sm90::smem_desc_sw128(k_tile + c * kN * 64 + ko, 16, 1024);
-        sm90::wgmma_m64n128k16_ss(sacc, da, db, kk > 0);
+        wgmma_s<kN>(sacc, da, db, kk > 0);
       }
       sm90::wgmma_commit();
     };
@@ -382,9 +394,9 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim>::kThreads, 1)
 
 // ---- host side ---------------------------------------------------------------------------------------------------
 
-template <int kHeadDim>
+template <int kHeadDim, bool kCausal>
 void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
-  using Shape = HopperFwdShape<kHeadDim>;
+  using Shape = HopperFwdShape<kHeadDim, kCausal>;
   const CUtensorMap tq = make_tensor_map(p.q, p.total_q, p.n_heads_q, kHeadDim, p.q_row_stride, p.q_head_stride,
                                          Shape::kBlockM);
   const CUtensorMap tk = make_tensor_map(p.k, p.total_k, p.n_heads_kv, kHeadDim, p.k_row_stride, p.k_head_stride,
@@ -401,7 +413,7 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   // Persistent causal tiles are walked heaviest query block first over all heads and sequences (snake_index).
   const bool persistent = flash_persistent(!p.causal || p.max_seqlen_q <= 1024);
   const dim3 grid(static_cast<unsigned>(persistent ? std::min<int64_t>(tiles, sm_count()) : tiles));
-  auto kernel = p.causal ? flash_fwd_sm90_kernel<kHeadDim, true> : flash_fwd_sm90_kernel<kHeadDim, false>;
+  auto kernel = flash_fwd_sm90_kernel<kHeadDim, kCausal>;
   VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
   kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, p, persistent && p.causal);
   VLM_CUDA_CHECK_LAUNCH();
@@ -418,9 +430,9 @@ Status flash_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   if (!flash_hopper_fwd_supports(p)) return unsupported("flash: the Hopper forward does not support this problem");
   if (p.batch == 0 || p.max_seqlen_q == 0) return Status();
   if (p.head_dim == 64) {
-    run_hopper_fwd<64>(p, stream);
+    p.causal ? run_hopper_fwd<64, true>(p, stream) : run_hopper_fwd<64, false>(p, stream);
   } else {
-    run_hopper_fwd<128>(p, stream);
+    p.causal ? run_hopper_fwd<128, true>(p, stream) : run_hopper_fwd<128, false>(p, stream);
   }
   return Status();
 }

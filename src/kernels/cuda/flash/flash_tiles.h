@@ -57,11 +57,14 @@ struct DqTile<256> {
 namespace vlm::flash {
 
 // Hopper path (sm_90a): one producer warpgroup (TMA) + consumer warpgroups of 64 query rows each.
-template <int kHeadDim>
+template <int kHeadDim, bool kCausal>
 struct HopperFwdTile {
-  // 128 queries x 128 keys, two consumers: each issues m64n128k16 wgmma chains (the widest N that keeps S in 64
-  // regs); 2 K/V stages (d=128: 32 KB Q + 2 x 64 KB K/V = 160 KB smem) let the next tile land during this one.
-  static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2, kConsumers = 2;
+  // 128 queries x 128 keys, two consumers: each issues m64n128k16 wgmma chains (S in 64 regs); 2 K/V stages (d=128:
+  // 32 KB Q + 2 x 64 KB K/V = 160 KB smem) let the next tile land during this one. d=128 non-causal takes 160 keys
+  // a step (S in 80 regs, P in 40, O in 64; 32 KB Q + 2 x 80 KB K/V = 192 KB): the per-step costs (barriers, row
+  // max and sum, O's rescale) spread over 25% more keys (176, FA3's choice, spilled 40 bytes in ptxas). Causal rows
+  // keep 128 (less masked work on the diagonal).
+  static constexpr int kBlockM = 128, kBlockN = kHeadDim == 128 && !kCausal ? 160 : 128, kStages = 2, kConsumers = 2;
 };
 // (Measured 2026-12-04: three consumers at d=64 (192 queries, 160 regs each, spilling 40 bytes) were 2-3% faster
 // non-causal at s >= 8k, slower elsewhere: -10% at s = 1k, -5% causal, -26% at a vision tower's s = 196.)
