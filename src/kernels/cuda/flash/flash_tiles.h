@@ -62,17 +62,20 @@ struct HopperFwdTile {
   // 128 queries x 128 keys, two consumers: each issues m64n128k16 wgmma chains (S in 64 regs); 2 K/V stages (d=128:
   // 32 KB Q + 2 x 64 KB K/V = 160 KB smem) let the next tile land during this one. d=128 non-causal takes 160 keys
   // a step (S in 80 regs, P in 40, O in 64; 32 KB Q + 2 x 80 KB K/V = 192 KB): the per-step costs (barriers, row
-  // max and sum, O's rescale) spread over 25% more keys (176, FA3's choice, spilled 40 bytes in ptxas). Causal rows
-  // keep 128 (less masked work on the diagonal).
+  // max and sum, O's rescale) spread over 25% more keys, +7-10% at s >= 2k, -3% at 1k (176, FA3's choice, spilled 40
+  // bytes in ptxas). Causal rows keep 128: 160 there was 1-6% slower at 1k-4k (the diagonal's masked work).
   static constexpr int kBlockM = 128, kBlockN = kHeadDim == 128 && !kCausal ? 160 : 128, kStages = 2, kConsumers = 2;
 };
 // (Measured 2026-12-04: three consumers at d=64 (192 queries, 160 regs each, spilling 40 bytes) were 2-3% faster
-// non-causal at s >= 8k, slower elsewhere: -10% at s = 1k, -5% causal, -26% at a vision tower's s = 196.)
+// non-causal at s >= 8k, slower elsewhere: -10% at s = 1k, -5% causal, -26% at a vision tower's s = 196. d=64
+// non-causal with 192-key steps: +3% at 8k-16k, -8% at 1k.)
 
 template <int kHeadDim>
 struct HopperBwdTile {
   // 128 keys per CTA (64 per consumer warpgroup: dK + dV take 2 x kHeadDim/2 regs/thread), 64 queries per step so
   // S^T, dP^T (32 regs each) and dQ fit beside them under the 232-register consumer budget; Q/dO double-buffered.
+  // (Measured 2026-12-04: 80-query steps with dQ^T = K^T dS^T at d=128 non-causal, FA3's choice, were 5-9% slower
+  // than these 64 with the deferred dQ; docs/flash.md.)
   static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2;
 };
 template <>
