@@ -9,7 +9,7 @@
 # OUT (default ./gpu_flash_out), BENCH_ARGS (extra arguments for bench_attention and the peer, e.g.
 # "--head-dims 128 --seqlens 4096"), SAN_FILTER (gtest filter for the sanitizer runs, default the "san" cases),
 # STEP_TIMEOUT (seconds per program, default 300). VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs
-# the Hopper cases under both).
+# the Hopper cases under both) and VLM_FLASH_WIDE_KEYS=0/1 the forward's key step (tests runs them with 1 too).
 # To prepare the binaries on the build machine:
 #   cmake --build build-flash --target flash_gpu_test flash_reference_test bench_attention
 #   mkdir -p .carry/flash/lib && cp build-flash/tests/kernels/flash/flash_{gpu,reference}_test \
@@ -46,6 +46,10 @@ for step in "${steps[@]}"; do
         VLM_FLASH_PERSISTENT=$forced run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 \
           || status=1
       done
+      # And with the forward's wide key steps forced on every non-causal shape (they otherwise run only for long rows,
+      # which few test shapes have).
+      echo "==== VLM_FLASH_WIDE_KEYS=1" >>"$OUT/tests.log"
+      VLM_FLASH_WIDE_KEYS=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
       grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|err |bound|was written|differs" "$OUT/tests.log" \
         | grep -v "^\[       OK" | tail -40 | tee -a "$OUT/summary.log"
       ;;

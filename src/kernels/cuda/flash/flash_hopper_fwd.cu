@@ -33,9 +33,9 @@ namespace {
 
 constexpr int kProducerRegs = 24;
 
-template <int kHeadDim, bool kCausal>
+template <int kHeadDim, bool kCausal, bool kWideKeys>
 struct HopperFwdShape {
-  using Tile = HopperFwdTile<kHeadDim, kCausal>;
+  using Tile = HopperFwdTile<kHeadDim, kCausal, kWideKeys>;
   static constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
   static constexpr int kConsumers = Tile::kConsumers, kConsumerWarps = 4 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -62,6 +62,10 @@ template <>
 __device__ __forceinline__ void wgmma_s<160>(float (&s)[80], uint64_t desc_q, uint64_t desc_k, int acc) {
   sm90::wgmma_m64n160k16_ss(s, desc_q, desc_k, acc);
 }
+template <>
+__device__ __forceinline__ void wgmma_s<192>(float (&s)[96], uint64_t desc_q, uint64_t desc_k, int acc) {
+  sm90::wgmma_m64n192k16_ss(s, desc_q, desc_k, acc);
+}
 
 template <int kHeadDim>
 __device__ __forceinline__ void wgmma_pv(float (&o)[kHeadDim / 2], const uint32_t (&a)[4], uint64_t desc, int acc);
@@ -74,13 +78,13 @@ __device__ __forceinline__ void wgmma_pv<128>(float (&o)[64], const uint32_t (&a
   sm90::wgmma_m64n128k16_rs_tnsp_b(o, a, desc, acc);
 }
 
-template <int kHeadDim, bool kCausal>
-__global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal>::kThreads, 1)
+template <int kHeadDim, bool kCausal, bool kWideKeys>
+__global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const FlashFwdParams p,
                           bool query_block_slowest) {
 #if VLM_FLASH_SM90A
-  using Shape = HopperFwdShape<kHeadDim, kCausal>;
+  using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys>;
   using bf16 = __nv_bfloat16;
   constexpr int kM = Shape::kBlockM, kN = Shape::kBlockN, kStages = Shape::kStages, kCB = Shape::kColBlocks;
   constexpr int kWG = Shape::kConsumers, kConsumerWarps = Shape::kConsumerWarps;
@@ -394,9 +398,9 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal>::kThreads, 1
 
 // ---- host side ---------------------------------------------------------------------------------------------------
 
-template <int kHeadDim, bool kCausal>
+template <int kHeadDim, bool kCausal, bool kWideKeys>
 void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
-  using Shape = HopperFwdShape<kHeadDim, kCausal>;
+  using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys>;
   const CUtensorMap tq = make_tensor_map(p.q, p.total_q, p.n_heads_q, kHeadDim, p.q_row_stride, p.q_head_stride,
                                          Shape::kBlockM);
   const CUtensorMap tk = make_tensor_map(p.k, p.total_k, p.n_heads_kv, kHeadDim, p.k_row_stride, p.k_head_stride,
@@ -413,7 +417,7 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   // Persistent causal tiles are walked heaviest query block first over all heads and sequences (snake_index).
   const bool persistent = flash_persistent(!p.causal || p.max_seqlen_q <= 1024);
   const dim3 grid(static_cast<unsigned>(persistent ? std::min<int64_t>(tiles, sm_count()) : tiles));
-  auto kernel = flash_fwd_sm90_kernel<kHeadDim, kCausal>;
+  auto kernel = flash_fwd_sm90_kernel<kHeadDim, kCausal, kWideKeys>;
   VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
   kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, p, persistent && p.causal);
   VLM_CUDA_CHECK_LAUNCH();
@@ -429,10 +433,14 @@ bool flash_hopper_fwd_supports(const FlashFwdParams& p) {
 Status flash_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   if (!flash_hopper_fwd_supports(p)) return unsupported("flash: the Hopper forward does not support this problem");
   if (p.batch == 0 || p.max_seqlen_q == 0) return Status();
+  // Wide key steps for long non-causal rows (flash_tiles.h); VLM_FLASH_WIDE_KEYS=0/1 forces the choice.
+  const bool wide = !p.causal && flash_wide_keys(p.max_seqlen_k >= hopper_fwd_wide_min_keys(p.head_dim));
   if (p.head_dim == 64) {
-    p.causal ? run_hopper_fwd<64, true>(p, stream) : run_hopper_fwd<64, false>(p, stream);
+    (p.causal ? run_hopper_fwd<64, true, false>
+              : wide ? run_hopper_fwd<64, false, true> : run_hopper_fwd<64, false, false>)(p, stream);
   } else {
-    p.causal ? run_hopper_fwd<128, true>(p, stream) : run_hopper_fwd<128, false>(p, stream);
+    (p.causal ? run_hopper_fwd<128, true, false>
+              : wide ? run_hopper_fwd<128, false, true> : run_hopper_fwd<128, false, false>)(p, stream);
   }
   return Status();
 }

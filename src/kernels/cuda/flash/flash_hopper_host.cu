@@ -88,6 +88,11 @@ bool flash_persistent(bool automatic) {
   return forced < 0 ? automatic : forced == 1;
 }
 
+bool flash_wide_keys(bool automatic) {
+  static const int forced = env_int("VLM_FLASH_WIDE_KEYS", -1, 0, 1);  // -1: unset
+  return forced < 0 ? automatic : forced == 1;
+}
+
 bool device_is_sm90() {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;

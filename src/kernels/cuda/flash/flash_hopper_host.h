@@ -30,6 +30,10 @@ int sm_count();
 // one binary. Read once per process.
 bool flash_persistent(bool automatic);
 
+// The Hopper forward's key step for non-causal rows: `automatic` (wide steps for long rows, flash_tiles.h) unless
+// VLM_FLASH_WIDE_KEYS is 0 (always 128 keys) or 1 (always the wide step), for tests and A/B runs. Read once.
+bool flash_wide_keys(bool automatic);
+
 // True when the current device is compute capability 9.0 (H100 / H200), which the sm_90a code needs.
 bool device_is_sm90();
 

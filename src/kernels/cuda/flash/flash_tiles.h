@@ -57,18 +57,23 @@ struct DqTile<256> {
 namespace vlm::flash {
 
 // Hopper path (sm_90a): one producer warpgroup (TMA) + consumer warpgroups of 64 query rows each.
-template <int kHeadDim, bool kCausal>
+template <int kHeadDim, bool kCausal, bool kWideKeys>
 struct HopperFwdTile {
   // 128 queries x 128 keys, two consumers: each issues m64n128k16 wgmma chains (S in 64 regs); 2 K/V stages (d=128:
-  // 32 KB Q + 2 x 64 KB K/V = 160 KB smem) let the next tile land during this one. d=128 non-causal takes 160 keys
-  // a step (S in 80 regs, P in 40, O in 64; 32 KB Q + 2 x 80 KB K/V = 192 KB): the per-step costs (barriers, row
-  // max and sum, O's rescale) spread over 25% more keys, +7-10% at s >= 2k, -3% at 1k (176, FA3's choice, spilled 40
-  // bytes in ptxas). Causal rows keep 128: 160 there was 1-6% slower at 1k-4k (the diagonal's masked work).
-  static constexpr int kBlockM = 128, kBlockN = kHeadDim == 128 && !kCausal ? 160 : 128, kStages = 2, kConsumers = 2;
+  // 32 KB Q + 2 x 64 KB K/V = 160 KB smem) let the next tile land during this one.
+  // Wide key steps, for non-causal rows of at least hopper_fwd_wide_min_keys keys: the per-step costs (barriers, row
+  // max and sum, O's rescale) spread over more keys. d=128: 160 keys (S in 80 regs, P in 40, O in 64; 32 KB Q + 2 x
+  // 80 KB K/V = 192 KB smem): +7-10% at s >= 2k, -3% at 1k (176, FA3's choice, spilled 40 bytes in ptxas). d=64: 192
+  // keys (S 96, P 48, O 32 regs; 16 KB Q + 2 x 48 KB K/V): +3% at 8k-16k, even at 2k-4k, -8% at 1k. Causal rows keep
+  // 128: 160 there was 1-6% slower at 1k-4k (the diagonal's masked work).
+  static_assert(!(kCausal && kWideKeys), "no wide key steps for causal rows");
+  static constexpr int kBlockM = 128, kBlockN = !kWideKeys ? 128 : kHeadDim == 128 ? 160 : 192, kStages = 2,
+                       kConsumers = 2;
 };
+// Non-causal rows of at least this many keys (max_seqlen_k) take the wide key steps (measured 2026-12-04, above).
+constexpr int hopper_fwd_wide_min_keys(int head_dim) { return head_dim == 128 ? 2048 : 8192; }
 // (Measured 2026-12-04: three consumers at d=64 (192 queries, 160 regs each, spilling 40 bytes) were 2-3% faster
-// non-causal at s >= 8k, slower elsewhere: -10% at s = 1k, -5% causal, -26% at a vision tower's s = 196. d=64
-// non-causal with 192-key steps: +3% at 8k-16k, -8% at 1k.)
+// non-causal at s >= 8k, slower elsewhere: -10% at s = 1k, -5% causal, -26% at a vision tower's s = 196.)
 
 template <int kHeadDim>
 struct HopperBwdTile {

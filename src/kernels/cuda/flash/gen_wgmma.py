@@ -8,7 +8,7 @@ def outs(n):
     return ", ".join(f'"+f"(d[{i}])' for i in range(n))
 
 out = []
-for n in (64, 128, 160):
+for n in (64, 128, 160, 192):
     nacc = n // 2
     # SS: A and B from shared memory, both K-major; scale_d runtime (0: D = A*B, 1: D += A*B).
     out.append(f"""// D[64 x {n}] (+)= A[64 x 16] * B[16 x {n}], A and B K-major in shared memory (descriptors).
@@ -21,8 +21,8 @@ __device__ __forceinline__ void wgmma_m64n{n}k16_ss(float (&d)[{nacc}], uint64_t
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }}
 """)
-    if n == 160:
-        continue  # n=160 (the d=128 non-causal forward's S = Q K^T) needs only the SS form
+    if n in (160, 192):
+        continue  # SS only: the forward's wide key steps (S = Q K^T at d=128 and d=64)
     # RS: A from registers, B MN-major (transposed) in shared memory; scale_d as above.
     out.append(f"""// D[64 x {n}] += A[64 x 16] * B[16 x {n}], A in registers (the m16n8k16 A fragment per warp), B N-major.
 __device__ __forceinline__ void wgmma_m64n{n}k16_rs_tnsp_b(float (&d)[{nacc}], const uint32_t (&a)[4], uint64_t desc_b,
