@@ -67,18 +67,6 @@ struct HopperBwdShape {
   static_assert(kStages == 2, "the lse/D buffers are indexed by iteration parity, like the Q/dO stages");
 };
 
-// D[64 x kN] (+)= A[64 x 16] B[16 x kN], both K-major in shared memory: the S^T and dP^T products.
-template <int kN>
-__device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d);
-template <>
-__device__ __forceinline__ void wgmma_ss<64>(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  sm90::wgmma_m64n64k16_ss(d, desc_a, desc_b, scale_d);
-}
-template <>
-__device__ __forceinline__ void wgmma_ss<128>(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  sm90::wgmma_m64n128k16_ss(d, desc_a, desc_b, scale_d);
-}
-
 // The 128-byte-swizzle descriptor of the bf16 tile `elems` elements past sK (base16: sK's address / 16).
 template <int kLboBytes>
 __device__ __forceinline__ uint64_t desc_at(uint32_t base16, int elems) {
@@ -295,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     #pragma unroll
         for (int kk = 0; kk < kHeadDim / 16; ++kk) {
           const int c = kk / 4, ko = (kk % 4) * 16;
-          wgmma_ss<kM>(st, desc_at<16>(b16, kOffK + c * kN * 64 + cw * 64 * 64 + ko),
+          sm90::wgmma_ss<kM>(st, desc_at<16>(b16, kOffK + c * kN * 64 + cw * 64 * 64 + ko),
                        desc_at<16>(b16, q_off + c * kM * 64 + ko), kk > 0);
         }
         sm90::wgmma_commit();
@@ -303,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     #pragma unroll
         for (int kk = 0; kk < kHeadDim / 16; ++kk) {
           const int c = kk / 4, ko = (kk % 4) * 16;
-          wgmma_ss<kM>(dpt, desc_at<16>(b16, kOffV + c * kN * 64 + cw * 64 * 64 + ko),
+          sm90::wgmma_ss<kM>(dpt, desc_at<16>(b16, kOffV + c * kN * 64 + cw * 64 * 64 + ko),
                        desc_at<16>(b16, do_off + c * kM * 64 + ko), kk > 0);
         }
         sm90::wgmma_commit();

@@ -51,22 +51,6 @@ struct HopperFwdShape {
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register pool");
 };
 
-// S += Q K^T for one 16-wide k-step: 64 queries x kN keys per warpgroup.
-template <int kN>
-__device__ __forceinline__ void wgmma_s(float (&s)[kN / 2], uint64_t desc_q, uint64_t desc_k, int acc);
-template <>
-__device__ __forceinline__ void wgmma_s<128>(float (&s)[64], uint64_t desc_q, uint64_t desc_k, int acc) {
-  sm90::wgmma_m64n128k16_ss(s, desc_q, desc_k, acc);
-}
-template <>
-__device__ __forceinline__ void wgmma_s<160>(float (&s)[80], uint64_t desc_q, uint64_t desc_k, int acc) {
-  sm90::wgmma_m64n160k16_ss(s, desc_q, desc_k, acc);
-}
-template <>
-__device__ __forceinline__ void wgmma_s<192>(float (&s)[96], uint64_t desc_q, uint64_t desc_k, int acc) {
-  sm90::wgmma_m64n192k16_ss(s, desc_q, desc_k, acc);
-}
-
 template <int kHeadDim>
 __device__ __forceinline__ void wgmma_pv(float (&o)[kHeadDim / 2], const uint32_t (&a)[4], uint64_t desc, int acc);
 template <>
@@ -194,7 +178,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
         const int c = kk / 4, ko = (kk % 4) * 16;
         const uint64_t da = sm90::smem_desc_sw128(sQ + c * kM * 64 + cw * 64 * 64 + ko, 16, 1024);
         const uint64_t db = sm90::smem_desc_sw128(k_tile + c * kN * 64 + ko, 16, 1024);
-        wgmma_s<kN>(sacc, da, db, kk > 0);
+        sm90::wgmma_ss<kN>(sacc, da, db, kk > 0);
       }
       sm90::wgmma_commit();
     };

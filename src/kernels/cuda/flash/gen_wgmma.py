@@ -49,4 +49,15 @@ __device__ __forceinline__ void wgmma_m64n{n}k16_ss_tnsp_ab(float (&d)[{nacc}], 
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }}
 """)
+# wgmma_ss<N>: the SS product by its width, for kernels templated on their tile sizes.
+ss_widths = (64, 128, 160, 192)
+branches = "\n".join(f"  {'if' if i == 0 else 'else if'} constexpr (kN == {n}) wgmma_m64n{n}k16_ss(d, desc_a, desc_b, scale_d);"
+                     for i, n in enumerate(ss_widths))
+out.append(f"""// D[64 x kN] (+)= A[64 x 16] * B[16 x kN], both K-major in shared memory, for the widths generated above.
+template <int kN>
+__device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {{
+  static_assert({" || ".join(f"kN == {n}" for n in ss_widths)}, "a width gen_wgmma.py generates");
+{branches}
+}}
+""")
 print("\n".join(out))
