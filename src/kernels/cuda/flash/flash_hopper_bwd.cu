@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kk = 0; kk < kHeadDim / 16; ++kk) {
           const int c = kk / 4, ko = (kk % 4) * 16;
           sm90::wgmma_ss<kM>(st, desc_at<16>(b16, kOffK + c * kN * 64 + cw * 64 * 64 + ko),
-                       desc_at<16>(b16, q_off + c * kM * 64 + ko), kk > 0);
+                             desc_at<16>(b16, q_off + c * kM * 64 + ko), kk > 0);
         }
         sm90::wgmma_commit();
         sm90::mbar_wait(&full_do[s], phase);
@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kk = 0; kk < kHeadDim / 16; ++kk) {
           const int c = kk / 4, ko = (kk % 4) * 16;
           sm90::wgmma_ss<kM>(dpt, desc_at<16>(b16, kOffV + c * kN * 64 + cw * 64 * 64 + ko),
-                       desc_at<16>(b16, do_off + c * kM * 64 + ko), kk > 0);
+                             desc_at<16>(b16, do_off + c * kM * 64 + ko), kk > 0);
         }
         sm90::wgmma_commit();
         if (kTurns) sm90::named_barrier_arrive(kTurnBar + 1 - cw, 256);  // the other's next turn

@@ -399,12 +399,25 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   // so each CTA takes one tile and the hardware hands out the next as SMs free up (measured 2026-12-03, d=128
   // causal 16k: 402 TFLOP/s persistent vs 607 one tile per CTA; non-causal and short rows gain from persistence).
   // Persistent causal tiles are walked heaviest query block first over all heads and sequences (snake_index).
-  const bool persistent = flash_persistent(!p.causal || p.max_seqlen_q <= 1024);
+  const bool persistent = flash_persistent(!kCausal || p.max_seqlen_q <= 1024);
   const dim3 grid(static_cast<unsigned>(persistent ? std::min<int64_t>(tiles, sm_count()) : tiles));
   auto kernel = flash_fwd_sm90_kernel<kHeadDim, kCausal, kWideKeys>;
   VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
-  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, p, persistent && p.causal);
+  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, p, persistent && kCausal);
   VLM_CUDA_CHECK_LAUNCH();
+}
+
+// The kernel for this problem at one head dim: causal, or non-causal with wide key steps for long rows
+// (flash_tiles.h; VLM_FLASH_WIDE_KEYS=0/1 forces the choice), or non-causal with 128-key steps.
+template <int kHeadDim>
+void run_hopper_fwd_for(const FlashFwdParams& p, cudaStream_t stream) {
+  if (p.causal) {
+    run_hopper_fwd<kHeadDim, true, false>(p, stream);
+  } else if (flash_wide_keys(p.max_seqlen_k >= hopper_fwd_wide_min_keys(kHeadDim))) {
+    run_hopper_fwd<kHeadDim, false, true>(p, stream);
+  } else {
+    run_hopper_fwd<kHeadDim, false, false>(p, stream);
+  }
 }
 
 }  // namespace
@@ -417,14 +430,10 @@ bool flash_hopper_fwd_supports(const FlashFwdParams& p) {
 Status flash_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   if (!flash_hopper_fwd_supports(p)) return unsupported("flash: the Hopper forward does not support this problem");
   if (p.batch == 0 || p.max_seqlen_q == 0) return Status();
-  // Wide key steps for long non-causal rows (flash_tiles.h); VLM_FLASH_WIDE_KEYS=0/1 forces the choice.
-  const bool wide = !p.causal && flash_wide_keys(p.max_seqlen_k >= hopper_fwd_wide_min_keys(p.head_dim));
   if (p.head_dim == 64) {
-    (p.causal ? run_hopper_fwd<64, true, false>
-              : wide ? run_hopper_fwd<64, false, true> : run_hopper_fwd<64, false, false>)(p, stream);
+    run_hopper_fwd_for<64>(p, stream);
   } else {
-    (p.causal ? run_hopper_fwd<128, true, false>
-              : wide ? run_hopper_fwd<128, false, true> : run_hopper_fwd<128, false, false>)(p, stream);
+    run_hopper_fwd_for<128>(p, stream);
   }
   return Status();
 }

@@ -7,8 +7,9 @@ def regs(n, start=0):
 def outs(n):
     return ", ".join(f'"+f"(d[{i}])' for i in range(n))
 
+ss_widths = (64, 128, 160, 192)  # every SS width; RS (tnsp_b) only where n <= 128
 out = []
-for n in (64, 128, 160, 192):
+for n in ss_widths:
     nacc = n // 2
     # SS: A and B from shared memory, both K-major; scale_d runtime (0: D = A*B, 1: D += A*B).
     out.append(f"""// D[64 x {n}] (+)= A[64 x 16] * B[16 x {n}], A and B K-major in shared memory (descriptors).
@@ -50,7 +51,6 @@ __device__ __forceinline__ void wgmma_m64n{n}k16_ss_tnsp_ab(float (&d)[{nacc}], 
 }}
 """)
 # wgmma_ss<N>: the SS product by its width, for kernels templated on their tile sizes.
-ss_widths = (64, 128, 160, 192)
 branches = "\n".join(f"  {'if' if i == 0 else 'else if'} constexpr (kN == {n}) wgmma_m64n{n}k16_ss(d, desc_a, desc_b, scale_d);"
                      for i, n in enumerate(ss_widths))
 out.append(f"""// D[64 x kN] (+)= A[64 x 16] * B[16 x kN], both K-major in shared memory, for the widths generated above.
@@ -58,6 +58,5 @@ template <int kN>
 __device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {{
   static_assert({" || ".join(f"kN == {n}" for n in ss_widths)}, "a width gen_wgmma.py generates");
 {branches}
-}}
-""")
+}}""")
 print("\n".join(out))
