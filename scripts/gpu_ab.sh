@@ -7,8 +7,8 @@
 #   scripts/gpu_ab.sh OLD_BINARY NEW_BINARY [ARGS...]
 #
 # Environment: ROUNDS (default 2), AB_TIMEOUT (seconds per run, default 120), AB_GREP (extended regex of the lines to
-# keep, default: every line), AB_ENV_NEW (extra VAR=value words for the new binary's runs only, e.g.
-# "VLM_FLASH_PERSISTENT=0"). Exit status: 1 if any run failed or timed out.
+# keep, default: every line), AB_ENV_OLD / AB_ENV_NEW (extra VAR=value words for one side's runs only, e.g.
+# "VLM_FLASH_PERSISTENT=0"; with both, OLD and NEW may be one binary). Exit status: 1 if any run failed or timed out.
 # Example (attention, d=128 rows of the sweep):
 #   AB_GREP='^d=' scripts/gpu_ab.sh /tmp/old/bench_attention /tmp/new/bench_attention --head-dims 128 --causal both
 set -uo pipefail
@@ -22,12 +22,13 @@ done
 rounds=${ROUNDS:-2}
 limit=${AB_TIMEOUT:-120}
 pattern=${AB_GREP:-.}
+read -r -a old_env <<<"${AB_ENV_OLD:-}"
 read -r -a new_env <<<"${AB_ENV_NEW:-}"
 status=0
 for ((r = 1; r <= rounds; r++)); do
   for side in old new; do
     exe=$old
-    envs=()
+    envs=("${old_env[@]}")
     if [ "$side" = new ]; then
       exe=$new
       envs=("${new_env[@]}")

@@ -9,7 +9,8 @@
 # OUT (default ./gpu_flash_out), BENCH_ARGS (extra arguments for bench_attention and the peer, e.g.
 # "--head-dims 128 --seqlens 4096"), SAN_FILTER (gtest filter for the sanitizer runs, default the "san" cases),
 # STEP_TIMEOUT (seconds per program, default 300). VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs
-# the Hopper cases under both) and VLM_FLASH_WIDE_KEYS=0/1 the forward's key step (tests runs them with 1 too).
+# the Hopper cases under both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step and VLM_FLASH_DYNAMIC=0/1 its causal
+# tile counter (tests and sanitize run them with 1 too).
 # To prepare the binaries on the build machine:
 #   cmake --build build-flash --target flash_gpu_test flash_reference_test bench_attention
 #   mkdir -p .carry/flash/lib && cp build-flash/tests/kernels/flash/flash_{gpu,reference}_test \
@@ -50,18 +51,25 @@ for step in "${steps[@]}"; do
       # which few test shapes have).
       echo "==== VLM_FLASH_WIDE_KEYS=1" >>"$OUT/tests.log"
       VLM_FLASH_WIDE_KEYS=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
+      # And with every causal forward taking its tiles from the counter (by default only rows over 1k keys do).
+      echo "==== VLM_FLASH_DYNAMIC=1" >>"$OUT/tests.log"
+      VLM_FLASH_DYNAMIC=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
       grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|err |bound|was written|differs" "$OUT/tests.log" \
         | grep -v "^\[       OK" | tail -40 | tee -a "$OUT/summary.log"
       ;;
     sanitize)
-      for tool in memcheck racecheck; do
-        note "compute-sanitizer $tool ($SAN_FILTER)"
-        run compute-sanitizer --tool "$tool" --error-exitcode 3 "$BIN/flash_gpu_test" --gtest_filter="$SAN_FILTER" \
-          >"$OUT/sanitize_$tool.log" 2>&1
+      # The small cases as they run by default, then with every causal forward on the tile counter.
+      for pass in memcheck racecheck memcheck:dynamic racecheck:dynamic; do
+        tool=${pass%%:*}
+        envs=()
+        [ "$pass" != "$tool" ] && envs=(VLM_FLASH_DYNAMIC=1)
+        note "compute-sanitizer $tool ($SAN_FILTER) ${envs[*]}"
+        env "${envs[@]}" timeout -k 5 "$STEP_TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+          "$BIN/flash_gpu_test" --gtest_filter="$SAN_FILTER" >"$OUT/sanitize_${pass/:/_}.log" 2>&1
         rc=$?
         [ $rc -ne 0 ] && status=1
         { echo "exit $rc"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED) |Invalid|Race|hazard" \
-            "$OUT/sanitize_$tool.log" | sort | uniq -c | head -20; } | tee -a "$OUT/summary.log"
+            "$OUT/sanitize_${pass/:/_}.log" | sort | uniq -c | head -20; } | tee -a "$OUT/summary.log"
       done
       ;;
     bench)

@@ -1,6 +1,7 @@
 // `vlm bench attention` (see bench_attention.h). FLOP convention (flash-attention's benchmark, ANCHORS.md):
 // fwd = 4 * b * h * s^2 * d, halved when causal; bwd = 2.5 * fwd; fwd+bwd = 3.5 * fwd. Times are the median of
-// --iters runs after --warmup, measured with CUDA events around each call.
+// --iters runs after --warmup, measured with CUDA events around each call; the fwd+bwd run also times its two
+// halves (an event between them), printed beside it.
 #include "bench/attention/bench_attention.h"
 
 #include <cuda_runtime.h>
@@ -141,9 +142,42 @@ double time_ms(const std::function<void()>& fn, int warmup, int iters) {
   return median(ms);
 }
 
+// Medians of `first(); second();` back to back: the whole and each half (an event between them), after `warmup`
+// runs. The halves show which side a combined run loses time on against the two timed alone.
+struct PairTimes {
+  double total_ms, first_ms, second_ms;
+};
+PairTimes time_pair_ms(const std::function<void()>& first, const std::function<void()>& second, int warmup,
+                       int iters) {
+  for (int i = 0; i < warmup; ++i) {
+    first();
+    second();
+  }
+  cudaEvent_t ev[3];
+  for (cudaEvent_t& e : ev) VLM_CUDA_CHECK(cudaEventCreate(&e));
+  std::vector<float> total, a, b;
+  for (int i = 0; i < iters; ++i) {
+    VLM_CUDA_CHECK(cudaEventRecord(ev[0]));
+    first();
+    VLM_CUDA_CHECK(cudaEventRecord(ev[1]));
+    second();
+    VLM_CUDA_CHECK(cudaEventRecord(ev[2]));
+    VLM_CUDA_CHECK(cudaEventSynchronize(ev[2]));
+    float t0 = 0, t1 = 0;
+    VLM_CUDA_CHECK(cudaEventElapsedTime(&t0, ev[0], ev[1]));
+    VLM_CUDA_CHECK(cudaEventElapsedTime(&t1, ev[1], ev[2]));
+    a.push_back(t0);
+    b.push_back(t1);
+    total.push_back(t0 + t1);
+  }
+  for (cudaEvent_t e : ev) VLM_CUDA_CHECK(cudaEventDestroy(e));
+  return {median(total), median(a), median(b)};
+}
+
 struct Result {
   int d, causal, seqlen, batch, heads;
   double fwd_ms, bwd_ms, fwdbwd_ms, fwd_flops;
+  double fwdbwd_fwd_ms, fwdbwd_bwd_ms;  // the combined run's halves
   std::string path;
   double tflops(double ms, double mult) const { return fwd_flops * mult / (ms * 1e-3) / 1e12; }
 };
@@ -244,7 +278,10 @@ Result measure(const Options& opt, int d, bool causal, int s) {
   r.fwd_ms = time_ms(fwd, opt.warmup, opt.iters);
   fwd();
   r.bwd_ms = time_ms(bwd, opt.warmup, opt.iters);
-  r.fwdbwd_ms = time_ms([&] { fwd(); bwd(); }, opt.warmup, opt.iters);
+  const PairTimes pair = time_pair_ms(fwd, bwd, opt.warmup, opt.iters);
+  r.fwdbwd_ms = pair.total_ms;
+  r.fwdbwd_fwd_ms = pair.first_ms;
+  r.fwdbwd_bwd_ms = pair.second_ms;
   VLM_CUDA_CHECK(cudaDeviceSynchronize());
   return r;
 }
@@ -331,9 +368,10 @@ int bench_attention_main(int argc, char** argv) {
     for (int causal : opt.causal)
       for (int s : opt.seqlens) {
         Result r = measure(opt, d, causal != 0, s);
-        std::printf("d=%3d causal=%d s=%5d b=%2d h=%2d [%s]  fwd %6.1f  bwd %6.1f  fwd+bwd %6.1f TFLOP/s\n", d, causal,
-                    s, r.batch, r.heads, r.path.c_str(), r.tflops(r.fwd_ms, 1.0), r.tflops(r.bwd_ms, 2.5),
-                    r.tflops(r.fwdbwd_ms, 3.5));
+        std::printf("d=%3d causal=%d s=%5d b=%2d h=%2d [%s]  fwd %6.1f  bwd %6.1f  fwd+bwd %6.1f TFLOP/s"
+                    "  (its halves %.1f / %.1f)\n",
+                    d, causal, s, r.batch, r.heads, r.path.c_str(), r.tflops(r.fwd_ms, 1.0), r.tflops(r.bwd_ms, 2.5),
+                    r.tflops(r.fwdbwd_ms, 3.5), r.tflops(r.fwdbwd_fwd_ms, 1.0), r.tflops(r.fwdbwd_bwd_ms, 2.5));
         std::fflush(stdout);
         results.push_back(r);
       }
@@ -373,6 +411,8 @@ int bench_attention_main(int argc, char** argv) {
                               {"fwd_ms", r.fwd_ms},
                               {"bwd_ms", r.bwd_ms},
                               {"fwdbwd_ms", r.fwdbwd_ms},
+                              {"fwdbwd_fwd_ms", r.fwdbwd_fwd_ms},
+                              {"fwdbwd_bwd_ms", r.fwdbwd_bwd_ms},
                               {"fwd_tflops", r.tflops(r.fwd_ms, 1.0)},
                               {"bwd_tflops", r.tflops(r.bwd_ms, 2.5)},
                               {"fwdbwd_tflops", r.tflops(r.fwdbwd_ms, 3.5)}});

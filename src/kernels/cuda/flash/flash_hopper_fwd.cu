@@ -9,10 +9,11 @@
 // past its sequence's end (the last tile of a short sequence) skips the products and only keeps the barriers' count.
 // K and V stages are released separately (K after its S GEMM, V after its P V GEMM), so the producer refills K a
 // whole step before V.
-// The kernel walks (query block, head, sequence) tiles, heaviest query blocks first: persistent (one CTA per SM,
-// the producer loading the next tile's Q and K/V while the consumers finish the current one, so short sequences
-// such as a vision tower's 196 tokens do not pay a CTA's start and end for one or two key blocks), or one tile per
-// CTA for long causal rows (see run_hopper_fwd).
+// The kernel walks (query block, head, sequence) tiles, heaviest query blocks first, persistent: one CTA per SM, the
+// producer loading the next tile's Q and K/V while the consumers finish the current one, so a tile's start and end
+// (a vision tower's 196-token rows are one or two key blocks) overlap other work. Tiles come from a fixed list per
+// CTA, or, for causal rows of more than two query blocks, whose tiles differ in cost, from a global counter (see
+// run_hopper_fwd).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -31,8 +32,6 @@ namespace vlm::flash {
 
 namespace {
 
-constexpr int kProducerRegs = 24;
-
 template <int kHeadDim, bool kCausal, bool kWideKeys>
 struct HopperFwdShape {
   using Tile = HopperFwdTile<kHeadDim, kCausal, kWideKeys>;
@@ -40,15 +39,19 @@ struct HopperFwdShape {
   static constexpr int kConsumers = Tile::kConsumers, kConsumerWarps = 4 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   // The launch's register pool (65536 / kThreads per thread) moved to the consumers: 24 * 128 + 240 * 256 = 168 * 384
-  // with two; 24 * 128 + 160 * 384 = 126 * 512 with three.
-  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
+  // with two; 24 * 128 + 160 * 384 = 126 * 512 with three. Causal kernels give the producer 40, as it also runs the
+  // dynamic schedule (it spilled in 24), and their consumers 232 (128-key steps fit without spills).
+  static constexpr int kProducerRegs = kCausal ? 40 : 24;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? (kCausal ? 232 : 240) : (kCausal ? 152 : 160);
   static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte swizzle atoms are 64 bf16 wide
   static constexpr int kQElems = kBlockM * kHeadDim, kKvElems = kBlockN * kHeadDim;
+  // mbarriers: Q full and empty, K and V full and empty per stage; then the dynamic schedule's two tile slots.
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + 2 * (kQElems + 2 * kStages * kKvElems) +
-                                    8 * (2 + 4 * kStages);
+                                    8 * (2 + 4 * kStages) + 2 * 4;
   static_assert(kBlockM == 64 * kConsumers && kHeadDim % 64 == 0, "consumer warpgroups x 64 rows; 64-wide blocks");
   static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for two or three consumers");
-  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register pool");
+  static_assert((kProducerRegs + kConsumerRegs * kConsumers) * 128 <= 65536 / kThreads / 8 * 8 * kThreads,
+                "register pool");
 };
 
 template <int kHeadDim>
@@ -66,7 +69,7 @@ template <int kHeadDim, bool kCausal, bool kWideKeys>
 __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const FlashFwdParams p,
-                          bool query_block_slowest) {
+                          int group_heads, int* tile_counter) {
 #if VLM_FLASH_SM90A
   using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys>;
   using bf16 = __nv_bfloat16;
@@ -87,10 +90,21 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
   uint64_t* empty_k = full_v + kStages;
   uint64_t* empty_v = empty_k + kStages;
   uint64_t* empty_q = empty_v + kStages;
+  int* tile_slot = reinterpret_cast<int*>(empty_q + 1);  // [2]
+  // With tile_counter (causal kernels only), the producer takes tile indices from a global counter and hands each to
+  // the consumers through two slots (tile r in slot r % 2); otherwise every warp walks the CTA's fixed list. Per
+  // tile, the producer and every consumer thread meet once on named barrier kSlotBar: the producer has written the
+  // slot before it, the consumers read it after, and the producer writes that slot again only after the next
+  // meeting, which the consumers reach after reading it. (A hand-over on mbarriers or with named-barrier arrives
+  // was correct too, but compute-sanitizer's racecheck does not follow those orders and reported races.)
+  const bool dynamic = kCausal && tile_counter != nullptr;
+  constexpr int kSlotBar = 1 + kWG, kSlotThreads = 32 + 128 * kWG;
 
-  // Tile idx, heaviest query blocks first (the causal mask): with query_block_slowest (persistent causal rows, where
-  // the snake schedule balances the costs) the query block is the slowest index; otherwise the fastest, so CTAs
-  // running together share one head's K and V in L2; then head, then sequence.
+  // Tile idx: (head, sequence) pairs in groups of group_heads (the last group may be smaller); within a group the
+  // query block is the slow index, heaviest first (the causal mask), and the pair the fast one. group_heads = 1: one
+  // pair's query blocks after another, so CTAs running together share its K and V in L2; group_heads = all pairs:
+  // heaviest query blocks first over everything (causal fixed lists, where the snake walk balances the costs);
+  // between: the balance of the heaviest-first order with the L2 footprint of a group's K and V (run_hopper_fwd).
   const int heads_batch = p.n_heads_q * p.batch, num_m = (p.max_seqlen_q + kM - 1) / kM;
   const int num_tiles = num_m * heads_batch;
   struct Tile {
@@ -100,10 +114,11 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
   };
   auto tile_at = [&](int idx) {
     Tile tl;
-    const int rem = query_block_slowest ? idx % heads_batch : idx / num_m;
+    const int first = idx / (group_heads * num_m) * group_heads, size = min(group_heads, heads_batch - first);
+    const int in_group = idx - first * num_m, rem = first + in_group % size;
     tl.h = rem % p.n_heads_q;
     tl.sb = seq_bounds(p.cu_seqlens_q, p.cu_seqlens_k, rem / p.n_heads_q);
-    tl.m0 = (num_m - 1 - (query_block_slowest ? idx / heads_batch : idx % num_m)) * kM;
+    tl.m0 = (num_m - 1 - in_group / size) * kM;
     tl.valid = tl.m0 < tl.sb.q_len;
     tl.hk = tl.h / (p.n_heads_q / p.n_heads_kv);
     tl.diag = tl.sb.k_len - tl.sb.q_len;
@@ -129,24 +144,38 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
 
   if (wg == 0) {
     // ---- producer: one thread issues every TMA copy.
-    sm90::regs_dealloc<kProducerRegs>();
+    sm90::regs_dealloc<Shape::kProducerRegs>();
     if (tid == 0) {
       sm90::tma_prefetch_desc(&tm_q);
       sm90::tma_prefetch_desc(&tm_k);
       sm90::tma_prefetch_desc(&tm_v);
       int it = 0, q_loads = 0;  // key blocks and Q tiles loaded so far: they give the stages and parities
-      for (int r = 0; r * static_cast<int>(gridDim.x) < num_tiles; ++r) {
-        const int idx = snake_index(r, blockIdx.x, gridDim.x);
-        if (idx >= num_tiles) continue;
-        const Tile tl = tile_at(idx);
-        if (tl.n_blocks == 0) continue;
-        sm90::mbar_wait(empty_q, (q_loads & 1) ^ 1);
-        ++q_loads;
-        sm90::mbar_arrive_expect_tx(bar_q, Shape::kQElems * 2);
+      for (int r = 0; dynamic || r * static_cast<int>(gridDim.x) < num_tiles; ++r) {
+        int idx;
+        if (dynamic) {  // the next tile into the slot; one past the end tells the consumers to stop
+          idx = atomicAdd(tile_counter, 1);
+          tile_slot[r & 1] = idx;
+        } else {
+          idx = snake_index(r, blockIdx.x, gridDim.x);
+          if (idx >= num_tiles) continue;
+        }
+        Tile tl{};  // n_blocks 0 past the end
+        if (idx < num_tiles) tl = tile_at(idx);
+        // The slot's hand-over (dynamic): after this tile's Q and first kStages key blocks are on their way, when
+        // the consumers have finished the previous tile and freed those stages anyway.
+        auto hand_over = [&] {
+          if (dynamic) sm90::named_barrier_sync_divergent(kSlotBar, kSlotThreads);
+        };
+        if (tl.n_blocks > 0) {
+          sm90::mbar_wait(empty_q, (q_loads & 1) ^ 1);
+          ++q_loads;
+          sm90::mbar_arrive_expect_tx(bar_q, Shape::kQElems * 2);
 #pragma unroll
-        for (int c = 0; c < kCB; ++c)
-          sm90::tma_load_3d(sQ + c * kM * 64, &tm_q, bar_q, c * 64, tl.h, tl.sb.q_start + tl.m0);
+          for (int c = 0; c < kCB; ++c)
+            sm90::tma_load_3d(sQ + c * kM * 64, &tm_q, bar_q, c * 64, tl.h, tl.sb.q_start + tl.m0);
+        }
         for (int i = 0; i < tl.n_blocks; ++i, ++it) {
+          if (i == kStages) hand_over();
           const int nb = tl.n_blocks - 1 - i, s = it % kStages, k_row = tl.sb.k_start + nb * kN;
           const uint32_t phase = (it / kStages) & 1;
           bf16* k_dst = sK + s * Shape::kKvElems;
@@ -159,6 +188,11 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
           sm90::mbar_arrive_expect_tx(&full_v[s], Shape::kKvElems * 2);
 #pragma unroll
           for (int c = 0; c < kCB; ++c) sm90::tma_load_3d(v_dst + c * kN * 64, &tm_v, &full_v[s], c * 64, tl.hk, k_row);
+        }
+        if (tl.n_blocks <= kStages) hand_over();
+        if (dynamic && idx >= num_tiles) {
+          finish_tile_counter(tile_counter);
+          break;
         }
       }
     }
@@ -211,9 +245,16 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
     const int next_turn = kTurnBar + (cw + 1) % kWG;
     const bool last_wg = cw == kWG - 1;
     int it0 = 0, q_loads = 0;  // as the producer counts: key blocks and Q tiles consumed before this tile
-    for (int r = 0; r * static_cast<int>(gridDim.x) < num_tiles; ++r) {  // the producer's walk
-      const int idx = snake_index(r, blockIdx.x, gridDim.x);
-      if (idx >= num_tiles) continue;
+    for (int r = 0; dynamic || r * static_cast<int>(gridDim.x) < num_tiles; ++r) {  // the producer's walk
+      int idx;
+      if (dynamic) {
+        sm90::named_barrier_sync(kSlotBar, kSlotThreads);
+        idx = tile_slot[r & 1];
+        if (idx >= num_tiles) break;
+      } else {
+        idx = snake_index(r, blockIdx.x, gridDim.x);
+        if (idx >= num_tiles) continue;
+      }
       const Tile tl = tile_at(idx);
       if (!tl.valid) continue;
       const SeqBounds sb = tl.sb;
@@ -394,16 +435,38 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   const int64_t tiles = static_cast<int64_t>((p.max_seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM) * p.n_heads_q *
                         p.batch;
   VLM_CHECK(tiles <= INT32_MAX, "flash: ", tiles, " forward tiles exceed the persistent scheduler's int range");
-  // Persistent (one CTA per SM) unless causal with long rows: there the tiles' costs differ by up to max_seqlen / 128
-  // key blocks, and CTAs striding a fixed tile list drift apart (load imbalance, and their K/V no longer share L2),
-  // so each CTA takes one tile and the hardware hands out the next as SMs free up (measured 2026-12-03, d=128
-  // causal 16k: 402 TFLOP/s persistent vs 607 one tile per CTA; non-causal and short rows gain from persistence).
-  // Persistent causal tiles are walked heaviest query block first over all heads and sequences (snake_index).
-  const bool persistent = flash_persistent(!kCausal || p.max_seqlen_q <= 1024);
+  // Non-causal tiles cost the same: persistent CTAs walk fixed lists, one (head, sequence) pair's query blocks
+  // after another (CTAs running together share its K/V in L2). Causal rows of up to two query blocks (the text
+  // model's 177 tokens): fixed lists too, heaviest query block first over all pairs, walked in a snake (snake_index;
+  // 3% faster there than the counter). Longer causal rows differ in cost by up to max_seqlen / 128 key blocks, and
+  // CTAs striding a fixed list drift apart (d=128 causal 16k: 402 TFLOP/s against 607 one tile per CTA,
+  // 2026-12-03), so their persistent CTAs take tiles from a global counter, which balances like one tile per CTA and
+  // overlaps each tile's start and end with the previous one. The counter walks groups of pairs heaviest query block
+  // first, as many pairs as keep the group's K and V within kCausalGroupL2Bytes, so that the tiles handed out last
+  // are light ones of several pairs (2026-12-04, forward against the former one tile per CTA over 1k keys and fixed
+  // lists below, same call: d=128 causal 512 +8%, 1k +13%, 2k +12%, 4k +10%, 8k +7%, 16k +1%; d=64 2k +12%, 4k +7%;
+  // a group of one pair 2-7% slower at 2k-8k, heaviest first over all pairs 5-12% slower at 2k-4k (L2); budgets of
+  // 8, 16 and 32 MB within 2% of each other, 8 MB the best at 8k).
+  // VLM_FLASH_PERSISTENT=0 launches one CTA per tile; VLM_FLASH_DYNAMIC=0 gives causal rows the former choice (one
+  // tile per CTA over 1k keys, fixed lists below), =1 the counter for every causal problem;
+  // VLM_FLASH_CAUSAL_GROUP=n sets the pairs per group.
+  const int heads_batch = p.n_heads_q * p.batch;
+  const bool dynamic = kCausal && flash_dynamic(p.max_seqlen_q > 2 * Shape::kBlockM) && flash_persistent(true);
+  const bool persistent = dynamic || flash_persistent(!(kCausal && p.max_seqlen_q > 1024));
+  int group = 1;
+  if (dynamic) {
+    constexpr int64_t kCausalGroupL2Bytes = 8 << 20;
+    const int64_t kv_bytes = 2 * static_cast<int64_t>(p.max_seqlen_k) * kHeadDim * 2;
+    group = flash_causal_group(static_cast<int>(std::clamp<int64_t>(kCausalGroupL2Bytes / kv_bytes, 1, heads_batch)));
+  } else if (persistent && kCausal) {
+    group = heads_batch;
+  }
+  group = std::min(group, heads_batch);
   const dim3 grid(static_cast<unsigned>(persistent ? std::min<int64_t>(tiles, sm_count()) : tiles));
   auto kernel = flash_fwd_sm90_kernel<kHeadDim, kCausal, kWideKeys>;
   VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
-  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, p, persistent && kCausal);
+  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, p, group,
+                                                                 dynamic ? flash_tile_counter(stream) : nullptr);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

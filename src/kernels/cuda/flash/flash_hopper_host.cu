@@ -5,6 +5,10 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "core/cuda_check.h"
 #include "core/env.h"
 
@@ -91,6 +95,30 @@ bool flash_persistent(bool automatic) {
 bool flash_wide_keys(bool automatic) {
   static const int forced = env_int("VLM_FLASH_WIDE_KEYS", -1, 0, 1);  // -1: unset
   return forced < 0 ? automatic : forced == 1;
+}
+
+bool flash_dynamic(bool automatic) {
+  static const int forced = env_int("VLM_FLASH_DYNAMIC", -1, 0, 1);  // -1: unset
+  return forced < 0 ? automatic : forced == 1;
+}
+
+int flash_causal_group(int automatic) {
+  static const int forced = env_int("VLM_FLASH_CAUSAL_GROUP", 0, 0, 1 << 30);  // 0: unset
+  return forced > 0 ? forced : automatic;
+}
+
+int* flash_tile_counter(cudaStream_t stream) {
+  int dev = 0;
+  VLM_CUDA_CHECK(cudaGetDevice(&dev));
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, int*> counters;  // kept for the process
+  std::lock_guard<std::mutex> lock(mu);
+  int*& counter = counters[{dev, stream}];
+  if (counter == nullptr) {
+    VLM_CUDA_CHECK(cudaMalloc(&counter, 2 * sizeof(int)));
+    VLM_CUDA_CHECK(cudaMemset(counter, 0, 2 * sizeof(int)));  // synchronous: in place before any launch uses it
+  }
+  return counter;
 }
 
 bool device_is_sm90() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -33,6 +34,20 @@ bool flash_persistent(bool automatic);
 // The Hopper forward's key step for non-causal rows: `automatic` (wide steps for long rows, flash_tiles.h) unless
 // VLM_FLASH_WIDE_KEYS is 0 (always 128 keys) or 1 (always the wide step), for tests and A/B runs. Read once.
 bool flash_wide_keys(bool automatic);
+
+// Whether the Hopper forward's causal tiles come from a global counter (persistent CTAs taking the next tile as
+// they finish one): `automatic` (rows of more than two query blocks) unless VLM_FLASH_DYNAMIC is 0 or 1, for tests
+// and A/B runs. Read once.
+bool flash_dynamic(bool automatic);
+
+// The (head, sequence) pairs per group in the forward's dynamic causal order: `automatic` unless
+// VLM_FLASH_CAUSAL_GROUP is set to a positive count, for A/B runs. Read once.
+int flash_causal_group(int automatic);
+
+// Two device ints for the dynamic tile schedule {next tile, CTAs done}, one pair per device and stream (so kernels on
+// two streams never share one). Zero when allocated; every kernel that uses them leaves them zero again (its last
+// CTA resets them), so no memset runs before a launch.
+int* flash_tile_counter(cudaStream_t stream);
 
 // True when the current device is compute capability 9.0 (H100 / H200), which the sm_90a code needs.
 bool device_is_sm90();

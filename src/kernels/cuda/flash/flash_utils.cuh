@@ -147,6 +147,18 @@ __device__ __forceinline__ int snake_index(int round, int cta, int ctas) {
   return round * ctas + ((round & 1) ? ctas - 1 - cta : cta);
 }
 
+// A dynamic schedule's end (flash_tile_counter's pair {next index, CTAs done}): each CTA calls this once, after the
+// index past the end, so the last of them leaves the pair at zero for the next launch; the fences order its counter
+// updates against the other CTAs'.
+__device__ __forceinline__ void finish_tile_counter(int* counter) {
+  __threadfence();
+  if (atomicAdd(counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+    __threadfence();
+    atomicExch(counter, 0);
+    atomicExch(counter + 1, 0);
+  }
+}
+
 // Copies a tile of kRows x kCols (kCols a multiple of 8) from global rows into shared memory with row pitch
 // kPitch elements. Rows >= n_rows and columns >= n_cols are zero-filled.
 template <int kRows, int kCols, int kPitch, int kThreads, class Element>

@@ -132,11 +132,19 @@ __device__ __forceinline__ uint32_t opaque_u32(uint32_t v) {
 __device__ __forceinline__ void named_barrier_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
-// Makes this thread's ordinary shared-memory stores visible to the async proxy (wgmma, TMA) after a barrier.
 // Arrives at a named barrier without waiting (the other side of a named_barrier_sync with the same count).
 __device__ __forceinline__ void named_barrier_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+// The same for a warp of which only some threads run (a single-thread producer; the others may have exited): the
+// warp still counts as 32 threads.
+__device__ __forceinline__ void named_barrier_sync_divergent(int id, int count) {
+  asm volatile("barrier.cta.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive_divergent(int id, int count) {
+  asm volatile("barrier.cta.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+// Makes this thread's ordinary shared-memory stores visible to the async proxy (wgmma, TMA) after a barrier.
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // ---- register reallocation between warpgroups --------------------------------------------------------------------
