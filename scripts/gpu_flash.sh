@@ -74,11 +74,25 @@ for step in "${steps[@]}"; do
       ;;
     bench)
       note "bench (peer: PyTorch SDPA, same run)"
+      # The SM clock, power and clock-event reasons every 200 ms while both run (slow spells of about a second were
+      # seen to land on single rows): clocks.csv, summarized below.
+      reasons=clocks_event_reasons.active
+      nvidia-smi --help-query-gpu | grep -q "$reasons" || reasons=clocks_throttle_reasons.active
+      nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,$reasons --format=csv,noheader -lms 200 \
+        >"$OUT/clocks.csv" 2>/dev/null &
+      smi=$!
       PYTHONUNBUFFERED=1 run python3 bench/peers/attention_sdpa.py --json "$OUT/peer.json" "${BENCH_EXTRA[@]}" \
         >"$OUT/peer.log" 2>&1 || { status=1; tail -5 "$OUT/peer.log"; }
+      echo "ours from $(date +%H:%M:%S.%N | cut -c1-12)" >>"$OUT/peer.log"
       run "$BIN/bench_attention" --peer-json "$OUT/peer.json" --json "$OUT/ours.json" "${BENCH_EXTRA[@]}" \
         >"$OUT/bench.log" 2>&1 || status=1
+      kill "$smi" 2>/dev/null
       cat "$OUT/peer.log" "$OUT/bench.log" | tee -a "$OUT/summary.log" >/dev/null
+      awk -F', ' '{ split($2, c, " "); split($3, w, " "); n++; s += c[1]; if (n == 1 || c[1] < lo) lo = c[1];
+                    if (w[1] > hi) hi = w[1]; r[$5]++ }
+                  END { printf "SM clock over %d samples: mean %.0f MHz, min %d; power max %.0f W; event reasons:", n,
+                        s / (n ? n : 1), lo, hi; for (k in r) printf " %s x%d", k, r[k]; print "" }' "$OUT/clocks.csv" \
+        | tee -a "$OUT/summary.log"
       sed -n '/^| d |/,$p' "$OUT/bench.log"
       ;;
     ncu)

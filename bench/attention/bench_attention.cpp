@@ -1,7 +1,7 @@
 // `vlm bench attention` (see bench_attention.h). FLOP convention (flash-attention's benchmark, ANCHORS.md):
-// fwd = 4 * b * h * s^2 * d, halved when causal; bwd = 2.5 * fwd; fwd+bwd = 3.5 * fwd. Times are the median of
-// --iters runs after --warmup, measured with CUDA events around each call; the fwd+bwd run also times its two
-// halves (an event between them), printed beside it.
+// fwd = 4 * b * h * s^2 * d, halved when causal; bwd = 2.5 * fwd; fwd+bwd = 3.5 * fwd. Times are medians of --iters
+// rounds after --warmup, measured with CUDA events; each round times the forward, the backward and the two back to
+// back (whose halves are printed beside it), interleaved (see time_interleaved).
 #include "bench/attention/bench_attention.h"
 
 #include <cuda_runtime.h>
@@ -121,57 +121,50 @@ double median(std::vector<float> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// Median milliseconds of `fn` over `iters` runs after `warmup` runs.
-double time_ms(const std::function<void()>& fn, int warmup, int iters) {
-  for (int i = 0; i < warmup; ++i) fn();
-  cudaEvent_t a, b;
-  VLM_CUDA_CHECK(cudaEventCreate(&a));
-  VLM_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < iters; ++i) {
-    VLM_CUDA_CHECK(cudaEventRecord(a));
-    fn();
-    VLM_CUDA_CHECK(cudaEventRecord(b));
-    VLM_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    VLM_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  VLM_CUDA_CHECK(cudaEventDestroy(a));
-  VLM_CUDA_CHECK(cudaEventDestroy(b));
-  return median(ms);
-}
-
-// Medians of `first(); second();` back to back: the whole and each half (an event between them), after `warmup`
-// runs. The halves show which side a combined run loses time on against the two timed alone.
-struct PairTimes {
-  double total_ms, first_ms, second_ms;
+// Medians over `iters` rounds (after `warmup`) of the forward alone, the backward alone, and the two back to back
+// (whole and halves, an event between them). The three are interleaved within each round, so a slow spell of the GPU
+// (power or clock events last about a second and once fell on every run's 8k row) lands on all of them alike
+// instead of on whichever was being timed then.
+struct Timings {
+  double fwd_ms, bwd_ms, fwdbwd_ms, fwdbwd_fwd_ms, fwdbwd_bwd_ms;
 };
-PairTimes time_pair_ms(const std::function<void()>& first, const std::function<void()>& second, int warmup,
-                       int iters) {
+Timings time_interleaved(const std::function<void()>& fwd, const std::function<void()>& bwd, int warmup, int iters) {
   for (int i = 0; i < warmup; ++i) {
-    first();
-    second();
+    fwd();
+    bwd();
   }
-  cudaEvent_t ev[3];
+  // Events: fwd alone [0, 1], bwd alone [2, 3], the pair [4, 5, 6] (5 between its halves).
+  cudaEvent_t ev[7];
   for (cudaEvent_t& e : ev) VLM_CUDA_CHECK(cudaEventCreate(&e));
-  std::vector<float> total, a, b;
+  auto elapsed = [&](int a, int b) {
+    float t = 0;
+    VLM_CUDA_CHECK(cudaEventElapsedTime(&t, ev[a], ev[b]));
+    return t;
+  };
+  std::vector<float> f, g, fg, fg_f, fg_g;
   for (int i = 0; i < iters; ++i) {
     VLM_CUDA_CHECK(cudaEventRecord(ev[0]));
-    first();
+    fwd();
     VLM_CUDA_CHECK(cudaEventRecord(ev[1]));
-    second();
+    VLM_CUDA_CHECK(cudaEventSynchronize(ev[1]));
     VLM_CUDA_CHECK(cudaEventRecord(ev[2]));
-    VLM_CUDA_CHECK(cudaEventSynchronize(ev[2]));
-    float t0 = 0, t1 = 0;
-    VLM_CUDA_CHECK(cudaEventElapsedTime(&t0, ev[0], ev[1]));
-    VLM_CUDA_CHECK(cudaEventElapsedTime(&t1, ev[1], ev[2]));
-    a.push_back(t0);
-    b.push_back(t1);
-    total.push_back(t0 + t1);
+    bwd();
+    VLM_CUDA_CHECK(cudaEventRecord(ev[3]));
+    VLM_CUDA_CHECK(cudaEventSynchronize(ev[3]));
+    VLM_CUDA_CHECK(cudaEventRecord(ev[4]));
+    fwd();
+    VLM_CUDA_CHECK(cudaEventRecord(ev[5]));
+    bwd();
+    VLM_CUDA_CHECK(cudaEventRecord(ev[6]));
+    VLM_CUDA_CHECK(cudaEventSynchronize(ev[6]));
+    f.push_back(elapsed(0, 1));
+    g.push_back(elapsed(2, 3));
+    fg_f.push_back(elapsed(4, 5));
+    fg_g.push_back(elapsed(5, 6));
+    fg.push_back(fg_f.back() + fg_g.back());
   }
   for (cudaEvent_t e : ev) VLM_CUDA_CHECK(cudaEventDestroy(e));
-  return {median(total), median(a), median(b)};
+  return {median(f), median(g), median(fg), median(fg_f), median(fg_g)};
 }
 
 struct Result {
@@ -275,13 +268,12 @@ Result measure(const Options& opt, int d, bool causal, int s) {
   auto name = [](flash::FlashPath p) { return p == flash::FlashPath::hopper ? "hopper" : "portable"; };
   r.path = std::string(name(flash::flash_fwd_path(f))) + "/" + name(flash::flash_bwd_path(g));
   r.fwd_flops = 4.0 * b * h * static_cast<double>(s) * s * d * (causal ? 0.5 : 1.0);
-  r.fwd_ms = time_ms(fwd, opt.warmup, opt.iters);
-  fwd();
-  r.bwd_ms = time_ms(bwd, opt.warmup, opt.iters);
-  const PairTimes pair = time_pair_ms(fwd, bwd, opt.warmup, opt.iters);
-  r.fwdbwd_ms = pair.total_ms;
-  r.fwdbwd_fwd_ms = pair.first_ms;
-  r.fwdbwd_bwd_ms = pair.second_ms;
+  const Timings tm = time_interleaved(fwd, bwd, opt.warmup, opt.iters);
+  r.fwd_ms = tm.fwd_ms;
+  r.bwd_ms = tm.bwd_ms;
+  r.fwdbwd_ms = tm.fwdbwd_ms;
+  r.fwdbwd_fwd_ms = tm.fwdbwd_fwd_ms;
+  r.fwdbwd_bwd_ms = tm.fwdbwd_bwd_ms;
   VLM_CUDA_CHECK(cudaDeviceSynchronize());
   return r;
 }

@@ -4,7 +4,8 @@
 Measures the cuDNN and FlashAttention-2 backends (torch.nn.attention.sdpa_kernel) on the shapes of our benchmark:
 bf16, [batch, seqlen, heads, head_dim] tensors viewed as [b, h, s, d] (our packed layout), batch * seqlen = tokens,
 heads * head_dim = hidden. FLOPs: fwd = 4 * b * h * s^2 * d (halved when causal), bwd = 2.5 * fwd, fwd+bwd = 3.5 * fwd.
-Times are the median of --iters runs after --warmup, with CUDA events.
+Times are medians of --iters rounds after --warmup, with CUDA events; each round times the forward, the backward and
+the two together, interleaved, as `vlm bench attention` does, so a slow spell of the GPU lands on all three alike.
 """
 import argparse
 import json
@@ -22,18 +23,21 @@ def ints(text):
     return [int(x) for x in text.split(",") if x]
 
 
-def time_ms(fn, warmup, iters):
+def time_interleaved(fns, warmup, iters):
+    """Median milliseconds of each of fns, timed one after another in every round."""
     for _ in range(warmup):
-        fn()
-    times = []
+        for fn in fns:
+            fn()
+    times = [[] for _ in fns]
     for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+        for fn, out in zip(fns, times):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b))
+    return [statistics.median(t) for t in times]
 
 
 def measure(backend, d, causal, s, args):
@@ -52,9 +56,7 @@ def measure(backend, d, causal, s, args):
         def fwdbwd():
             o = attend()
             torch.autograd.grad(o, (q, k, v), dout)
-        fwd_ms = time_ms(fwd, args.warmup, args.iters)
-        bwd_ms = time_ms(bwd, args.warmup, args.iters)
-        fwdbwd_ms = time_ms(fwdbwd, args.warmup, args.iters)
+        fwd_ms, bwd_ms, fwdbwd_ms = time_interleaved([fwd, bwd, fwdbwd], args.warmup, args.iters)
     flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
     tf = lambda ms, mult: flops * mult / (ms * 1e-3) / 1e12
     return {"backend": backend, "head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h,
