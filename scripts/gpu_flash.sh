@@ -3,12 +3,14 @@
 # compute-sanitizer (memcheck, racecheck) over the test suite, the benchmark with the PyTorch SDPA peer in the same
 # run, and an Nsight Compute profile. Binaries come prebuilt for sm_90a (see the copy step below); logs go to $OUT.
 #
-#   scripts/gpu_flash.sh [step ...]      steps: info tests sanitize bench ncu   (default: info tests sanitize bench)
+#   scripts/gpu_flash.sh [step ...]      steps: info tests sanitize bench kernels ncu
+#                                        (default: info tests sanitize bench)
 #
 # Environment: FLASH_BIN (default .carry/flash: flash_gpu_test, flash_reference_test, bench_attention, lib/),
 # OUT (default ./gpu_flash_out), BENCH_ARGS (extra arguments for bench_attention and the peer, e.g.
 # "--head-dims 128 --seqlens 4096"), SAN_FILTER (gtest filter for the sanitizer runs, default the "san" cases),
-# STEP_TIMEOUT (seconds per program, default 300). VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs
+# STEP_TIMEOUT (seconds per program, default 300), KERNEL_SHAPES (the kernels step's "d causal seqlen" triples,
+# comma-separated; default "128 yes 2048,128 yes 8192,128 no 2048,128 no 8192,64 yes 4096"). VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs
 # the Hopper cases under both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step and VLM_FLASH_DYNAMIC=0/1 its causal
 # tile counter (tests and sanitize run them with 1 too).
 # To prepare the binaries on the build machine:
@@ -94,6 +96,29 @@ for step in "${steps[@]}"; do
                         s / (n ? n : 1), lo, hi; for (k in r) printf " %s x%d", k, r[k]; print "" }' "$OUT/clocks.csv" \
         | tee -a "$OUT/summary.log"
       sed -n '/^| d |/,$p' "$OUT/bench.log"
+      ;;
+    kernels)
+      # Each kernel's duration alone on the GPU (ncu, boost clocks), ours and cuDNN's through the SDPA peer: event
+      # timings of the peer include Python's and autograd's host time between kernels, so this is the like-for-like
+      # comparison of the kernels themselves.
+      IFS=, read -r -a shapes <<<"${KERNEL_SHAPES:-128 yes 2048,128 yes 8192,128 no 2048,128 no 8192,64 yes 4096}"
+      for shape in "${shapes[@]}"; do
+        read -r d causal seqlen <<<"$shape"
+        note "kernel durations: d=$d causal=$causal s=$seqlen (median over launches, us)"
+        args=(--head-dims "$d" --causal "$causal" --seqlens "$seqlen" --iters 3 --warmup 1)
+        for side in cudnn ours; do
+          if [ $side = cudnn ]; then
+            cmd=(python3 bench/peers/attention_sdpa.py --backends cudnn "${args[@]}")
+          else
+            cmd=("$BIN/bench_attention" "${args[@]}")
+          fi
+          run ncu --csv --clock-control none --metrics gpu__time_duration.sum "${cmd[@]}" >"$OUT/kernels_$side.csv" \
+            2>"$OUT/kernels_$side.log" || status=1
+          echo "  $side:" | tee -a "$OUT/summary.log"
+          python3 "$(dirname "$0")/kernel_profile.py" "$OUT/kernels_$side.csv" --medians --min-us 20 \
+            | grep -v "fill_kernel\|distribution_elementwise" | tee -a "$OUT/summary.log"
+        done
+      done
       ;;
     ncu)
       note "ncu (d=128, s=4096, one launch of each kernel)"

@@ -10,11 +10,16 @@ whose name matches --marker (default: the patch extraction that starts every tra
 last complete step (between the last two markers) is reported, or everything when fewer than two markers appear.
 Prints the time per category (GEMM, attention, norms, ...) and the --top kernels by time with their call counts.
 scripts/gpu_kernel_profile.sh runs ncu and this on the GPU machine.
+
+With --medians it prints instead each kernel's median duration over all launches, in order of first launch (kernels
+whose median is under --min-us left out): the true per-kernel times of a benchmark, free of the host-side gaps that
+event timings include (scripts/gpu_flash.sh's `kernels` step compares ours and cuDNN's attention kernels so).
 """
 import argparse
 import collections
 import csv
 import re
+import statistics
 import sys
 
 # (category, pattern on the kernel's name): the first match wins.
@@ -95,13 +100,28 @@ def category_of(name):
     return "other"
 
 
+def print_medians(launches, min_us):
+    durations = collections.OrderedDict()  # in order of first launch
+    for name, _, us in launches:
+        durations.setdefault(short_name(name), []).append(us)
+    print(f"{'median us':>10} {'calls':>6}  kernel")
+    for name, values in durations.items():
+        if statistics.median(values) >= min_us:
+            print(f"{statistics.median(values):10.1f} {len(values):6d}  {name[:100]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("csv", help="ncu --csv --metrics gpu__time_duration.sum output")
     ap.add_argument("--marker", default="image_to_patches", help="regex of the kernel that starts each step")
     ap.add_argument("--top", type=int, default=30, help="kernels listed (default 30)")
+    ap.add_argument("--medians", action="store_true", help="each kernel's median duration over all launches")
+    ap.add_argument("--min-us", type=float, default=0.0, help="with --medians: leave out kernels below this median")
     args = ap.parse_args()
     launches = read_launches(args.csv)
+    if args.medians:
+        print_medians(launches, args.min_us)
+        return
     starts = [i for i, (name, _, _) in enumerate(launches) if re.search(args.marker, name)]
     if len(starts) >= 2:
         first, last = starts[-2], starts[-1]

@@ -34,6 +34,13 @@ echo "$out" | grep -q "flash_fwd_sm90_kernel<64, true> (1, 1, 1)" || fail "short
 out=$(python3 "$prof" "$dir/ok.csv" --marker no_such_kernel) || fail "exit status $? without markers"
 echo "$out" | grep -q "^all 9 launches (fewer than two 'no_such_kernel' launches" || fail "no markers: $out"
 
+out=$(python3 "$prof" "$dir/ok.csv" --medians) || fail "exit status $? with --medians"
+echo "$out" | sed -n 2p | grep -Eq "^ +5\.0 +3  image_to_patches_kernel<bf16>$" || fail "first launched, median of 5, 2, 7 us: $out"
+echo "$out" | grep -Eq "^ +70\.0 +4  nvjet_sm90_tst_128x160$" || fail "median of 100, 40, 20, 999 us: $out"
+out=$(python3 "$prof" "$dir/ok.csv" --medians --min-us 6) || fail "exit status $? with --min-us"
+echo "$out" | grep -q image_to_patches && fail "--min-us 6 leaves out a 5 us median: $out"
+echo "$out" | grep -Eq "^ +8\.0 +1  norm_backward_warp_kernel<bf16, 3, 0, 1>$" || fail "--min-us 6 keeps 8 us: $out"
+
 expect_refusal() {  # file, text the message must contain
   msg=$(python3 "$prof" "$1" 2>&1) && fail "accepted $1"
   echo "$msg" | grep -q "$2" || fail "message for $1 lacks '$2': $msg"
