@@ -434,7 +434,8 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
                                          Shape::kBlockN);
   const int64_t tiles = static_cast<int64_t>((p.max_seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM) * p.n_heads_q *
                         p.batch;
-  VLM_CHECK(tiles <= INT32_MAX, "flash: ", tiles, " forward tiles exceed the persistent scheduler's int range");
+  // The dynamic schedule's counter runs one index past the end per CTA.
+  VLM_CHECK(tiles <= INT32_MAX - sm_count(), "flash: ", tiles, " forward tiles exceed the scheduler's int range");
   // Non-causal tiles cost the same: persistent CTAs walk fixed lists, one (head, sequence) pair's query blocks
   // after another (CTAs running together share its K/V in L2). Causal rows of up to two query blocks (the text
   // model's 177 tokens): fixed lists too, heaviest query block first over all pairs, walked in a snake (snake_index;
