@@ -9,7 +9,7 @@
 # Environment: FLASH_BIN (default .carry/flash: flash_gpu_test, flash_reference_test, bench_attention, lib/),
 # OUT (default ./gpu_flash_out), BENCH_ARGS (extra arguments for bench_attention and the peer, e.g.
 # "--head-dims 128 --seqlens 4096"), SAN_FILTER (gtest filter for the sanitizer runs, default the "san" cases),
-# STEP_TIMEOUT (seconds per program, default 300), KERNEL_SHAPES (the kernels step's "d causal seqlen" triples,
+# STEP_TIMEOUT (seconds per program, default 300), KEEP_LOGS=1 (keep every log even when all passed), KERNEL_SHAPES (the kernels step's "d causal seqlen" triples,
 # comma-separated; default "128 yes 2048,128 yes 8192,128 no 2048,128 no 8192,64 yes 4096"). VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs
 # the Hopper cases under both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step and VLM_FLASH_DYNAMIC=0/1 its causal
 # tile counter (tests and sanitize run them with 1 too).
@@ -25,6 +25,7 @@ STEP_TIMEOUT=${STEP_TIMEOUT:-300}  # seconds per program, so a hung kernel canno
 run() { timeout -k 5 "$STEP_TIMEOUT" "$@"; }
 read -r -a BENCH_EXTRA <<<"${BENCH_ARGS:-}"
 mkdir -p "$OUT"
+: >>"$OUT/summary.log"
 export LD_LIBRARY_PATH="$BIN/lib:${LD_LIBRARY_PATH:-}"
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(info tests sanitize bench)
@@ -135,4 +136,12 @@ for step in "${steps[@]}"; do
       ;;
   esac
 done
+# The device tool returns only the output's tail and a few files: the whole summary goes last, and unless KEEP_LOGS=1
+# the full logs of a run that passed are dropped (their summaries are in summary.log), leaving summary.log, the
+# bench's two JSON files and clocks.csv.
+if [ "$status" = 0 ] && [ "${KEEP_LOGS:-0}" != 1 ]; then
+  rm -f "$OUT"/tests.log "$OUT"/sanitize_*.log "$OUT"/kernels_*.csv "$OUT"/kernels_*.log "$OUT"/peer.log "$OUT"/bench.log
+fi
+printf '\n==== summary (%s)\n' "$OUT/summary.log"
+cat "$OUT/summary.log"
 exit $status
