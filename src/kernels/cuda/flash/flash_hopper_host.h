@@ -45,8 +45,9 @@ bool flash_dynamic(bool automatic);
 int flash_causal_group(int automatic);
 
 // Two device ints for the dynamic tile schedule {next tile, CTAs done}, one pair per device and stream (so kernels on
-// two streams never share one). Zero when allocated; every kernel that uses them leaves them zero again (its last
-// CTA resets them), so no memset runs before a launch.
+// two streams never share one). Zero when allocated (on a stream's first use: not inside a CUDA graph capture, which
+// forbids cudaMalloc; nothing here captures graphs); every kernel that uses them leaves them zero again (its last
+// CTA resets them), so no memset runs before a launch and a captured launch would replay correctly.
 int* flash_tile_counter(cudaStream_t stream);
 
 // True when the current device is compute capability 9.0 (H100 / H200), which the sm_90a code needs.
