@@ -34,6 +34,7 @@ struct Options {
   std::vector<int> seqlens{512, 1024, 2048, 4096, 8192, 16384};
   std::vector<int> causal{0, 1};
   int tokens = 16384, hidden = 2048, kv_heads = 0, iters = 10, warmup = 3;  // kv_heads 0: as many as q heads
+  int repeat = 1;  // calls per timed sample
   std::string path = "auto", peer_json, json_out, peer_script = "bench/peers/attention_sdpa.py";
   bool run_peer = false, deterministic = false;
 };
@@ -85,6 +86,8 @@ const std::vector<OptionSpec>& option_specs() {
        [](Options& o, const std::string& v) { return parse_int(v, &o.iters); }, nullptr},
       {"--warmup", "untimed runs first (default 3)", [](Options& o, const std::string& v) { return parse_int(v, &o.warmup); },
        nullptr},
+      {"--repeat", "calls back to back per timed sample, time per call reported (default 1; more hides host time)",
+       [](Options& o, const std::string& v) { return parse_int(v, &o.repeat); }, nullptr},
       {"--path", "auto, portable or hopper (default auto)",
        [](Options& o, const std::string& v) {
          o.path = v;
@@ -122,45 +125,54 @@ double median(std::vector<float> v) {
 }
 
 // Medians over `iters` rounds (after `warmup`) of the forward alone, the backward alone, and the two back to back
-// (whole and halves, an event between them). The three are interleaved within each round, so a slow spell of the GPU
+// (whole and halves, events between them). The three are interleaved within each round, so a slow spell of the GPU
 // (power or clock events last about a second and once fell on every run's 8k row) lands on all of them alike
-// instead of on whichever was being timed then.
+// instead of on whichever was being timed then. Each sample runs its call `repeat` times back to back and reports
+// the time per call: with repeat > 1 the host enqueues the later calls while the GPU runs the earlier ones, so the
+// host-side time between kernels (ours: tensor maps, launches) is hidden as it is in a training step.
 struct Timings {
   double fwd_ms, bwd_ms, fwdbwd_ms, fwdbwd_fwd_ms, fwdbwd_bwd_ms;
 };
-Timings time_interleaved(const std::function<void()>& fwd, const std::function<void()>& bwd, int warmup, int iters) {
+Timings time_interleaved(const std::function<void()>& fwd, const std::function<void()>& bwd, int warmup, int iters,
+                         int repeat) {
   for (int i = 0; i < warmup; ++i) {
     fwd();
     bwd();
   }
-  // Events: fwd alone [0, 1], bwd alone [2, 3], the pair [4, 5, 6] (5 between its halves).
-  cudaEvent_t ev[7];
+  // Events: one before a sample and one after each call (the pair: after each forward and each backward).
+  std::vector<cudaEvent_t> ev(2 * static_cast<size_t>(repeat) + 1);
   for (cudaEvent_t& e : ev) VLM_CUDA_CHECK(cudaEventCreate(&e));
-  auto elapsed = [&](int a, int b) {
+  auto elapsed = [&](size_t a, size_t b) {
     float t = 0;
     VLM_CUDA_CHECK(cudaEventElapsedTime(&t, ev[a], ev[b]));
     return t;
   };
-  std::vector<float> f, g, fg, fg_f, fg_g;
-  for (int i = 0; i < iters; ++i) {
+  auto sample = [&](const std::function<void()>& fn) {  // ms per call
     VLM_CUDA_CHECK(cudaEventRecord(ev[0]));
-    fwd();
+    for (int k = 0; k < repeat; ++k) fn();
     VLM_CUDA_CHECK(cudaEventRecord(ev[1]));
     VLM_CUDA_CHECK(cudaEventSynchronize(ev[1]));
-    VLM_CUDA_CHECK(cudaEventRecord(ev[2]));
-    bwd();
-    VLM_CUDA_CHECK(cudaEventRecord(ev[3]));
-    VLM_CUDA_CHECK(cudaEventSynchronize(ev[3]));
-    VLM_CUDA_CHECK(cudaEventRecord(ev[4]));
-    fwd();
-    VLM_CUDA_CHECK(cudaEventRecord(ev[5]));
-    bwd();
-    VLM_CUDA_CHECK(cudaEventRecord(ev[6]));
-    VLM_CUDA_CHECK(cudaEventSynchronize(ev[6]));
-    f.push_back(elapsed(0, 1));
-    g.push_back(elapsed(2, 3));
-    fg_f.push_back(elapsed(4, 5));
-    fg_g.push_back(elapsed(5, 6));
+    return elapsed(0, 1) / static_cast<float>(repeat);
+  };
+  std::vector<float> f, g, fg, fg_f, fg_g;
+  for (int i = 0; i < iters; ++i) {
+    f.push_back(sample(fwd));
+    g.push_back(sample(bwd));
+    VLM_CUDA_CHECK(cudaEventRecord(ev[0]));
+    for (size_t k = 0; k < static_cast<size_t>(repeat); ++k) {
+      fwd();
+      VLM_CUDA_CHECK(cudaEventRecord(ev[2 * k + 1]));
+      bwd();
+      VLM_CUDA_CHECK(cudaEventRecord(ev[2 * k + 2]));
+    }
+    VLM_CUDA_CHECK(cudaEventSynchronize(ev.back()));
+    float first = 0, second = 0;
+    for (size_t k = 0; k < static_cast<size_t>(repeat); ++k) {
+      first += elapsed(2 * k, 2 * k + 1);
+      second += elapsed(2 * k + 1, 2 * k + 2);
+    }
+    fg_f.push_back(first / static_cast<float>(repeat));
+    fg_g.push_back(second / static_cast<float>(repeat));
     fg.push_back(fg_f.back() + fg_g.back());
   }
   for (cudaEvent_t e : ev) VLM_CUDA_CHECK(cudaEventDestroy(e));
@@ -268,7 +280,7 @@ Result measure(const Options& opt, int d, bool causal, int s) {
   auto name = [](flash::FlashPath p) { return p == flash::FlashPath::hopper ? "hopper" : "portable"; };
   r.path = std::string(name(flash::flash_fwd_path(f))) + "/" + name(flash::flash_bwd_path(g));
   r.fwd_flops = 4.0 * b * h * static_cast<double>(s) * s * d * (causal ? 0.5 : 1.0);
-  const Timings tm = time_interleaved(fwd, bwd, opt.warmup, opt.iters);
+  const Timings tm = time_interleaved(fwd, bwd, opt.warmup, opt.iters, opt.repeat);
   r.fwd_ms = tm.fwd_ms;
   r.bwd_ms = tm.bwd_ms;
   r.fwdbwd_ms = tm.fwdbwd_ms;
@@ -337,7 +349,8 @@ int bench_attention_main(int argc, char** argv) {
                             join(opt.seqlens) + " --tokens " + std::to_string(opt.tokens) + " --hidden " +
                             std::to_string(opt.hidden) + " --kv-heads " + std::to_string(opt.kv_heads) + " --causal " +
                             (opt.causal.size() == 2 ? "both" : opt.causal[0] ? "yes" : "no") + " --iters " +
-                            std::to_string(opt.iters) + " --warmup " + std::to_string(opt.warmup) + " --json " +
+                            std::to_string(opt.iters) + " --warmup " + std::to_string(opt.warmup) + " --repeat " +
+                            std::to_string(opt.repeat) + " --json " +
                             opt.peer_json;
     std::printf("running the peer: %s\n", cmd.c_str());
     std::fflush(stdout);
@@ -353,8 +366,10 @@ int bench_attention_main(int argc, char** argv) {
 
   cudaDeviceProp prop{};
   VLM_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("attention benchmark on %s: tokens %d, hidden %d, median of %d after %d warm-up%s\n", prop.name,
-              opt.tokens, opt.hidden, opt.iters, opt.warmup, opt.deterministic ? ", deterministic backward" : "");
+  std::printf("attention benchmark on %s: tokens %d, hidden %d, median of %d rounds (%d call%s each) after %d "
+              "warm-up%s\n",
+              prop.name, opt.tokens, opt.hidden, opt.iters, opt.repeat, opt.repeat == 1 ? "" : "s", opt.warmup,
+              opt.deterministic ? ", deterministic backward" : "");
   std::vector<Result> results;
   for (int d : opt.head_dims)
     for (int causal : opt.causal)

@@ -23,8 +23,9 @@ def ints(text):
     return [int(x) for x in text.split(",") if x]
 
 
-def time_interleaved(fns, warmup, iters):
-    """Median milliseconds of each of fns, timed one after another in every round."""
+def time_interleaved(fns, warmup, iters, repeat=1):
+    """Median milliseconds per call of each of fns, timed one after another in every round; each sample runs its
+    call `repeat` times back to back (more hides the host time between kernels, as in a training step)."""
     for _ in range(warmup):
         for fn in fns:
             fn()
@@ -33,10 +34,11 @@ def time_interleaved(fns, warmup, iters):
         for fn, out in zip(fns, times):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            fn()
+            for _ in range(repeat):
+                fn()
             b.record()
             b.synchronize()
-            out.append(a.elapsed_time(b))
+            out.append(a.elapsed_time(b) / repeat)
     return [statistics.median(t) for t in times]
 
 
@@ -56,7 +58,7 @@ def measure(backend, d, causal, s, args):
         def fwdbwd():
             o = attend()
             torch.autograd.grad(o, (q, k, v), dout)
-        fwd_ms, bwd_ms, fwdbwd_ms = time_interleaved([fwd, bwd, fwdbwd], args.warmup, args.iters)
+        fwd_ms, bwd_ms, fwdbwd_ms = time_interleaved([fwd, bwd, fwdbwd], args.warmup, args.iters, args.repeat)
     flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
     tf = lambda ms, mult: flops * mult / (ms * 1e-3) / 1e12
     return {"backend": backend, "head_dim": d, "causal": causal, "seqlen": s, "batch": b, "heads": h,
@@ -74,6 +76,7 @@ def main():
     p.add_argument("--kv-heads", type=int, default=0, help="key/value heads (grouped-query); default: as many as q")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=1, help="calls back to back per timed sample (time per call)")
     p.add_argument("--backends", default="cudnn,flash")
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args()
