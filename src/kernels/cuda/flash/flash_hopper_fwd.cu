@@ -438,27 +438,27 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   VLM_CHECK(tiles <= INT32_MAX - sm_count(), "flash: ", tiles, " forward tiles exceed the scheduler's int range");
   // Non-causal tiles cost the same: persistent CTAs walk fixed lists, one (head, sequence) pair's query blocks
   // after another (CTAs running together share its K/V in L2). Causal rows of up to two query blocks (the text
-  // model's 177 tokens): fixed lists too, heaviest query block first over all pairs, walked in a snake (snake_index;
-  // 3% faster there than the counter). Longer causal rows differ in cost by up to max_seqlen / 128 key blocks, and
+  // model's 177 tokens): fixed lists too, heaviest query block first over all pairs, walked in a snake (snake_index).
+  // Longer causal rows (from hopper_fwd_dynamic_min_queries) differ in cost by up to max_seqlen / 128 key blocks, and
   // CTAs striding a fixed list drift apart (d=128 causal 16k: 402 TFLOP/s against 607 one tile per CTA,
   // 2026-12-03), so their persistent CTAs take tiles from a global counter, which balances like one tile per CTA and
   // overlaps each tile's start and end with the previous one. The counter walks groups of pairs heaviest query block
-  // first, as many pairs as keep the group's K and V within kCausalGroupL2Bytes, so that the tiles handed out last
-  // are light ones of several pairs (2026-12-04, forward against the former one tile per CTA over 1k keys and fixed
-  // lists below, same call: d=128 causal 512 +8%, 1k +13%, 2k +12%, 4k +10%, 8k +7%, 16k +1%; d=64 2k +12%, 4k +7%;
-  // a group of one pair 2-7% slower at 2k-8k, heaviest first over all pairs 5-12% slower at 2k-4k (L2); budgets of
-  // 8, 16 and 32 MB within 2% of each other, 8 MB the best at 8k).
+  // first, as many pairs as keep the group's K and V within hopper_fwd_causal_group_bytes, so that the tiles handed
+  // out last are light ones of several pairs (flash_tiles.h has both choices' measurements; against the former one
+  // tile per CTA over 1k keys and fixed lists below, same call, 2026-12-04: d=128 causal forward 512 +8%, 1k +13%,
+  // 2k +12%, 4k +10%, 8k +7%, 16k +1%; d=64 2k +12%, 4k +7%).
   // VLM_FLASH_PERSISTENT=0 launches one CTA per tile; VLM_FLASH_DYNAMIC=0 gives causal rows the former choice (one
   // tile per CTA over 1k keys, fixed lists below), =1 the counter for every causal problem;
   // VLM_FLASH_CAUSAL_GROUP=n sets the pairs per group.
   const int heads_batch = p.n_heads_q * p.batch;
-  const bool dynamic = kCausal && flash_dynamic(p.max_seqlen_q > 2 * Shape::kBlockM) && flash_persistent(true);
+  const bool dynamic =
+      kCausal && flash_dynamic(p.max_seqlen_q >= hopper_fwd_dynamic_min_queries) && flash_persistent(true);
   const bool persistent = dynamic || flash_persistent(!(kCausal && p.max_seqlen_q > 1024));
   int group = 1;
   if (dynamic) {
-    constexpr int64_t kCausalGroupL2Bytes = 8 << 20;
     const int64_t kv_bytes = 2 * static_cast<int64_t>(p.max_seqlen_k) * kHeadDim * 2;
-    group = flash_causal_group(static_cast<int>(std::clamp<int64_t>(kCausalGroupL2Bytes / kv_bytes, 1, heads_batch)));
+    group = flash_causal_group(
+        static_cast<int>(std::clamp<int64_t>(hopper_fwd_causal_group_bytes / kv_bytes, 1, heads_batch)));
   } else if (persistent && kCausal) {
     group = heads_batch;
   }

@@ -74,6 +74,13 @@ struct HopperFwdTile {
 constexpr int hopper_fwd_wide_min_keys(int head_dim) { return head_dim == 128 ? 2048 : 8192; }
 // (Measured 2026-12-04: three consumers at d=64 (192 queries, 160 regs each, spilling 40 bytes) were 2-3% faster
 // non-causal at s >= 8k, slower elsewhere: -10% at s = 1k, -5% causal, -26% at a vision tower's s = 196.)
+// Causal rows of more than this many queries take their tiles from a global counter (run_hopper_fwd): at the text
+// model's 177-token rows the counter was 3% slower than the fixed snake lists; d=128 causal 512 +8% with it.
+constexpr int hopper_fwd_dynamic_min_queries = 257;
+// ... walking groups of (head, sequence) pairs whose K and V fit this many bytes, heaviest query block first within a
+// group: 8, 16 and 32 MB within 2% of each other (8 MB the best at 8k); one pair at a time 2-7% slower at 2k-8k,
+// all pairs at once 5-12% slower at 2k-4k (measured 2026-12-04, seventh session).
+constexpr long long hopper_fwd_causal_group_bytes = 8ll << 20;
 
 template <int kHeadDim>
 struct HopperBwdTile {
