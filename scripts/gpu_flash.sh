@@ -9,10 +9,11 @@
 # Environment: FLASH_BIN (default .carry/flash: flash_gpu_test, flash_reference_test, bench_attention, lib/),
 # OUT (default ./gpu_flash_out), BENCH_ARGS (extra arguments for bench_attention and the peer, e.g.
 # "--head-dims 128 --seqlens 4096"), SAN_FILTER (gtest filter for the sanitizer runs, default the "san" cases),
-# STEP_TIMEOUT (seconds per program, default 300), KEEP_LOGS=1 (keep every log even when all passed), KERNEL_SHAPES (the kernels step's "d causal seqlen" triples,
-# comma-separated; default "128 yes 2048,128 yes 8192,128 no 2048,128 no 8192,64 yes 4096"). VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs
-# the Hopper cases under both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step and VLM_FLASH_DYNAMIC=0/1 its causal
-# tile counter (tests and sanitize run them with 1 too).
+# STEP_TIMEOUT (seconds per program, default 300), KEEP_LOGS=1 (keep every log even when all passed), KERNEL_SHAPES
+# (the kernels step's "d causal seqlen" triples, comma-separated; default "128 yes 2048,128 yes 8192,128 no 2048,
+# 128 no 8192,64 yes 4096"). VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs the Hopper cases under
+# both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step and VLM_FLASH_DYNAMIC=0/1 its causal tile counter (tests and
+# sanitize run them with 1 too).
 # To prepare the binaries on the build machine:
 #   cmake --build build-flash --target flash_gpu_test flash_reference_test bench_attention
 #   mkdir -p .carry/flash/lib && cp build-flash/tests/kernels/flash/flash_{gpu,reference}_test \
@@ -54,7 +55,7 @@ for step in "${steps[@]}"; do
       # which few test shapes have).
       echo "==== VLM_FLASH_WIDE_KEYS=1" >>"$OUT/tests.log"
       VLM_FLASH_WIDE_KEYS=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
-      # And with every causal forward taking its tiles from the counter (by default only rows over 1k keys do).
+      # And with every causal forward taking its tiles from the counter (by default only rows over 256 queries do).
       echo "==== VLM_FLASH_DYNAMIC=1" >>"$OUT/tests.log"
       VLM_FLASH_DYNAMIC=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
       grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|err |bound|was written|differs" "$OUT/tests.log" \
@@ -86,7 +87,7 @@ for step in "${steps[@]}"; do
       smi=$!
       PYTHONUNBUFFERED=1 run python3 bench/peers/attention_sdpa.py --json "$OUT/peer.json" "${BENCH_EXTRA[@]}" \
         >"$OUT/peer.log" 2>&1 || { status=1; tail -5 "$OUT/peer.log"; }
-      echo "ours from $(date +%H:%M:%S.%N | cut -c1-12)" >>"$OUT/peer.log"
+      echo "ours from $(date +%H:%M:%S.%N | cut -c1-12)" >>"$OUT/peer.log"  # where ours starts in clocks.csv
       run "$BIN/bench_attention" --peer-json "$OUT/peer.json" --json "$OUT/ours.json" "${BENCH_EXTRA[@]}" \
         >"$OUT/bench.log" 2>&1 || status=1
       kill "$smi" 2>/dev/null

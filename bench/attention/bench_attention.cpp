@@ -181,8 +181,8 @@ Timings time_interleaved(const std::function<void()>& fwd, const std::function<v
 
 struct Result {
   int d, causal, seqlen, batch, heads;
-  double fwd_ms, bwd_ms, fwdbwd_ms, fwd_flops;
-  double fwdbwd_fwd_ms, fwdbwd_bwd_ms;  // the combined run's halves
+  Timings ms;
+  double fwd_flops;
   std::string path;
   double tflops(double ms, double mult) const { return fwd_flops * mult / (ms * 1e-3) / 1e12; }
 };
@@ -280,12 +280,7 @@ Result measure(const Options& opt, int d, bool causal, int s) {
   auto name = [](flash::FlashPath p) { return p == flash::FlashPath::hopper ? "hopper" : "portable"; };
   r.path = std::string(name(flash::flash_fwd_path(f))) + "/" + name(flash::flash_bwd_path(g));
   r.fwd_flops = 4.0 * b * h * static_cast<double>(s) * s * d * (causal ? 0.5 : 1.0);
-  const Timings tm = time_interleaved(fwd, bwd, opt.warmup, opt.iters, opt.repeat);
-  r.fwd_ms = tm.fwd_ms;
-  r.bwd_ms = tm.bwd_ms;
-  r.fwdbwd_ms = tm.fwdbwd_ms;
-  r.fwdbwd_fwd_ms = tm.fwdbwd_fwd_ms;
-  r.fwdbwd_bwd_ms = tm.fwdbwd_bwd_ms;
+  r.ms = time_interleaved(fwd, bwd, opt.warmup, opt.iters, opt.repeat);
   VLM_CUDA_CHECK(cudaDeviceSynchronize());
   return r;
 }
@@ -377,8 +372,9 @@ int bench_attention_main(int argc, char** argv) {
         Result r = measure(opt, d, causal != 0, s);
         std::printf("d=%3d causal=%d s=%5d b=%2d h=%2d [%s]  fwd %6.1f  bwd %6.1f  fwd+bwd %6.1f TFLOP/s"
                     "  (its halves %.1f / %.1f)\n",
-                    d, causal, s, r.batch, r.heads, r.path.c_str(), r.tflops(r.fwd_ms, 1.0), r.tflops(r.bwd_ms, 2.5),
-                    r.tflops(r.fwdbwd_ms, 3.5), r.tflops(r.fwdbwd_fwd_ms, 1.0), r.tflops(r.fwdbwd_bwd_ms, 2.5));
+                    d, causal, s, r.batch, r.heads, r.path.c_str(), r.tflops(r.ms.fwd_ms, 1.0),
+                    r.tflops(r.ms.bwd_ms, 2.5), r.tflops(r.ms.fwdbwd_ms, 3.5), r.tflops(r.ms.fwdbwd_fwd_ms, 1.0),
+                    r.tflops(r.ms.fwdbwd_bwd_ms, 2.5));
         std::fflush(stdout);
         results.push_back(r);
       }
@@ -387,7 +383,8 @@ int bench_attention_main(int argc, char** argv) {
               "fwd+bwd / cuDNN | fwd+bwd / FA2 | cuDNN fwd | fwd / cuDNN |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Result& r : results) {
-    const double of = r.tflops(r.fwd_ms, 1.0), ob = r.tflops(r.bwd_ms, 2.5), ofb = r.tflops(r.fwdbwd_ms, 3.5);
+    const double of = r.tflops(r.ms.fwd_ms, 1.0), ob = r.tflops(r.ms.bwd_ms, 2.5);
+    const double ofb = r.tflops(r.ms.fwdbwd_ms, 3.5);
     auto cd = peer.find({r.d, r.causal, r.seqlen, "cudnn"});
     auto fa = peer.find({r.d, r.causal, r.seqlen, "flash"});
     auto cell = [](bool have, double v, const char* fmt) {
@@ -415,14 +412,14 @@ int bench_attention_main(int argc, char** argv) {
                               {"causal", r.causal != 0},
                               {"seqlen", r.seqlen},
                               {"path", r.path},
-                              {"fwd_ms", r.fwd_ms},
-                              {"bwd_ms", r.bwd_ms},
-                              {"fwdbwd_ms", r.fwdbwd_ms},
-                              {"fwdbwd_fwd_ms", r.fwdbwd_fwd_ms},
-                              {"fwdbwd_bwd_ms", r.fwdbwd_bwd_ms},
-                              {"fwd_tflops", r.tflops(r.fwd_ms, 1.0)},
-                              {"bwd_tflops", r.tflops(r.bwd_ms, 2.5)},
-                              {"fwdbwd_tflops", r.tflops(r.fwdbwd_ms, 3.5)}});
+                              {"fwd_ms", r.ms.fwd_ms},
+                              {"bwd_ms", r.ms.bwd_ms},
+                              {"fwdbwd_ms", r.ms.fwdbwd_ms},
+                              {"fwdbwd_fwd_ms", r.ms.fwdbwd_fwd_ms},
+                              {"fwdbwd_bwd_ms", r.ms.fwdbwd_bwd_ms},
+                              {"fwd_tflops", r.tflops(r.ms.fwd_ms, 1.0)},
+                              {"bwd_tflops", r.tflops(r.ms.bwd_ms, 2.5)},
+                              {"fwdbwd_tflops", r.tflops(r.ms.fwdbwd_ms, 3.5)}});
     std::ofstream(opt.json_out) << j.dump(1) << "\n";
   }
   return 0;

@@ -136,13 +136,10 @@ __device__ __forceinline__ void named_barrier_sync(int id, int count) {
 __device__ __forceinline__ void named_barrier_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
-// The same for a warp of which only some threads run (a single-thread producer; the others may have exited): the
-// warp still counts as 32 threads.
+// named_barrier_sync for a warp of which only some threads run (a single-thread producer; the others may have
+// exited): the warp still counts as 32 threads.
 __device__ __forceinline__ void named_barrier_sync_divergent(int id, int count) {
   asm volatile("barrier.cta.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive_divergent(int id, int count) {
-  asm volatile("barrier.cta.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 // Makes this thread's ordinary shared-memory stores visible to the async proxy (wgmma, TMA) after a barrier.
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
