@@ -13,6 +13,7 @@ size_t dtype_size(DType dtype) {
     case DType::i32: return 4;
     case DType::i64: return 8;
     case DType::u8: return 1;
+    case DType::f64: return 8;
   }
   return 0;
 }
@@ -25,6 +26,7 @@ const char* dtype_name(DType dtype) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::u8: return "u8";
+    case DType::f64: return "f64";
   }
   return "?";
 }
@@ -37,6 +39,7 @@ const char* dtype_safetensors_name(DType dtype) {
     case DType::i32: return "I32";
     case DType::i64: return "I64";
     case DType::u8: return "U8";
+    case DType::f64: return "F64";
   }
   return "?";
 }
@@ -48,7 +51,8 @@ Expected<DType> dtype_from_safetensors_name(const std::string& name) {
   if (name == "I32") return DType::i32;
   if (name == "I64") return DType::i64;
   if (name == "U8") return DType::u8;
-  return unsupported("dtype '" + name + "' is not supported (F32, BF16, F16, I32, I64, U8 are)");
+  if (name == "F64") return DType::f64;
+  return unsupported("dtype '" + name + "' is not supported (F32, BF16, F16, I32, I64, U8, F64 are)");
 }
 
 float f16_to_f32(uint16_t h) {

@@ -10,11 +10,11 @@
 
 namespace vlm {
 
-enum class DType : uint8_t { f32, bf16, f16, i32, i64, u8 };
+enum class DType : uint8_t { f32, bf16, f16, i32, i64, u8, f64 };
 
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);  // "f32", "bf16", ...
-// safetensors spelling: "F32", "BF16", "F16", "I32", "I64", "U8".
+// safetensors spelling: "F32", "BF16", "F16", "I32", "I64", "U8", "F64".
 const char* dtype_safetensors_name(DType dtype);
 Expected<DType> dtype_from_safetensors_name(const std::string& name);
 
@@ -22,6 +22,8 @@ template <class T>
 constexpr DType dtype_of();
 template <>
 constexpr DType dtype_of<float>() { return DType::f32; }
+template <>
+constexpr DType dtype_of<double>() { return DType::f64; }
 template <>
 constexpr DType dtype_of<int32_t>() { return DType::i32; }
 template <>

@@ -244,6 +244,7 @@ float Tensor::item_f32(int64_t i) const {
     case DType::i32: return static_cast<float>(reinterpret_cast<const int32_t*>(p)[i]);
     case DType::i64: return static_cast<float>(reinterpret_cast<const int64_t*>(p)[i]);
     case DType::u8: return static_cast<float>(reinterpret_cast<const uint8_t*>(p)[i]);
+    case DType::f64: return static_cast<float>(reinterpret_cast<const double*>(p)[i]);
   }
   return 0.f;
 }

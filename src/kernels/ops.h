@@ -30,9 +30,11 @@
 // the bad index was used and record the first one; check_index_errors() reports it (with VLM_CUDA_SYNC=1 each op
 // checks right after its launch and aborts naming the entry).
 // Streams: CUDA ops run asynchronously on the current stream of the output's device (kernels/cuda/cuda_context.h;
-// the legacy default stream unless set). Only sum_of_squares and check_index_errors synchronize.
+// the legacy default stream unless set). Only the sum_of_squares that returns a double, check_index_errors and a
+// HostReadback's first read synchronize (the last with its own copy only).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -240,6 +242,10 @@ struct AdamWParams {
   float weight_decay = 0.f;
   int64_t step = 1;          // 1-based step count for the bias correction
   float grad_scale = 1.f;    // grads are multiplied by this first (e.g. the clipping factor)
+  // Global-norm clipping decided on the device (the adamw_step_multi overload that takes the gradients' sum of
+  // squares): when max_grad_norm > 0 and norm = sqrt(sum) exceeds it, grads are also multiplied by
+  // max_grad_norm / (norm + 1e-6), that factor computed in double and rounded to float once.
+  float max_grad_norm = 0.f;
 };
 // Decoupled weight decay (Loshchilov & Hutter): p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p).
 // param, grad, m, v: same shape, f32.
@@ -255,10 +261,39 @@ struct AdamWTensors {
 // adamw_step over many tensors (all on one device) with one set of hyperparameters; on CUDA a few fused launches
 // cover all of them (up to 64 tensors per launch).
 void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParams& p);
+// The same with the clipping factor read from grad_sum_of_squares (f64 [1] on the tensors' device, as the
+// sum_of_squares overload below writes it) on the device: a clipped step with no host synchronization.
+void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParams& p,
+                      const Tensor& grad_sum_of_squares);
 // Sum of squares of every element of every tensor, accumulated in double, returned as f64 (the global grad norm is
 // its square root). On CUDA (f32 or bf16 tensors, all on one device): reduced on the device in fp64 with a fixed
 // order, one synchronization for the result.
 double sum_of_squares(const std::vector<Tensor>& tensors);
+// The same written to out (f64 [1] on the tensors' device; 0 for no elements), no synchronization.
+void sum_of_squares(Tensor& out, const std::vector<Tensor>& tensors);
+// out (f64 [1]) = the sum of x's elements (f32, any shape, contiguous), accumulated in fp64 in a fixed order (the CPU
+// in index order), no synchronization.
+void sum(Tensor& out, const Tensor& x);
+
+// ---- host reads ----------------------------------------------------------------------------------------------
+// A small tensor's copy to the host, started on the current stream when constructed and waited for only when read.
+// On CUDA: an async copy into pinned memory and an event recorded after it, so a read waits for that copy alone,
+// not for work queued after it (the training loop reads step n's loss and grad norm after queuing step n + 1, and
+// the device never idles waiting for the host). On the CPU the copy is made at once. Copies share the handle.
+class HostReadback {
+ public:
+  HostReadback() = default;
+  explicit HostReadback(const Tensor& t);
+  bool defined() const { return impl_ != nullptr; }
+  // Waits for the copy (the first call), then returns it: a contiguous CPU tensor of t's shape and dtype.
+  const Tensor& get() const;
+  // The element of a one-element f64 tensor (waits like get()).
+  double scalar_f64() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
 
 // ---- errors ------------------------------------------------------------------------------------------------
 // Synchronizes `device` and returns (then clears) the first bad index a CUDA op recorded there (ids, targets,

@@ -315,6 +315,13 @@ void adamw_cpu(const AdamWTensors& t, const cpu::AdamWScalars& s) {
   for (int64_t i = 0; i < t.param.numel(); ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
+// ops::AdamWParams::max_grad_norm's factor from the gradients' sum of squares (1 when off or not exceeded).
+float clip_factor(double sum_of_squares, float max_norm) {
+  const double norm = std::sqrt(sum_of_squares);
+  if (max_norm <= 0.f || !(norm > static_cast<double>(max_norm))) return 1.f;
+  return static_cast<float>(static_cast<double>(max_norm) / (norm + 1e-6));
+}
+
 #ifdef VLM_HAVE_CUDA
 cuda::AdamWScalars to_cuda(const cpu::AdamWScalars& s) {
   return {s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale, s.bias_correction1, s.bias_correction2};
@@ -352,6 +359,33 @@ void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParam
   for (const AdamWTensors& t : tensors) adamw_cpu(t, s);
 }
 
+void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParams& p,
+                      const Tensor& grad_sum_of_squares) {
+  const char* op = "adamw_step_multi";
+  check_adamw_params(op, p);
+  if (tensors.empty()) return;
+  const Device dev = tensors.front().param.device();
+  check_like(op, "grad_sum_of_squares", grad_sum_of_squares, DType::f64, dev, Shape{1});
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string name = str("tensors[", i, "]");
+    VLM_CHECK(tensors[i].param.defined(), "ops::", op, ": ", name, ".param is undefined");
+    check_adamw_tensors(str(op, ": ", name).c_str(), tensors[i], dev);
+  }
+  cpu::AdamWScalars s = adamw_scalars(p);
+  const profile::OpRange range(op, dev);  // not through VLM_DISPATCH_CUDA: the CUDA call takes extra scalars
+#ifdef VLM_HAVE_CUDA
+  if (dev.is_cuda()) {
+    cuda::AdamWScalars cs = to_cuda(s);
+    cs.max_grad_norm = p.max_grad_norm;
+    cs.grad_sum_of_squares = grad_sum_of_squares.data<double>();
+    cuda::adamw_step_multi(tensors, cs);
+    return;
+  }
+#endif
+  s.grad_scale *= clip_factor(grad_sum_of_squares.data<double>()[0], p.max_grad_norm);
+  for (const AdamWTensors& t : tensors) adamw_cpu(t, s);
+}
+
 double sum_of_squares(const std::vector<Tensor>& tensors) {
   const char* op = "sum_of_squares";
   bool any_cuda = false;
@@ -371,6 +405,32 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
   double total = 0.0;
   for (const Tensor& t : tensors) total += cpu::sum_of_squares(t.data<float>(), t.numel());
   return total;
+}
+
+void sum_of_squares(Tensor& out, const std::vector<Tensor>& tensors) {
+  const char* op = "sum_of_squares";
+  check_tensor(op, "out", out, DType::f64, out.device());
+  VLM_CHECK(out.numel() == 1, "ops::", op, ": out must hold one f64, got ", out.describe());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string name = str("tensors[", i, "]");
+    check_tensor(op, name.c_str(), tensors[i], compute_dtype(op, name.c_str(), tensors[i]), out.device());
+  }
+  VLM_DISPATCH_CUDA(out.device(), op, cuda::sum_of_squares_into(out, tensors));
+  double total = 0.0;
+  for (const Tensor& t : tensors) total += cpu::sum_of_squares(t.data<float>(), t.numel());
+  out.data<double>()[0] = total;
+}
+
+void sum(Tensor& out, const Tensor& x) {
+  const char* op = "sum";
+  check_tensor(op, "out", out, DType::f64, out.device());
+  VLM_CHECK(out.numel() == 1, "ops::", op, ": out must hold one f64, got ", out.describe());
+  check_tensor(op, "x", x, DType::f32, out.device());
+  VLM_DISPATCH_CUDA(out.device(), op, cuda::sum_into(out, x));
+  double total = 0.0;
+  const float* p = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) total += p[i];
+  out.data<double>()[0] = total;
 }
 
 // ---- errors ------------------------------------------------------------------------------------------------

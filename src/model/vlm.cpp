@@ -72,10 +72,13 @@ Tensor VlmModel::encode_images(const Tensor& images) {
   return projector_->forward(vision_->forward(images, vs), ps);
 }
 
+StepLoss::StepLoss(const Tensor& loss_sum, int64_t tokens) : sum_(loss_sum), tokens_(tokens) {}
+
+double StepLoss::loss_sum() const { return sum_.defined() ? sum_.scalar_f64() : 0.0; }
+
 StepLoss VlmModel::loss_at_targets(const Tensor& hidden, const VlmInputs& in, float dloss, Tensor* dhidden) const {
-  StepLoss out;
   const int64_t R = in.loss_rows.numel();
-  if (R == 0) return out;
+  if (R == 0) return StepLoss();
   const int64_t C = hidden.dim(1);
   Tensor hsel = new_like({R, C}, hidden);
   ops::gather_rows(hsel, hidden, in.loss_rows);
@@ -92,10 +95,9 @@ StepLoss VlmModel::loss_at_targets(const Tensor& hidden, const VlmInputs& in, fl
     *dhidden = Tensor::zeros(hidden.shape(), hidden.dtype(), hidden.device());
     ops::scatter_rows(*dhidden, dhsel, in.loss_rows);
   }
-  Tensor host = losses.to(Device::cpu());
-  for (int64_t i = 0; i < R; ++i) out.loss_sum += host.data<float>()[i];
-  out.tokens = R;
-  return out;
+  Tensor sum = Tensor::empty(Shape{1}, DType::f64, hidden.device());
+  ops::sum(sum, losses);
+  return StepLoss(sum, R);
 }
 
 StepLoss VlmModel::forward_loss(const VlmInputs& in) {
@@ -130,7 +132,7 @@ StepLoss VlmModel::forward_backward(const VlmInputs& in, float grad_scale) {
 
   Tensor dhidden;  // the LM head's backward runs inside the chunked loss
   const StepLoss out = loss_at_targets(hidden, in, grad_scale, &dhidden);
-  if (out.tokens == 0) return out;
+  if (out.tokens() == 0) return out;
 
   Tensor dx0;
   {

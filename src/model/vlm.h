@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "model/model_config.h"
 #include "model/parameters.h"
 #include "model/projector.h"
@@ -37,10 +38,21 @@ enum class Recompute { none, blocks };
 Expected<Recompute> parse_recompute(const std::string& name);
 const char* recompute_name(Recompute recompute);
 
-struct StepLoss {
-  double loss_sum = 0;  // sum of per-token losses
-  int64_t tokens = 0;   // target tokens counted
-  double mean() const { return tokens ? loss_sum / static_cast<double>(tokens) : 0.0; }
+// The summed per-token loss of one forward pass. The sum is reduced on the model's device and copied to the host in
+// the background (ops::HostReadback): loss_sum() and mean() wait for that copy alone, so a caller that queues more
+// work before reading (the trainer reads step n's loss after queuing step n + 1) never leaves the device idle.
+class StepLoss {
+ public:
+  StepLoss() = default;
+  // loss_sum: f64 [1] on any device; its readback starts now.
+  StepLoss(const Tensor& loss_sum, int64_t tokens);
+  double loss_sum() const;  // sum of per-token losses (waits for the copy)
+  int64_t tokens() const { return tokens_; }  // target tokens counted
+  double mean() const { return tokens_ ? loss_sum() / static_cast<double>(tokens_) : 0.0; }
+
+ private:
+  ops::HostReadback sum_;
+  int64_t tokens_ = 0;
 };
 
 class VlmModel {

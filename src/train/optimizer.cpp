@@ -22,6 +22,7 @@ AdamW::AdamW(ParameterStore& params, const AdamWConfig& config) : params_(params
     if (set == update_sets_.end()) set = update_sets_.insert(update_sets_.end(), {s.param->group, s.param->decay, {}});
     // Tensors are shared handles: the set sees the same memory as states_ and the store.
     set->tensors.push_back({s.param->value, s.param->grad, s.m, s.v, s.param->compute});
+    grads_.push_back(s.param->grad);
   }
 }
 
@@ -31,17 +32,17 @@ uint64_t AdamW::state_bytes() const {
   return n;
 }
 
-double AdamW::grad_norm() const {
-  std::vector<Tensor> grads;
-  for (const auto& s : states_) grads.push_back(s.param->grad);
-  return std::sqrt(ops::sum_of_squares(grads));
+double AdamW::grad_norm() const { return std::sqrt(ops::sum_of_squares(grads_)); }
+
+double GradNorm::value() const {
+  return sum_of_squares_.defined() ? std::sqrt(sum_of_squares_.scalar_f64()) : 0.0;
 }
 
-double AdamW::step(float lr) {
+GradNorm AdamW::step(float lr) {
   ++step_;
-  const double norm = grad_norm();
-  float clip = 1.f;
-  if (config_.grad_clip > 0 && norm > config_.grad_clip) clip = static_cast<float>(config_.grad_clip / (norm + 1e-6));
+  if (states_.empty()) return GradNorm();  // nothing trainable
+  Tensor norm_sq = Tensor::empty(Shape{1}, DType::f64, states_.front().param->value.device());
+  ops::sum_of_squares(norm_sq, grads_);
   for (const UpdateSet& set : update_sets_) {
     auto it = config_.lr_scale.find(set.group);
     const float scale = it == config_.lr_scale.end() ? 1.f : it->second;
@@ -53,10 +54,10 @@ double AdamW::step(float lr) {
     p.eps = config_.eps;
     p.weight_decay = set.decay ? config_.weight_decay : 0.f;
     p.step = step_;
-    p.grad_scale = clip;
-    ops::adamw_step_multi(set.tensors, p);
+    p.max_grad_norm = config_.grad_clip;
+    ops::adamw_step_multi(set.tensors, p, norm_sq);
   }
-  return norm;
+  return GradNorm(ops::HostReadback(norm_sq));
 }
 
 Status AdamW::save(const std::string& path) const {

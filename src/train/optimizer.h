@@ -1,16 +1,29 @@
 // AdamW over a ParameterStore: fp32 master weights, fp32 first and second moments, per-part learning-rate
 // multipliers, frozen parts skipped, global-norm gradient clipping. One step is a few multi-tensor launches (one
 // per model part and weight-decay setting), which in bf16 mode also refresh the parameters' bf16 compute copies.
+// The clipping factor is computed and applied on the device, so a step never waits for the device.
 #pragma once
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops.h"
 #include "model/parameters.h"
 
 namespace vlm {
+
+// A step's pre-clip gradient norm, on the device until read: value() waits for that step's norm alone.
+class GradNorm {
+ public:
+  GradNorm() = default;
+  explicit GradNorm(ops::HostReadback sum_of_squares) : sum_of_squares_(std::move(sum_of_squares)) {}
+  double value() const;  // 0 for a step with nothing trainable
+
+ private:
+  ops::HostReadback sum_of_squares_;
+};
 
 struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.01f;
@@ -22,10 +35,11 @@ class AdamW {
  public:
   AdamW(ParameterStore& params, const AdamWConfig& config);
 
-  // Global L2 norm of the trainable gradients (computed in double).
+  // Global L2 norm of the trainable gradients (computed in double; synchronizes).
   double grad_norm() const;
-  // One update with learning rate `lr`; returns the pre-clip gradient norm. Increments the step count.
-  double step(float lr);
+  // One update with learning rate `lr`; increments the step count. The gradients' norm and the clipping factor
+  // are computed on the device: nothing here waits for the device. Returns the step's pre-clip gradient norm.
+  GradNorm step(float lr);
   int64_t steps_taken() const { return step_; }
   // Bytes held by the moments (m and v of every trainable parameter).
   uint64_t state_bytes() const;
@@ -50,6 +64,7 @@ class AdamW {
     std::vector<ops::AdamWTensors> tensors;
   };
   std::vector<UpdateSet> update_sets_;
+  std::vector<Tensor> grads_;  // the trainable gradients, in states_ order
   int64_t step_ = 0;
 };
 

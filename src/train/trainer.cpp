@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
 
 #include "core/logging.h"
 #include "core/safetensors.h"
@@ -279,6 +281,54 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
   };
   if (st.step < c.train.steps) read_next_step();
 
+  // A step's loss and grad norm stay on the device until the next step is queued (StepLoss, GradNorm): reading
+  // them at once would leave the device idle while the host queues the next step. finish_step reads them, stops
+  // on a non-finite loss and writes the step's metrics; it runs right away before an eval, a checkpoint or the end,
+  // so nothing is saved before its loss was checked.
+  struct PendingStep {
+    int64_t step = 0;
+    std::vector<StepLoss> losses;  // one per micro-batch
+    GradNorm grad_norm;
+    int64_t target_tokens = 0;
+    float lr = 0;
+    bool log = false;  // a log step: the window counters below are its record's
+    LoaderCounters counters;
+    double dt = 0, samples = 0, tokens = 0, wait = 0, upload = 0, compute = 0, elapsed = 0;
+  };
+  std::optional<PendingStep> pending;
+  auto finish_step = [&]() -> Status {
+    if (!pending) return Status();
+    const PendingStep p = std::move(*pending);
+    pending.reset();
+    const double t_wait = now_seconds();
+    double loss_sum = 0;
+    for (const StepLoss& l : p.losses) loss_sum += l.loss_sum();
+    const double loss = p.target_tokens ? loss_sum / static_cast<double>(p.target_tokens) : 0.0;
+    const double grad_norm = p.grad_norm.value();
+    window_compute += now_seconds() - t_wait;  // waiting for the device counts as compute
+    if (!std::isfinite(loss)) return internal_error(str("loss became ", loss, " at step ", p.step, "; stopping"));
+    result.final_loss = loss;
+    if (!p.log) return Status();
+    const LoaderCounters& lc = p.counters;
+    MetricRecord rec;
+    rec.step = p.step;
+    rec.add("loss", loss).add("lr", p.lr).add("grad_norm", grad_norm);
+    rec.add("samples_per_s", p.samples / p.dt).add("tokens_per_s", p.tokens / p.dt);
+    rec.add("target_tokens", static_cast<double>(p.target_tokens));
+    rec.add("samples_skipped", static_cast<double>(lc.samples_skipped));
+    rec.add("samples_filtered", static_cast<double>(lc.samples_filtered));  // dropped by data filters
+    if (c.data.dedup_exact) rec.add("samples_duplicate", static_cast<double>(lc.samples_duplicate));
+    for (int r = 1; r < kFilterReasonCount; ++r)  // and why (reasons seen so far; 0 = pass)
+      if (const uint64_t n = lc.filter.counts[static_cast<size_t>(r)])
+        rec.add(std::string("filtered_") + filter_reason_name(static_cast<FilterReason>(r)), static_cast<double>(n));
+    rec.add("data_wait_s", p.wait).add("data_wait_frac", p.wait / p.dt);  // blocked in the loader
+    rec.add("upload_s", p.upload);  // staging + enqueueing host->device copies (CPU: building the inputs)
+    rec.add("compute_s", p.compute).add("compute_frac", p.compute / p.dt);
+    rec.add("elapsed_s", p.elapsed);
+    sinks.write(rec);
+    return Status();
+  };
+
   while (st.step < c.train.steps) {
     const int64_t step = st.step + 1;
     // Read ahead only for a step this call will run (the last step's read-ahead would be wasted work, or an error).
@@ -291,9 +341,10 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     VLM_RETURN_IF_ERROR(cur.error);
     std::optional<UploadedBatch> up = std::move(next_up);
     next_up.reset();
-    const int64_t target_tokens = cur.target_tokens;
-    double loss_sum = 0;
-    const float grad_scale = target_tokens > 0 ? 1.f / static_cast<float>(target_tokens) : 0.f;
+    PendingStep now;
+    now.step = step;
+    now.target_tokens = cur.target_tokens;
+    const float grad_scale = now.target_tokens > 0 ? 1.f / static_cast<float>(now.target_tokens) : 0.f;
     size_t i = first_with_samples(cur, 0);
     if (i == cur.micro.size() && more_steps) read_next_step();
     while (i < cur.micro.size()) {
@@ -301,11 +352,10 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
       if (!up) up = start_upload(b);
       const double t_compute = now_seconds();
       uploader.acquire(*up);
-      StepLoss l = model.forward_backward(up->inputs, grad_scale);
+      now.losses.push_back(model.forward_backward(up->inputs, grad_scale));
       uploader.release(*up);
       window_compute += now_seconds() - t_compute;
       up.reset();
-      loss_sum += l.loss_sum;
       window_samples += b.n_samples;
       window_tokens += static_cast<double>(b.tokens.size());
       st.samples_seen += b.n_samples;
@@ -317,12 +367,12 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
         read_next_step();
       }
     }
-    const double loss = target_tokens ? loss_sum / static_cast<double>(target_tokens) : 0.0;
-    if (!std::isfinite(loss)) return internal_error(str("loss became ", loss, " at step ", step, "; stopping"));
-    const float lr = lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
+    now.lr = lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
     const double t_opt = now_seconds();
-    const double grad_norm = opt.step(lr);
+    now.grad_norm = opt.step(now.lr);
     window_compute += now_seconds() - t_opt;
+    // The previous step's values, now that this one is queued.
+    VLM_RETURN_IF_ERROR(finish_step());
     if (measure_memory) {
       const MemoryReport mem = memory_meter.end(model.params(), opt.state_bytes(), c.train.precision);
       VLM_INFO(mem.summary());
@@ -331,40 +381,35 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     }
     st.step = step;
     st.loader_state = cur.loader_state;  // after this step's last batch, not after the read-ahead
-    result.final_loss = loss;
 
-    if (step % c.train.log_every == 0 || step == c.train.steps) {
-      const double dt = std::max(1e-9, now_seconds() - t_window);
-      const LoaderCounters& lc = cur.counters;
-      MetricRecord rec;
-      rec.step = step;
-      rec.add("loss", loss).add("lr", lr).add("grad_norm", grad_norm);
-      rec.add("samples_per_s", window_samples / dt).add("tokens_per_s", window_tokens / dt);
-      rec.add("target_tokens", static_cast<double>(target_tokens));
-      rec.add("samples_skipped", static_cast<double>(lc.samples_skipped));
-      rec.add("samples_filtered", static_cast<double>(lc.samples_filtered));  // dropped by data filters
-      if (c.data.dedup_exact) rec.add("samples_duplicate", static_cast<double>(lc.samples_duplicate));
-      for (int r = 1; r < kFilterReasonCount; ++r)  // and why (reasons seen so far; 0 = pass)
-        if (const uint64_t n = lc.filter.counts[static_cast<size_t>(r)])
-          rec.add(std::string("filtered_") + filter_reason_name(static_cast<FilterReason>(r)), static_cast<double>(n));
-      rec.add("data_wait_s", window_wait).add("data_wait_frac", window_wait / dt);  // blocked in the loader
-      rec.add("upload_s", window_upload);  // staging + enqueueing host->device copies (CPU: building the inputs)
-      rec.add("compute_s", window_compute).add("compute_frac", window_compute / dt);
-      rec.add("elapsed_s", now_seconds() - t_start);
-      sinks.write(rec);
+    now.log = step % c.train.log_every == 0 || step == c.train.steps;
+    if (now.log) {
+      now.dt = std::max(1e-9, now_seconds() - t_window);
+      now.counters = cur.counters;
+      now.samples = window_samples;
+      now.tokens = window_tokens;
+      now.wait = window_wait;
+      now.upload = window_upload;
+      now.compute = window_compute;
+      now.elapsed = now_seconds() - t_start;
       t_window = now_seconds();
       window_samples = window_tokens = window_wait = window_upload = window_compute = 0;
     }
+    pending = std::move(now);
     const bool last = step == c.train.steps;
-    if (val_data && c.eval.every > 0 && step % c.eval.every == 0 && !last) {
+    const bool stop = o.stop_after_step >= 0 && step >= o.stop_after_step;
+    const bool eval_now = val_data && c.eval.every > 0 && step % c.eval.every == 0 && !last;
+    const bool ckpt_now = last || (c.train.ckpt_every > 0 && step % c.train.ckpt_every == 0);
+    if (last || stop || eval_now || ckpt_now) VLM_RETURN_IF_ERROR(finish_step());
+    if (eval_now) {
       VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate_vqa(model, tokenizer, *val_data, eo));
       sinks.write(eval_record(step, r));
       VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "step_" + std::to_string(step), r));
     }
-    if (last || (c.train.ckpt_every > 0 && step % c.train.ckpt_every == 0))
-      VLM_RETURN_IF_ERROR(write_checkpoint(ckpt, model, opt, st, o.resolved_toml));
-    if (o.stop_after_step >= 0 && step >= o.stop_after_step) break;
+    if (ckpt_now) VLM_RETURN_IF_ERROR(write_checkpoint(ckpt, model, opt, st, o.resolved_toml));
+    if (stop) break;
   }
+  VLM_RETURN_IF_ERROR(finish_step());
   sinks.flush();
   result.final_step = st.step;
   if (val_data && st.step == c.train.steps && st.step > start_step) {

@@ -1,4 +1,5 @@
-// AdamW against a float64 transcription of the documented update, and the double-precision sum of squares.
+// AdamW against a float64 transcription of the documented update (also with the clipping factor taken from a sum of
+// squares tensor), the double-precision sums (of squares, plain) and HostReadback on the CPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,6 +74,79 @@ TEST(SumOfSquares, MatchesFloat64Reference) {
   const double got = ops::sum_of_squares(tensors);
   EXPECT_NEAR(got, expect, 1e-12 * expect);
   EXPECT_EQ(ops::sum_of_squares({}), 0.0);
+}
+
+Tensor f64_scalar(double value) {
+  Tensor t = Tensor::empty(Shape{1}, DType::f64);
+  t.data<double>()[0] = value;
+  return t;
+}
+
+TEST(SumOfSquares, IntoATensorMatchesTheReturnedValue) {
+  std::vector<Tensor> tensors{random_normal({17}, 1, 2.f), random_normal({3, 5}, 2), Tensor::zeros({0}, DType::f32)};
+  Tensor out = f64_scalar(-1.0);
+  ops::sum_of_squares(out, tensors);
+  EXPECT_EQ(out.data<double>()[0], ops::sum_of_squares(tensors));
+  ops::sum_of_squares(out, {});
+  EXPECT_EQ(out.data<double>()[0], 0.0);
+}
+
+TEST(Sum, AddsInIndexOrderInDouble) {
+  Tensor x = random_normal({1001}, 3, 5.f);
+  double expect = 0;
+  for (double v : to_doubles(x)) expect += v;  // the same order: bit for bit
+  Tensor out = f64_scalar(-1.0);
+  ops::sum(out, x);
+  EXPECT_EQ(out.data<double>()[0], expect);
+  ops::sum(out, Tensor::zeros({0}, DType::f32));
+  EXPECT_EQ(out.data<double>()[0], 0.0);
+}
+
+TEST(Sum, RejectsAnOutputThatIsNotOneF64) {
+  use_threadsafe_death_tests();
+  Tensor x = random_normal({4}, 1);
+  Tensor two = Tensor::zeros({2}, DType::f64), f32 = Tensor::zeros({1}, DType::f32);
+  EXPECT_DEATH(ops::sum(two, x), "ops::sum: out must hold one f64");
+  EXPECT_DEATH(ops::sum(f32, x), "ops::sum");
+}
+
+// The clipping factor read from a sum-of-squares tensor gives the same update, bit for bit, as the factor computed
+// on the host and passed as grad_scale (what AdamW did before it moved onto the device), on both sides of the limit.
+TEST(AdamW, ClipFromSumOfSquaresMatchesHostClip) {
+  for (double norm_sq : {0.25, 4.0, 1e6, 0.0}) {
+    SCOPED_TRACE(::testing::Message() << "sum of squares " << norm_sq);
+    const float max_norm = 1.f;
+    const double norm = std::sqrt(norm_sq);
+    const float clip = norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.f;
+    Tensor p1 = random_normal({37}, 5), g = random_normal({37}, 6), m1 = random_normal({37}, 7, 0.1f);
+    Tensor v1 = random_uniform({37}, 8, 0.f, 0.01f);
+    Tensor p2 = p1.clone(), m2 = m1.clone(), v2 = v1.clone();
+    ops::AdamWParams hp;
+    hp.lr = 1e-2f;
+    hp.weight_decay = 0.1f;
+    hp.step = 3;
+    ops::AdamWParams host = hp;
+    host.grad_scale = clip;
+    ops::adamw_step_multi({{p1, g, m1, v1, Tensor()}}, host);
+    ops::AdamWParams device = hp;
+    device.max_grad_norm = max_norm;
+    ops::adamw_step_multi({{p2, g, m2, v2, Tensor()}}, device, f64_scalar(norm_sq));
+    EXPECT_TRUE(bitwise_equal(p1, p2));
+    EXPECT_TRUE(bitwise_equal(m1, m2));
+    EXPECT_TRUE(bitwise_equal(v1, v2));
+  }
+}
+
+TEST(HostReadback, CopiesTheValueWhenMade) {
+  Tensor t = random_normal({2, 3}, 9);
+  const ops::HostReadback r(t);
+  const Tensor before = t.clone();
+  t.data<float>()[0] += 1.f;  // later writes do not reach the copy
+  EXPECT_TRUE(bitwise_equal(r.get(), before));
+  const ops::HostReadback copy = r;  // copies share the value
+  EXPECT_EQ(copy.get().raw_data(), r.get().raw_data());
+  EXPECT_EQ(ops::HostReadback(f64_scalar(2.5)).scalar_f64(), 2.5);
+  EXPECT_FALSE(ops::HostReadback().defined());
 }
 
 }  // namespace

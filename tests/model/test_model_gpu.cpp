@@ -81,10 +81,10 @@ void expect_model_matches_cpu(bool tied, int projector_mlp, DType dtype) {
   const double loss_tol = bf16 ? 1e-2 : 1e-5, grad_tol = bf16 ? 8e-2 : 1e-4, total_tol = bf16 ? 5e-2 : 1e-4;
   const std::string what = std::string(dtype_name(dtype)) + (tied ? " tied" : " untied");
 
-  ASSERT_EQ(gpu.loss.tokens, ref.loss.tokens);
-  ASSERT_TRUE(std::isfinite(gpu.loss.loss_sum)) << what;
-  EXPECT_LE(std::fabs(gpu.loss.loss_sum - ref.loss.loss_sum), loss_tol * std::fabs(ref.loss.loss_sum))
-      << what << ": loss " << gpu.loss.loss_sum << " vs cpu " << ref.loss.loss_sum;
+  ASSERT_EQ(gpu.loss.tokens(), ref.loss.tokens());
+  ASSERT_TRUE(std::isfinite(gpu.loss.loss_sum())) << what;
+  EXPECT_LE(std::fabs(gpu.loss.loss_sum() - ref.loss.loss_sum()), loss_tol * std::fabs(ref.loss.loss_sum()))
+      << what << ": loss " << gpu.loss.loss_sum() << " vs cpu " << ref.loss.loss_sum();
 
   double total_ref = 0, total_diff = 0;
   for (const auto& [name, g] : ref.grads) total_ref += norm2(g);
@@ -183,13 +183,13 @@ TEST(ModelGpu, Bf16OptimizerStepRefreshesTheComputeCopies) {
   AdamW opt(model.params(), AdamWConfig{});
   const VlmInputs in = on_device(make_inputs(c, 3), Device::cuda(0));
   model.params().zero_grads();
-  const double before = model.forward_backward(in, 1.f).loss_sum;
+  const double before = model.forward_backward(in, 1.f).loss_sum();
   opt.step(1e-2f);
   for (const auto& p : model.params().all())
     EXPECT_TRUE(testing::all_close(host_f32(p.compute), host_f32(p.value).to(DType::bf16).to(DType::f32), 0, 0))
         << p.name << ": compute copy = rounded master after the step";
   // The next forward reads the refreshed copies: one step of AdamW at lr 1e-2 lowers the loss of the same batch.
-  const double after = model.forward_loss(in).loss_sum;
+  const double after = model.forward_loss(in).loss_sum();
   EXPECT_LT(after, before);
 }
 

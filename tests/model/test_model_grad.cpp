@@ -24,10 +24,10 @@ void check_gradients(bool tied, int projector_mlp) {
   const VlmInputs in = make_inputs(c, 3);
   model.params().zero_grads();
   const StepLoss base = model.forward_backward(in, 1.f);
-  ASSERT_GT(base.tokens, 0);
-  ASSERT_TRUE(std::isfinite(base.loss_sum));
+  ASSERT_GT(base.tokens(), 0);
+  ASSERT_TRUE(std::isfinite(base.loss_sum()));
   const StepLoss again = model.forward_loss(in);
-  EXPECT_EQ(base.loss_sum, again.loss_sum);  // forward is deterministic and independent of backward
+  EXPECT_EQ(base.loss_sum(), again.loss_sum());  // forward is deterministic and independent of backward
 
   Philox pick(11);
   const float eps = 1e-2f;
@@ -40,9 +40,9 @@ void check_gradients(bool tied, int projector_mlp) {
       const int64_t i = static_cast<int64_t>(pick.uniform_int(static_cast<uint64_t>(p.value.numel())));
       const float saved = w[i];
       w[i] = saved + eps;
-      const double up = model.forward_loss(in).loss_sum;
+      const double up = model.forward_loss(in).loss_sum();
       w[i] = saved - eps;
-      const double down = model.forward_loss(in).loss_sum;
+      const double down = model.forward_loss(in).loss_sum();
       w[i] = saved;
       const double numeric = (up - down) / (2.0 * eps);
       diff2 += (numeric - g[i]) * (numeric - g[i]);
@@ -111,10 +111,10 @@ TEST(Model, ChunkedLossEqualsTheCrossEntropyOfTheLogits) {
   double expected = 0;
   for (int64_t i = 0; i < losses.numel(); ++i) expected += losses.data<float>()[i];
   const StepLoss got = model.forward_loss(in);
-  EXPECT_EQ(got.tokens, in.loss_rows.numel());
-  EXPECT_EQ(got.loss_sum, expected);  // the same ops in the same order: bit for bit on the CPU
+  EXPECT_EQ(got.tokens(), in.loss_rows.numel());
+  EXPECT_EQ(got.loss_sum(), expected);  // the same ops in the same order: bit for bit on the CPU
   model.params().zero_grads();
-  EXPECT_EQ(model.forward_backward(in, 1.f).loss_sum, expected);
+  EXPECT_EQ(model.forward_backward(in, 1.f).loss_sum(), expected);
 }
 
 TEST(ModelDeathTest, Bf16NeedsCuda) {

@@ -50,9 +50,9 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
 
 void expect_identical(const ModelConfig& c, const std::vector<std::string>& frozen, const std::string& what) {
   const RecomputeRun none = run(c, Recompute::none, frozen), blocks = run(c, Recompute::blocks, frozen);
-  ASSERT_GT(none.loss.tokens, 0);
-  EXPECT_EQ(blocks.loss.tokens, none.loss.tokens);
-  EXPECT_EQ(blocks.loss.loss_sum, none.loss.loss_sum) << what;  // bit for bit
+  ASSERT_GT(none.loss.tokens(), 0);
+  EXPECT_EQ(blocks.loss.tokens(), none.loss.tokens());
+  EXPECT_EQ(blocks.loss.loss_sum(), none.loss.loss_sum()) << what;  // bit for bit
   VlmModel names(c, Device::cpu());
   size_t i = 0, nonzero = 0;
   for (const auto& p : names.params().all()) {
@@ -90,7 +90,7 @@ TEST(Recompute, ForwardOnlyPathsAreUnchanged) {
   const Tensor la = model.logits_at_rows(in, model.encode_images(in.images), rows);
   model.set_recompute(Recompute::blocks);
   EXPECT_EQ(model.recompute(), Recompute::blocks);
-  EXPECT_EQ(model.forward_loss(in).loss_sum, a.loss_sum);
+  EXPECT_EQ(model.forward_loss(in).loss_sum(), a.loss_sum());
   EXPECT_TRUE(bitwise_equal(model.logits_at_rows(in, model.encode_images(in.images), rows), la));
 }
 
@@ -142,7 +142,7 @@ TEST(Recompute, BlocksLowerTheActivationPeak) {
   const uint64_t text_block = (text_all - text_inputs) / static_cast<uint64_t>(c.text.layers);
 
   const RecomputeRun none = run(c, Recompute::none), blocks = run(c, Recompute::blocks);
-  EXPECT_EQ(blocks.loss.loss_sum, none.loss.loss_sum);
+  EXPECT_EQ(blocks.loss.loss_sum(), none.loss.loss_sum());
   // The forward keeps none of a block's activations; the backward holds one recomputed block at a time. So the
   // step's peak drops by at least the activations of all but one block of each part.
   const uint64_t expected_drop = (c.vision.layers - 1) * vision_block + (c.text.layers - 1) * text_block;

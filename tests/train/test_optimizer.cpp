@@ -86,7 +86,7 @@ TEST(AdamW, MultiTensorStepEqualsOneStepPerTensorBitForBit) {
   }
   for (int64_t step = 1; step <= 3; ++step) {
     const float lr = 0.01f * static_cast<float>(step);
-    const double norm = opt.step(lr);
+    const double norm = opt.step(lr).value();
     std::vector<Tensor> grads;
     for (auto& p : single.all()) grads.push_back(p.grad);
     const double ref_norm = std::sqrt(ops::sum_of_squares(grads));

@@ -2,6 +2,7 @@
 // metrics and eval outputs, freezing, and that training lowers the loss.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -220,6 +221,28 @@ TEST(Trainer, BadInputsAreClearErrors) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("train.precision = \"bf16\" needs train.device = cuda"), std::string::npos)
       << r.status().message();
+}
+
+// A step's loss is read after the next step is queued, yet a non-finite loss still stops the run naming its step,
+// and no checkpoint of that step (or later) is written: the step is checked before its checkpoint.
+TEST(Trainer, ANonFiniteLossStopsTheRunBeforeItsCheckpoint) {
+  RunConfig c = testing::tiny_run_config(data_dir());
+  c.data.val_shards = "";
+  c.train.steps = 5;
+  c.train.warmup_steps = 0;
+  c.train.ckpt_every = 1;
+  c.train.keep_last = 10;
+  c.train.lr = 1e30f;  // step 1's update leaves weights near 1e30: step 2's forward overflows
+  const std::string dir = testing::scratch_dir("nan_loss");
+  auto r = run_training(options_for(c, dir));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("loss became"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("at step 2;"), std::string::npos) << r.status().message();
+  EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/step_00000001"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/checkpoints/step_00000002"));
+  const auto logged = losses(dir);
+  ASSERT_FALSE(logged.empty());
+  EXPECT_TRUE(std::isfinite(logged.front()));
 }
 
 TEST(Trainer, WritesTheMemoryReportOfTheFirstStep) {

@@ -105,7 +105,7 @@ std::vector<double> plain_loop_losses(const RunConfig& c, Device device) {
     double loss_sum = 0;
     const float grad_scale = 1.f / static_cast<float>(target_tokens);
     for (const auto& b : micro)
-      if (b.n_samples > 0) loss_sum += model.forward_backward(to_model_inputs(b, device), grad_scale).loss_sum;
+      if (b.n_samples > 0) loss_sum += model.forward_backward(to_model_inputs(b, device), grad_scale).loss_sum();
     losses.push_back(loss_sum / static_cast<double>(target_tokens));
     opt.step(lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio));
   }

@@ -100,12 +100,18 @@ void pixel_shuffle(Tensor& dst, const Tensor& src, int64_t side, int64_t cols, i
 
 // ---- optimizer.cu ----------------------------------------------------------------------------------------------
 // Bias corrections precomputed in double by the caller (1 - beta^step).
+// With grad_sum_of_squares set (device memory), grads are also scaled by the clipping factor of max_grad_norm.
 struct AdamWScalars {
   float lr, beta1, beta2, eps, weight_decay, grad_scale, bias_correction1, bias_correction2;
+  float max_grad_norm = 0.f;
+  const double* grad_sum_of_squares = nullptr;
 };
 // Every entry validated: param, grad, m, v f32 of one shape; param_bf16 undefined or bf16 of that shape.
 void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWScalars& s);
 // Tensors f32 or bf16, all on `device`.
 double sum_of_squares(const std::vector<Tensor>& tensors, Device device);
+// out: f64 [1] on the tensors' device; no synchronization.
+void sum_of_squares_into(Tensor& out, const std::vector<Tensor>& tensors);
+void sum_into(Tensor& out, const Tensor& x);
 
 }  // namespace vlm::ops::cuda

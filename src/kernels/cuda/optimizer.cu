@@ -1,9 +1,10 @@
 // The optimizer ops on CUDA: a fused multi-tensor AdamW over fp32 master weights (optionally writing the bf16 weight
-// copy in the same pass) and the global sum of squares for grad-norm clipping. Both take a table of up to
-// kMaxTensors tensors by value (kernel parameters, under the 4 KiB limit): every tensor is cut into fixed chunks,
-// the blocks of one launch cover the chunks of all its tensors, and a block finds its tensor in the table's prefix
-// of block counts. sum_of_squares writes one fp64 partial per block, then one block adds the partials in order, so
-// the result depends on the tensor list alone (deterministic); it then synchronizes once to return the value.
+// copy in the same pass, optionally taking its global-norm clipping factor from a sum of squares on the device) and
+// fp64 sums (of squares, for the grad norm; plain, for the loss). Both take a table of up to kMaxTensors tensors by
+// value (kernel parameters, under the 4 KiB limit): every tensor is cut into fixed chunks, the blocks of one launch
+// cover the chunks of all its tensors, and a block finds its tensor in the table's prefix of block counts. A sum
+// writes one fp64 partial per block, then one block adds the partials in order, so the result depends on the tensor
+// list alone (deterministic). Nothing here synchronizes except the sum_of_squares that returns a host value.
 #include <vector>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -16,7 +17,7 @@ namespace {
 constexpr int kMaxTensors = 64;
 constexpr int kThreads = 256;
 constexpr int64_t kAdamChunk = 8192;     // elements per AdamW block
-constexpr int64_t kSquareChunk = 16384;  // elements per sum_of_squares block
+constexpr int64_t kSumChunk = 16384;     // elements per block of a sum
 
 struct AdamWTable {
   float* param[kMaxTensors];
@@ -29,7 +30,7 @@ struct AdamWTable {
   int count;
 };
 
-struct SquaresTable {
+struct SumTable {
   const void* data[kMaxTensors];
   int64_t n[kMaxTensors];
   int64_t block_start[kMaxTensors + 1];
@@ -42,6 +43,14 @@ __device__ __forceinline__ int find_tensor(const int64_t* block_start, int count
   int t = 0;
   while (t + 1 < count && block_start[t + 1] <= blk) ++t;
   return t;
+}
+
+// The global-norm clipping factor of ops::AdamWParams::max_grad_norm (1 when off or not exceeded), in double as the
+// host computes it.
+__device__ __forceinline__ float clip_factor(double sum_of_squares, float max_norm) {
+  const double norm = sqrt(sum_of_squares);
+  if (max_norm <= 0.f || !(norm > static_cast<double>(max_norm))) return 1.f;
+  return static_cast<float>(static_cast<double>(max_norm) / (norm + 1e-6));
 }
 
 // p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p), the formulas of cpu/optimizer.cpp, for one element.
@@ -57,7 +66,8 @@ __device__ __forceinline__ float adamw_update(float p, float g_raw, float& m, fl
 // A block updates one chunk of one tensor: 4 elements per thread per iteration with 16-byte loads and stores when
 // the chunk's start is 16-byte aligned in all four arrays (8-byte stores of the bf16 copy), one at a time otherwise
 // and for the chunk's tail.
-__global__ void adamw_kernel(const AdamWTable table, const AdamWScalars s) {
+__global__ void adamw_kernel(const AdamWTable table, AdamWScalars s) {
+  if (s.grad_sum_of_squares != nullptr) s.grad_scale *= clip_factor(*s.grad_sum_of_squares, s.max_grad_norm);
   const int64_t blk = blockIdx.x;
   const int t = find_tensor(table.block_start, table.count, blk);
   const int64_t begin = (blk - table.block_start[t]) * kAdamChunk;
@@ -107,24 +117,25 @@ __global__ void adamw_kernel(const AdamWTable table, const AdamWScalars s) {
   }
 }
 
-__global__ void squares_partial_kernel(const SquaresTable table, double* __restrict__ partial) {
+template <bool kSquare>
+__global__ void sum_partial_kernel(const SumTable table, double* __restrict__ partial) {
   __shared__ double scratch[32];
   const int64_t blk = blockIdx.x;
   const int t = find_tensor(table.block_start, table.count, blk);
-  const int64_t begin = (blk - table.block_start[t]) * kSquareChunk;
-  const int64_t end = min(table.n[t], begin + kSquareChunk);
+  const int64_t begin = (blk - table.block_start[t]) * kSumChunk;
+  const int64_t end = min(table.n[t], begin + kSumChunk);
   double acc = 0.0;
   if (table.is_bf16[t]) {
     const bf16* x = static_cast<const bf16*>(table.data[t]);
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
       const double xi = __bfloat162float(x[i]);
-      acc += xi * xi;
+      acc += kSquare ? xi * xi : xi;
     }
   } else {
     const float* x = static_cast<const float*>(table.data[t]);
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
       const double xi = x[i];
-      acc += xi * xi;
+      acc += kSquare ? xi * xi : xi;
     }
   }
   acc = block_sum(acc, scratch);
@@ -172,20 +183,25 @@ void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWScala
   }
 }
 
-double sum_of_squares(const std::vector<Tensor>& tensors, Device device) {
-  int64_t total_blocks = 0;
-  for (const Tensor& t : tensors) total_blocks += ceil_div(t.numel(), kSquareChunk);
-  if (total_blocks == 0) return 0.0;
+namespace {
+
+// *result (device memory) = the fp64 sum (of squares when `square`) over every element of `tensors`; no sync.
+void launch_sum(const std::vector<Tensor>& tensors, bool square, double* result, Device device) {
   DeviceGuard guard(device);
   cudaStream_t stream = stream_of(device);
-  // fp64 partials and the result, stored in an 8-byte-element scratch tensor (core has no f64 dtype).
-  Tensor partial = scratch(Shape{total_blocks + 1}, DType::i64, device);
-  double* partial_p = static_cast<double*>(partial.raw_data());
-  double* result_p = partial_p + total_blocks;
+  int64_t total_blocks = 0;
+  for (const Tensor& t : tensors) total_blocks += ceil_div(t.numel(), kSumChunk);
+  if (total_blocks == 0) {
+    VLM_CUDA_CHECK(cudaMemsetAsync(result, 0, sizeof(double), stream));
+    return;
+  }
+  // fp64 partials in an 8-byte-element scratch tensor, released in stream order.
+  Tensor partial = scratch(Shape{total_blocks}, DType::f64, device);
+  double* partial_p = partial.data<double>();
   size_t next = 0;
   int64_t offset = 0;
   while (next < tensors.size()) {
-    SquaresTable table{};
+    SumTable table{};
     int64_t blocks = 0;
     for (; next < tensors.size() && table.count < kMaxTensors; ++next) {
       const Tensor& t = tensors[next];
@@ -195,20 +211,38 @@ double sum_of_squares(const std::vector<Tensor>& tensors, Device device) {
       table.is_bf16[i] = t.dtype() == DType::bf16 ? 1 : 0;
       table.n[i] = t.numel();
       table.block_start[i] = blocks;
-      blocks += ceil_div(t.numel(), kSquareChunk);
+      blocks += ceil_div(t.numel(), kSumChunk);
     }
     table.block_start[table.count] = blocks;
     if (blocks == 0) continue;
-    squares_partial_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(table, partial_p + offset);
+    if (square) {
+      sum_partial_kernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(table, partial_p + offset);
+    } else {
+      sum_partial_kernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(table, partial_p + offset);
+    }
     VLM_CUDA_CHECK_LAUNCH();
     offset += blocks;
   }
-  sum_partials_kernel<<<1, kThreads, 0, stream>>>(partial_p, total_blocks, result_p);
+  sum_partials_kernel<<<1, kThreads, 0, stream>>>(partial_p, total_blocks, result);
   VLM_CUDA_CHECK_LAUNCH();
-  double result = 0.0;
-  VLM_CUDA_CHECK(cudaMemcpyAsync(&result, result_p, sizeof(double), cudaMemcpyDeviceToHost, stream));
-  VLM_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return result;
 }
+
+}  // namespace
+
+double sum_of_squares(const std::vector<Tensor>& tensors, Device device) {
+  Tensor result = scratch(Shape{1}, DType::f64, device);
+  launch_sum(tensors, /*square=*/true, result.data<double>(), device);
+  double value = 0.0;
+  cudaStream_t stream = stream_of(device);
+  VLM_CUDA_CHECK(cudaMemcpyAsync(&value, result.data<double>(), sizeof(double), cudaMemcpyDeviceToHost, stream));
+  VLM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return value;
+}
+
+void sum_of_squares_into(Tensor& out, const std::vector<Tensor>& tensors) {
+  launch_sum(tensors, /*square=*/true, out.data<double>(), out.device());
+}
+
+void sum_into(Tensor& out, const Tensor& x) { launch_sum({x}, /*square=*/false, out.data<double>(), out.device()); }
 
 }  // namespace vlm::ops::cuda

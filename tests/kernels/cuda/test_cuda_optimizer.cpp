@@ -1,6 +1,8 @@
 // The optimizer ops on CUDA against the CPU reference: single-tensor AdamW (with and without the bf16 weight copy),
 // the multi-tensor AdamW over more tensors than one launch takes (odd and empty sizes), and sum_of_squares over f32
-// and bf16 tensors; plus the bit-reproducibility of every CUDA op with a reduction, and supports().
+// and bf16 tensors; the device-side parts of a step with no host sync (sums into f64 tensors, the clipping factor
+// read by AdamW on the device, HostReadback); plus the bit-reproducibility of every CUDA op with a reduction, and
+// supports().
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -117,6 +119,84 @@ TEST(CudaOptimizer, SumOfSquaresMatchesCpu) {
   EXPECT_EQ(ops::sum_of_squares({one}), 45.0);
 }
 
+Tensor gpu_f64_scalar(double value) {
+  Tensor host = Tensor::empty(Shape{1}, DType::f64);
+  host.data<double>()[0] = value;
+  return host.to(gpu());
+}
+
+double read_f64(const Tensor& t) { return t.to(Device::cpu()).data<double>()[0]; }
+
+TEST(CudaOptimizer, SumsIntoF64TensorsMatchCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  std::vector<Tensor> gpu_tensors;
+  for (int i = 0; i < 70; ++i) {  // more tensors than one launch takes, empty ones, f32 and bf16
+    const int64_t n = i % 9 == 0 ? 0 : (i * 4001) % 40000 + 1;
+    gpu_tensors.push_back(to_gpu(random_normal({n}, 900 + static_cast<uint64_t>(i)), i % 2 ? DType::bf16 : DType::f32));
+  }
+  Tensor out = gpu_f64_scalar(-1.0);
+  ops::sum_of_squares(out, gpu_tensors);
+  EXPECT_EQ(read_f64(out), ops::sum_of_squares(gpu_tensors));  // the same kernels, the same order
+  ops::sum_of_squares(out, {});
+  EXPECT_EQ(read_f64(out), 0.0);
+
+  for (int64_t n : {1, 255, 16384, 16385, 100003}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const Tensor x = random_normal({n}, 77 + static_cast<uint64_t>(n), 4.f);
+    Tensor cpu_out = Tensor::empty(Shape{1}, DType::f64);
+    ops::sum(cpu_out, x);
+    const Tensor xg = x.to(gpu());
+    ops::sum(out, xg);
+    const double got = read_f64(out), ref = cpu_out.data<double>()[0];
+    EXPECT_NEAR(got, ref, 1e-12 * std::sqrt(static_cast<double>(n)) * 4.0);  // fp64, different orders
+    ops::sum(out, xg);
+    EXPECT_EQ(read_f64(out), got);  // deterministic
+  }
+}
+
+// AdamW with the clipping factor read on the device from a sum of squares matches the CPU's (which reads it on the
+// host), below and above the limit, with the bf16 copy.
+TEST(CudaOptimizer, AdamWClipFromDeviceSumMatchesCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  for (double norm_sq : {0.5, 9.0, 0.0}) {
+    SCOPED_TRACE(::testing::Message() << "sum of squares " << norm_sq);
+    const int64_t n = 10007;
+    const HostState s = random_state(n, 300);
+    ops::AdamWParams p = params_at(5);
+    p.grad_scale = 1.f;
+    p.max_grad_norm = 2.f;
+    HostState ref{s.param.clone(), s.grad, s.m.clone(), s.v.clone()};
+    Tensor sum_cpu = Tensor::empty(Shape{1}, DType::f64);
+    sum_cpu.data<double>()[0] = norm_sq;
+    ops::adamw_step_multi({{ref.param, ref.grad, ref.m, ref.v, Tensor()}}, p, sum_cpu);
+    Guarded param(s.param, DType::f32), m(s.m, DType::f32), v(s.v, DType::f32), bf16(Shape{n}, DType::bf16);
+    ops::adamw_step_multi({{param.view(), s.grad.to(gpu()), m.view(), v.view(), bf16.view()}}, p,
+                          gpu_f64_scalar(norm_sq));
+    EXPECT_TRUE(matches(param, ref.param, kUpdate));
+    EXPECT_TRUE(matches(m, ref.m, kUpdate));
+    EXPECT_TRUE(matches(v, ref.v, kUpdate));
+    EXPECT_TRUE(matches(bf16, ref.param, output_tolerance(DType::bf16, kUpdate)));
+  }
+}
+
+// A readback made before more work is queued holds the value as it was then, and reading it does not wait for the
+// later work; readbacks dropped unread return their slots only when their copies are done (many in a row).
+TEST(CudaHostReadback, ReadsTheValueAtItsPointInTheStream) {
+  VLM_SKIP_WITHOUT_CUDA();
+  Tensor x = gpu_f64_scalar(1.5);
+  const ops::HostReadback first(x);
+  Tensor big = to_gpu(random_normal({1 << 22}, 4), DType::f32);
+  Tensor out = gpu_f64_scalar(0.0);
+  for (int i = 0; i < 20; ++i) ops::sum_of_squares(out, {big});  // work queued after the copy
+  ops::sum(x, to_gpu(Tensor::full({4}, 1.f), DType::f32));          // x becomes 4
+  EXPECT_EQ(first.scalar_f64(), 1.5);
+  EXPECT_EQ(ops::HostReadback(x).scalar_f64(), 4.0);
+  for (int i = 0; i < 1000; ++i) ops::HostReadback dropped(x);
+  EXPECT_EQ(ops::HostReadback(out).scalar_f64(), ops::sum_of_squares({big}));
+  const Tensor wide = to_gpu(random_normal({3, 50}, 5), DType::f32);  // over one slot: copied at once
+  EXPECT_TRUE(bitwise_equal(ops::HostReadback(wide).get(), wide.to(Device::cpu())));
+}
+
 // Every CUDA op with a reduction, run twice on the same inputs: bit-identical results.
 TEST(CudaDeterminism, ReductionsAreBitwiseReproducible) {
   VLM_SKIP_WITHOUT_CUDA();
@@ -156,7 +236,7 @@ TEST(CudaDeterminism, ReductionsAreBitwiseReproducible) {
 TEST(CudaDispatch, SupportsEveryOpOnCuda) {
   for (const char* op : {"matmul", "linear_gelu_forward", "add_rmsnorm_backward", "attention_backward",
                          "cross_entropy_forward_backward", "embedding_backward", "adamw_step_multi", "cast",
-                         "sum_of_squares"}) {
+                         "sum_of_squares", "sum"}) {
     EXPECT_TRUE(ops::supports(op, Device::cuda(0))) << op;
     EXPECT_TRUE(ops::supports(op, Device::cpu())) << op;
   }
