@@ -3,6 +3,7 @@
 // VLM_DISPATCH_CUDA line, then the CPU reference.
 #include <cmath>
 
+#include "kernels/clip_factor.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 #include "kernels/ops_check.h"
@@ -313,13 +314,6 @@ void adamw_cpu(const AdamWTensors& t, const cpu::AdamWScalars& s) {
   const float* src = t.param.data<float>();
   auto* dst = static_cast<uint16_t*>(t.param_bf16.raw_data());
   for (int64_t i = 0; i < t.param.numel(); ++i) dst[i] = f32_to_bf16(src[i]);
-}
-
-// ops::AdamWParams::max_grad_norm's factor from the gradients' sum of squares (1 when off or not exceeded).
-float clip_factor(double sum_of_squares, float max_norm) {
-  const double norm = std::sqrt(sum_of_squares);
-  if (max_norm <= 0.f || !(norm > static_cast<double>(max_norm))) return 1.f;
-  return static_cast<float>(static_cast<double>(max_norm) / (norm + 1e-6));
 }
 
 #ifdef VLM_HAVE_CUDA

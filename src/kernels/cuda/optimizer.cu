@@ -7,6 +7,7 @@
 // list alone (deterministic). Nothing here synchronizes except the sum_of_squares that returns a host value.
 #include <vector>
 
+#include "kernels/clip_factor.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -43,14 +44,6 @@ __device__ __forceinline__ int find_tensor(const int64_t* block_start, int count
   int t = 0;
   while (t + 1 < count && block_start[t + 1] <= blk) ++t;
   return t;
-}
-
-// The global-norm clipping factor of ops::AdamWParams::max_grad_norm (1 when off or not exceeded), in double as the
-// host computes it.
-__device__ __forceinline__ float clip_factor(double sum_of_squares, float max_norm) {
-  const double norm = sqrt(sum_of_squares);
-  if (max_norm <= 0.f || !(norm > static_cast<double>(max_norm))) return 1.f;
-  return static_cast<float>(static_cast<double>(max_norm) / (norm + 1e-6));
 }
 
 // p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p), the formulas of cpu/optimizer.cpp, for one element.
