@@ -12,8 +12,8 @@
 # STEP_TIMEOUT (seconds per program, default 300), KEEP_LOGS=1 (keep every log even when all passed), KERNEL_SHAPES
 # (the kernels step's "d causal seqlen" triples, comma-separated; default "128 yes 2048,128 yes 8192,128 no 2048,
 # 128 no 8192,64 yes 4096"). VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs the Hopper cases under
-# both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step and VLM_FLASH_DYNAMIC=0/1 its causal tile counter (tests and
-# sanitize run them with 1 too).
+# both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step, VLM_FLASH_DYNAMIC=0/1 its causal tile counter (tests and
+# sanitize run them with 1 too) and VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 1 too).
 # To prepare the binaries on the build machine:
 #   cmake --build build-flash --target flash_gpu_test flash_reference_test bench_attention
 #   mkdir -p .carry/flash/lib && cp build-flash/tests/kernels/flash/flash_{gpu,reference}_test \
@@ -58,6 +58,9 @@ for step in "${steps[@]}"; do
       # And with every causal forward taking its tiles from the counter (by default only rows over 256 queries do).
       echo "==== VLM_FLASH_DYNAMIC=1" >>"$OUT/tests.log"
       VLM_FLASH_DYNAMIC=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
+      # And with causal forward tiles skipping the exponentials past the diagonal (off by default until measured).
+      echo "==== VLM_FLASH_DEAD_EXPS=1" >>"$OUT/tests.log"
+      VLM_FLASH_DEAD_EXPS=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
       grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|err |bound|was written|differs" "$OUT/tests.log" \
         | grep -v "^\[       OK" | tail -40 | tee -a "$OUT/summary.log"
       ;;

@@ -69,7 +69,7 @@ template <int kHeadDim, bool kCausal, bool kWideKeys>
 __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const FlashFwdParams p,
-                          int group_heads, int* tile_counter) {
+                          int group_heads, int* tile_counter, int skip_dead_exps) {
 #if VLM_FLASH_SM90A
   using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys>;
   using bf16 = __nv_bfloat16;
@@ -293,8 +293,11 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
       uint32_t pf[kN / 16][4];      // P of the previous key block (bf16, the A operand of its P V GEMM)
       float corr[2] = {1.f, 1.f};   // O's rescale before that P V GEMM
       // Mask (accumulator tile j covers keys n0 + 8j .. 8j + 7; element e: row + 8 (e >> 1), col + (e & 1)), then
-      // the online softmax; O's rescale by corr waits until the previous P V has retired (next step).
-      auto softmax = [&](float (&sacc)[kN / 2], int n0) {
+      // the online softmax; O's rescale by corr waits until the previous P V has retired (next step). Tiles j >=
+      // dead_from lie wholly past the diagonal (or the keys' end) for every row of this warp: their probabilities
+      // are 0 without an exponential (the same values: exp2 of -inf is +0). Only a tile's first step is masked, so
+      // the other steps pass kN / 8 and compile without the test.
+      auto softmax = [&](float (&sacc)[kN / 2], int n0, int dead_from) {
         const bool need_mask = n0 + kN > sb.k_len || (kCausal && n0 + kN - 1 > m0 + cw * 64 + diag);
         if (need_mask) {
     #pragma unroll
@@ -317,6 +320,10 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
           float sum = 0.f;
     #pragma unroll
           for (int j = 0; j < kN / 8; ++j) {
+            if (j >= dead_from) {  // warp-uniform
+              sacc[4 * j + 2 * r] = sacc[4 * j + 2 * r + 1] = 0.f;
+              continue;
+            }
             const float x0 = fmaf(sacc[4 * j + 2 * r], scale_log2, -m_scaled);
             const float x1 = fmaf(sacc[4 * j + 2 * r + 1], scale_log2, -m_scaled);
             if (kPolyExp && j % 4 == 3) {  // a quarter on the FMA pipes, the rest on the MUFU
@@ -359,7 +366,14 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
           sm90::fence_regs(sacc);
           release(&empty_k[stage_of(0)]);
           if (n_blocks == 1) release(empty_q);  // this warpgroup's last read of Q
-          softmax(sacc, (n_blocks - 1) * kN);
+          // The first accumulator tile past every visible key of this warp's 16 rows (kN / 8: none).
+          int dead_from = kN / 8;
+          if (kCausal && skip_dead_exps) {
+            int visible = sb.k_len - (n_blocks - 1) * kN;  // keys of this block before the keys' end
+            if (kCausal) visible = min(visible, m0 + cw * 64 + wi * 16 + 15 + diag + 1 - (n_blocks - 1) * kN);
+            dead_from = max(0, min(kN / 8, (visible + 7) / 8));
+          }
+          softmax(sacc, (n_blocks - 1) * kN, dead_from);
           pack_p(sacc);
         }
         for (int i = 1; i < n_blocks; ++i) {
@@ -380,7 +394,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
           sm90::fence_regs(sacc);
           release(&empty_k[s]);
           if (i + 1 == n_blocks) release(empty_q);
-          softmax(sacc, (n_blocks - 1 - i) * kN);
+          softmax(sacc, (n_blocks - 1 - i) * kN, kN / 8);
           sm90::wgmma_wait<0>();  // P_{i-1} V_{i-1}: pf and o are free again, V_{i-1}'s stage can be refilled
           sm90::fence_regs(o);
           release(&empty_v[ps]);
@@ -466,8 +480,11 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(persistent ? std::min<int64_t>(tiles, sm_count()) : tiles));
   auto kernel = flash_fwd_sm90_kernel<kHeadDim, kCausal, kWideKeys>;
   VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
-  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, p, group,
-                                                                 dynamic ? flash_tile_counter(stream) : nullptr);
+  // Causal tiles may skip the exponentials past the diagonal on their first step (not yet measured: off unless
+  // VLM_FLASH_DEAD_EXPS=1; the results are the same either way).
+  const int skip_dead = kCausal && flash_dead_exps(false) ? 1 : 0;
+  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(
+      tq, tk, tv, p, group, dynamic ? flash_tile_counter(stream) : nullptr, skip_dead);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

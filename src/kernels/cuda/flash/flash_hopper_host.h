@@ -39,6 +39,9 @@ bool flash_wide_keys(bool automatic);
 // they finish one): `automatic` (rows of more than two query blocks) unless VLM_FLASH_DYNAMIC is 0 or 1, for tests
 // and A/B runs. Read once.
 bool flash_dynamic(bool automatic);
+// Whether the Hopper forward's causal tiles skip the exponentials of accumulator tiles wholly past the diagonal on
+// their masked first step: `automatic` unless VLM_FLASH_DEAD_EXPS is 0 or 1, for tests and A/B runs. Read once.
+bool flash_dead_exps(bool automatic);
 
 // The (head, sequence) pairs per group in the forward's dynamic causal order: `automatic` unless
 // VLM_FLASH_CAUSAL_GROUP is set to a positive count, for A/B runs. Read once.
