@@ -66,7 +66,8 @@ constexpr const char* kOps[] = {"cast",
                                 "adamw_step",
                                 "adamw_step_multi",
                                 "sum_of_squares",
-                                "sum"};
+                                "sum",
+                                "zero_multi"};
 
 // Shared validation of matmul / matmul_batched: returns {m, n, k} of the (per-batch) product, whose operands are
 // dims [first, first + 2) of out, a and b. a and b share the compute dtype; out is in it or f32.

@@ -265,6 +265,10 @@ void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParam
 // sum_of_squares overload below writes it) on the device: a clipped step with no host synchronization.
 void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParams& p,
                       const Tensor& grad_sum_of_squares);
+// Every byte of every tensor (contiguous, any dtype, all on one device) set to zero: what ParameterStore::zero_grads
+// does to a model's few hundred gradient buffers, on CUDA in a few fused launches (up to 64 tensors per launch)
+// instead of one memset each.
+void zero_multi(const std::vector<Tensor>& tensors);
 // Sum of squares of every element of every tensor, accumulated in double, returned as f64 (the global grad norm is
 // its square root). On CUDA (f32 or bf16 tensors, all on one device): reduced on the device in fp64 with a fixed
 // order, one synchronization for the result.

@@ -2,6 +2,7 @@
 // optimizer and the index-error check. Same pattern: validate (aborting with the op and tensor named), then the one
 // VLM_DISPATCH_CUDA line, then the CPU reference.
 #include <cmath>
+#include <cstring>
 
 #include "kernels/clip_factor.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -399,6 +400,21 @@ double sum_of_squares(const std::vector<Tensor>& tensors) {
   double total = 0.0;
   for (const Tensor& t : tensors) total += cpu::sum_of_squares(t.data<float>(), t.numel());
   return total;
+}
+
+void zero_multi(const std::vector<Tensor>& tensors) {
+  const char* op = "zero_multi";
+  if (tensors.empty()) return;
+  const Device dev = tensors.front().device();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    VLM_CHECK(t.defined(), "ops::", op, ": tensors[", i, "] is undefined");
+    VLM_CHECK(t.device() == dev, "ops::", op, ": tensors[", i, "] is on ", t.device().to_string(), ", tensors[0] on ",
+              dev.to_string());
+    VLM_CHECK(t.is_contiguous(), "ops::", op, ": tensors[", i, "] ", t.describe(), " is not contiguous");
+  }
+  VLM_DISPATCH_CUDA(dev, op, cuda::zero_multi(tensors));
+  for (const Tensor& t : tensors) std::memset(t.raw_data(), 0, t.nbytes());
 }
 
 void sum_of_squares(Tensor& out, const std::vector<Tensor>& tensors) {

@@ -125,9 +125,11 @@ uint64_t ParameterStore::grad_bytes() const {
 }
 
 void ParameterStore::zero_grads() {
-  for (auto& pack : packs_) pack.grad.zero_();
+  std::vector<Tensor> grads;  // every gradient buffer once: the packs', then the unpacked parameters'
+  for (auto& pack : packs_) grads.push_back(pack.grad);
   for (auto& p : params_)
-    if (p.pack == nullptr) p.grad.zero_();
+    if (p.pack == nullptr) grads.push_back(p.grad);
+  ops::zero_multi(grads);
 }
 
 namespace {

@@ -76,7 +76,7 @@ class ParameterStore {
   int64_t numel(bool trainable_only = false) const;
   uint64_t grad_bytes() const;  // bytes held by the gradients
 
-  void zero_grads();
+  void zero_grads();  // every gradient buffer, in one ops::zero_multi (a few launches on CUDA)
   // Initialization: weights ~ N(0, std^2) from one Philox stream per parameter (seeded by (seed, index)), so the
   // result does not depend on thread count or on which parameters exist after it. Norm weights = 1, biases = 0.
   void init_normal(uint64_t seed, float std);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "kernel_test_util.h"
 #include "kernels/ops.h"
@@ -135,6 +136,18 @@ TEST(AdamW, ClipFromSumOfSquaresMatchesHostClip) {
     EXPECT_TRUE(bitwise_equal(m1, m2));
     EXPECT_TRUE(bitwise_equal(v1, v2));
   }
+}
+
+TEST(ZeroMulti, ZeroesEveryTensorAndNothingElse) {
+  Tensor f = random_normal({3, 5}, 1), empty = Tensor::zeros({0}, DType::f32);
+  Tensor raw = Tensor::empty({37}, DType::u8);
+  std::memset(raw.raw_data(), 0xab, 37);
+  Tensor mid = raw.slice(0, 3, 30);  // bytes 3 .. 29
+  ops::zero_multi({f, empty, mid});
+  for (float v : to_doubles(f)) EXPECT_EQ(v, 0.f);
+  const auto* r = static_cast<const unsigned char*>(raw.raw_data());
+  for (int i = 0; i < 37; ++i) EXPECT_EQ(r[i], i >= 3 && i < 30 ? 0 : 0xab) << "byte " << i;
+  ops::zero_multi({});
 }
 
 TEST(HostReadback, CopiesTheValueWhenMade) {

@@ -110,6 +110,8 @@ struct AdamWScalars {
 void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWScalars& s);
 // Tensors f32 or bf16, all on `device`.
 double sum_of_squares(const std::vector<Tensor>& tensors, Device device);
+// Every tensor contiguous, all on one device: their bytes set to zero.
+void zero_multi(const std::vector<Tensor>& tensors);
 // out: f64 [1] on the tensors' device; no synchronization.
 void sum_of_squares_into(Tensor& out, const std::vector<Tensor>& tensors);
 void sum_into(Tensor& out, const Tensor& x);

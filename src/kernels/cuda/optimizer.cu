@@ -19,6 +19,7 @@ constexpr int kMaxTensors = 64;
 constexpr int kThreads = 256;
 constexpr int64_t kAdamChunk = 8192;     // elements per AdamW block
 constexpr int64_t kSumChunk = 16384;     // elements per block of a sum
+constexpr int64_t kZeroChunk = 65536;    // bytes per block of zero_multi
 
 struct AdamWTable {
   float* param[kMaxTensors];
@@ -36,6 +37,13 @@ struct SumTable {
   int64_t n[kMaxTensors];
   int64_t block_start[kMaxTensors + 1];
   int is_bf16[kMaxTensors];
+  int count;
+};
+
+struct ZeroTable {
+  unsigned char* data[kMaxTensors];
+  int64_t bytes[kMaxTensors];
+  int64_t block_start[kMaxTensors + 1];
   int count;
 };
 
@@ -135,6 +143,22 @@ __global__ void sum_partial_kernel(const SumTable table, double* __restrict__ pa
   if (threadIdx.x == 0) partial[blk] = acc;
 }
 
+// A block zeroes one kZeroChunk-byte chunk of one tensor: 16-byte stores over the chunk's 16-byte-aligned middle,
+// single bytes over its ends.
+__global__ void zero_kernel(const ZeroTable table) {
+  const int64_t blk = blockIdx.x;
+  const int t = find_tensor(table.block_start, table.count, blk);
+  unsigned char* base = table.data[t];
+  const int64_t begin = (blk - table.block_start[t]) * kZeroChunk;
+  const int64_t end = min(table.bytes[t], begin + kZeroChunk);
+  const int64_t head = min(end, begin + static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(base + begin) % 16) % 16));
+  const int64_t quads = (end - head) / 16;
+  for (int64_t i = begin + threadIdx.x; i < head; i += blockDim.x) base[i] = 0;
+  uint4* mid = reinterpret_cast<uint4*>(base + head);
+  for (int64_t q = threadIdx.x; q < quads; q += blockDim.x) mid[q] = make_uint4(0, 0, 0, 0);
+  for (int64_t i = head + 16 * quads + threadIdx.x; i < end; i += blockDim.x) base[i] = 0;
+}
+
 // One block: out[0] = sum of the n partials (fixed lanes, then the fixed block tree).
 __global__ void sum_partials_kernel(const double* __restrict__ partial, int64_t n, double* out) {
   __shared__ double scratch[32];
@@ -172,6 +196,32 @@ void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWScala
     table.block_start[table.count] = blocks;
     if (blocks == 0) continue;
     adamw_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(table, s);
+    VLM_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void zero_multi(const std::vector<Tensor>& tensors) {
+  if (tensors.empty()) return;
+  const Device dev = tensors.front().device();
+  DeviceGuard guard(dev);
+  cudaStream_t stream = stream_of(dev);
+  size_t next = 0;
+  while (next < tensors.size()) {
+    ZeroTable table{};
+    int64_t blocks = 0;
+    for (; next < tensors.size() && table.count < kMaxTensors; ++next) {
+      const Tensor& t = tensors[next];
+      const int64_t bytes = static_cast<int64_t>(t.nbytes());
+      if (bytes == 0) continue;
+      const int i = table.count++;
+      table.data[i] = static_cast<unsigned char*>(t.raw_data());
+      table.bytes[i] = bytes;
+      table.block_start[i] = blocks;
+      blocks += ceil_div(bytes, kZeroChunk);
+    }
+    table.block_start[table.count] = blocks;
+    if (blocks == 0) continue;
+    zero_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(table);
     VLM_CUDA_CHECK_LAUNCH();
   }
 }

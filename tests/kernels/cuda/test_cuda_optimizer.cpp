@@ -5,7 +5,9 @@
 // supports().
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "cuda_test_util.h"
 #include "kernels/kernel_test_util.h"
@@ -197,6 +199,33 @@ TEST(CudaHostReadback, ReadsTheValueAtItsPointInTheStream) {
   EXPECT_TRUE(bitwise_equal(ops::HostReadback(wide).get(), wide.to(Device::cpu())));
 }
 
+// zero_multi over more tensors than one launch takes, of odd sizes and at odd byte offsets (views of one buffer
+// with guard bytes between them): every byte of every tensor zero, every guard byte untouched.
+TEST(CudaOptimizer, ZeroMultiZeroesEveryTensorAndNothingElse) {
+  VLM_SKIP_WITHOUT_CUDA();
+  const int64_t total = 3 << 20;
+  Tensor host = Tensor::empty({total}, DType::u8);
+  std::memset(host.raw_data(), 0x5a, static_cast<size_t>(total));
+  const Tensor buffer = host.to(gpu());
+  std::vector<Tensor> views;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t at = 1;
+  for (int i = 0; i < 150 && at < total; ++i) {
+    const int64_t n = std::min<int64_t>(total - at, i % 10 == 0 ? 200001 : (i * 7919) % 5000);
+    views.push_back(buffer.slice(0, at, at + n));
+    ranges.emplace_back(at, at + n);
+    at += n + 1 + i % 17;  // a guard gap
+  }
+  ops::zero_multi(views);
+  const Tensor back = buffer.to(Device::cpu());
+  const auto* b = static_cast<const unsigned char*>(back.raw_data());
+  std::vector<char> zeroed(static_cast<size_t>(total), 0);
+  for (const auto& [lo, hi] : ranges) std::fill(zeroed.begin() + lo, zeroed.begin() + hi, 1);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < total; ++i) bad += b[i] != (zeroed[static_cast<size_t>(i)] ? 0 : 0x5a);
+  EXPECT_EQ(bad, 0);
+}
+
 // Every CUDA op with a reduction, run twice on the same inputs: bit-identical results.
 TEST(CudaDeterminism, ReductionsAreBitwiseReproducible) {
   VLM_SKIP_WITHOUT_CUDA();
@@ -236,7 +265,7 @@ TEST(CudaDeterminism, ReductionsAreBitwiseReproducible) {
 TEST(CudaDispatch, SupportsEveryOpOnCuda) {
   for (const char* op : {"matmul", "linear_gelu_forward", "add_rmsnorm_backward", "attention_backward",
                          "cross_entropy_forward_backward", "embedding_backward", "adamw_step_multi", "cast",
-                         "sum_of_squares", "sum"}) {
+                         "sum_of_squares", "sum", "zero_multi"}) {
     EXPECT_TRUE(ops::supports(op, Device::cuda(0))) << op;
     EXPECT_TRUE(ops::supports(op, Device::cpu())) << op;
   }
