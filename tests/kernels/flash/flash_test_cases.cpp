@@ -107,6 +107,19 @@ std::vector<Case> all_cases() {
     c.small = false;
     v.push_back(c);
   }
+  // Causal with more keys than queries by a multiple of 128 over rows of up to 11 key blocks: under
+  // VLM_FLASH_CAUSAL_WIDE=1 the d=128 forward's mixed 128/160-key steps with a shifted diagonal (the square shapes
+  // above cover diag = 0), and a varlen batch whose tiles end on each of the mixed schedule's transitions.
+  {
+    Case shifted = dense(128, 4, 2, 700, 956, true);
+    shifted.small = true;  // the compute-sanitizer runs see the mixed steps too
+    v.push_back(shifted);
+    Case c = dense(128, 4, 1, 1, 1, true);
+    c.len_q = {641, 769, 897, 1280, 1408};
+    c.len_k = {641, 769, 1025, 1280, 1408};
+    c.small = false;
+    v.push_back(c);
+  }
   // fp16.
   for (auto [d, lq, lk, causal] : {std::tuple{64, 129, 129, false}, std::tuple{64, 129, 129, true},
                                    std::tuple{128, 17, 129, true}}) {

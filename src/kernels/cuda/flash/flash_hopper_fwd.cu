@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/flash/flash_dispatch.h"
@@ -36,13 +37,19 @@ template <int kHeadDim, bool kCausal, bool kWideKeys>
 struct HopperFwdShape {
   using Tile = HopperFwdTile<kHeadDim, kCausal, kWideKeys>;
   static constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
+  // Mixed key steps (causal rows, HopperFwdTile): 128-key steps and wide ones (kBlockN, the stages' capacity).
+  static constexpr bool kMixed = kCausal && kWideKeys;
+  static constexpr int kNarrowN = kMixed ? 128 : kBlockN;
   static constexpr int kConsumers = Tile::kConsumers, kConsumerWarps = 4 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   // The launch's register pool (65536 / kThreads per thread) moved to the consumers: 24 * 128 + 240 * 256 = 168 * 384
   // with two; 24 * 128 + 160 * 384 = 126 * 512 with three. Causal kernels give the producer 40, as it also runs the
-  // dynamic schedule (it spilled in 24), and their consumers 232 (128-key steps fit without spills).
-  static constexpr int kProducerRegs = kCausal ? 40 : 24;
-  static constexpr int kConsumerRegs = kConsumers == 2 ? (kCausal ? 232 : 240) : (kCausal ? 152 : 160);
+  // dynamic schedule (it spilled in 24), and their consumers 232 (128-key steps fit without spills). Mixed kernels'
+  // consumers need 240 (at 232 ptxas spilled ~100 bytes); their producer spills in 24 instead (ptxas: 88 bytes
+  // stored, 140 loaded), off the consumers' path: it waits on barriers between its copies.
+  static constexpr int kProducerRegs = kCausal && !kWideKeys ? 40 : 24;
+  static constexpr int kConsumerRegs =
+      kConsumers == 2 ? (kCausal && !kWideKeys ? 232 : 240) : (kCausal ? 152 : 160);
   static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte swizzle atoms are 64 bf16 wide
   static constexpr int kQElems = kBlockM * kHeadDim, kKvElems = kBlockN * kHeadDim;
   // mbarriers: Q full and empty, K and V full and empty per stage; then the dynamic schedule's two tile slots.
@@ -65,16 +72,30 @@ __device__ __forceinline__ void wgmma_pv<128>(float (&o)[64], const uint32_t (&a
   sm90::wgmma_m64n128k16_rs_tnsp_b(o, a, desc, acc);
 }
 
+template <int kHeadDim, int W, int kMaxSteps>
+__device__ __forceinline__ void issue_pv_keys(float (&o)[kHeadDim / 2], const uint32_t (&pf)[kMaxSteps][4],
+                                              const __nv_bfloat16* v_tile) {
+#pragma unroll
+  for (int kk = 0; kk < W / 16; ++kk)
+    wgmma_pv<kHeadDim>(o, pf[kk], sm90::smem_desc_sw128(v_tile + kk * 16 * 64, W * 128, 1024), 1);
+  sm90::wgmma_commit();
+}
+
 template <int kHeadDim, bool kCausal, bool kWideKeys>
 __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
-                          const __grid_constant__ CUtensorMap tm_v, const FlashFwdParams p,
+                          const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_kn,
+                          const __grid_constant__ CUtensorMap tm_vn, const FlashFwdParams p,
                           int group_heads, int* tile_counter, int skip_dead_exps) {
 #if VLM_FLASH_SM90A
   using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys>;
   using bf16 = __nv_bfloat16;
   constexpr int kM = Shape::kBlockM, kN = Shape::kBlockN, kStages = Shape::kStages, kCB = Shape::kColBlocks;
   constexpr int kWG = Shape::kConsumers, kConsumerWarps = Shape::kConsumerWarps;
+  constexpr bool kMixed = Shape::kMixed;
+  constexpr int kNn = Shape::kNarrowN;  // the narrow step (kN when not mixed)
+  using Wide = std::integral_constant<int, kN>;
+  using Narrow = std::integral_constant<int, kNn>;
   // d=64: a quarter of the score exponentials on the FMA pipes (exp2_poly), as the MUFU is the softmax's bottleneck
   // there (2026-12-04, H200, same run: forward +1-7% at s = 2k-16k, the model's shapes unchanged).
   constexpr bool kPolyExp = kHeadDim == 64;
@@ -109,8 +130,13 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
   const int num_tiles = num_m * heads_batch;
   struct Tile {
     SeqBounds sb;
-    int m0, h, hk, diag, n_blocks;
+    int m0, h, hk, diag, n_blocks, n_steps;  // n_blocks: 128-key (kN-key) blocks; n_steps: key steps (key_step)
     bool valid;
+  };
+  // Mixed kernels: groups of four wide steps below the diagonal block, when the causal mask ends within that block
+  // (diag a multiple of kNn, as for a square self-attention), so the wide steps never mask.
+  auto wide_groups = [&](int n_blocks, int diag) {
+    return kMixed && n_blocks > 0 && diag % kNn == 0 ? (n_blocks - 1) / 5 : 0;
   };
   auto tile_at = [&](int idx) {
     Tile tl;
@@ -124,8 +150,21 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
     tl.diag = tl.sb.k_len - tl.sb.q_len;
     const int m_rows = min(kM, tl.sb.q_len - tl.m0);
     const int n_end = kCausal ? max(0, min(tl.sb.k_len, tl.m0 + m_rows + tl.diag)) : tl.sb.k_len;
-    tl.n_blocks = tl.valid ? (n_end + kN - 1) / kN : 0;
+    tl.n_blocks = tl.valid ? (n_end + kNn - 1) / kNn : 0;
+    tl.n_steps = tl.n_blocks - wide_groups(tl.n_blocks, tl.diag);
     return tl;
+  };
+  // Key steps run from the last key block (the causal diagonal) down. Mixed (kMixed): the diagonal's 128-key step,
+  // then the b = n_blocks - 1 blocks below it as 4 (b / 5) wide steps of 160 keys (four of them cover five 128-key
+  // blocks, so no step is partial) and b % 5 steps of 128; otherwise n_blocks steps of kN. Returns the step's first
+  // key; `wide` says whether it is kN keys (mixed: 160) or kNn.
+  auto key_step = [&](int n_blocks, int diag, int i, bool& wide) {
+    wide = !kMixed;
+    if (!kMixed) return (n_blocks - 1 - i) * kN;
+    const int b = n_blocks - 1, w = wide_groups(n_blocks, diag);
+    if (i == 0) return b * kNn;
+    wide = i <= 4 * w;
+    return wide ? b * kNn - kN * i : (b - w - i) * kNn;
   };
   const int tid = threadIdx.x, wg = tid / 128;
 
@@ -174,22 +213,29 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
           for (int c = 0; c < kCB; ++c)
             sm90::tma_load_3d(sQ + c * kM * 64, &tm_q, bar_q, c * 64, tl.h, tl.sb.q_start + tl.m0);
         }
-        for (int i = 0; i < tl.n_blocks; ++i, ++it) {
+        for (int i = 0; i < tl.n_steps; ++i, ++it) {
           if (i == kStages) hand_over();
-          const int nb = tl.n_blocks - 1 - i, s = it % kStages, k_row = tl.sb.k_start + nb * kN;
+          bool wide;
+          const int s = it % kStages, k_row = tl.sb.k_start + key_step(tl.n_blocks, tl.diag, i, wide);
+          // A step of kNn keys (mixed kernels) fills the front of the stage, [kCB][kNn][64], from the narrow maps.
+          const int rows = wide ? kN : kNn;
+          const CUtensorMap* map_k = wide ? &tm_k : &tm_kn;
+          const CUtensorMap* map_v = wide ? &tm_v : &tm_vn;
           const uint32_t phase = (it / kStages) & 1;
           bf16* k_dst = sK + s * Shape::kKvElems;
           bf16* v_dst = sV + s * Shape::kKvElems;
           sm90::mbar_wait(&empty_k[s], phase ^ 1);
-          sm90::mbar_arrive_expect_tx(&full_k[s], Shape::kKvElems * 2);
+          sm90::mbar_arrive_expect_tx(&full_k[s], rows * kHeadDim * 2);
 #pragma unroll
-          for (int c = 0; c < kCB; ++c) sm90::tma_load_3d(k_dst + c * kN * 64, &tm_k, &full_k[s], c * 64, tl.hk, k_row);
+          for (int c = 0; c < kCB; ++c)
+            sm90::tma_load_3d(k_dst + c * rows * 64, map_k, &full_k[s], c * 64, tl.hk, k_row);
           sm90::mbar_wait(&empty_v[s], phase ^ 1);
-          sm90::mbar_arrive_expect_tx(&full_v[s], Shape::kKvElems * 2);
+          sm90::mbar_arrive_expect_tx(&full_v[s], rows * kHeadDim * 2);
 #pragma unroll
-          for (int c = 0; c < kCB; ++c) sm90::tma_load_3d(v_dst + c * kN * 64, &tm_v, &full_v[s], c * 64, tl.hk, k_row);
+          for (int c = 0; c < kCB; ++c)
+            sm90::tma_load_3d(v_dst + c * rows * 64, map_v, &full_v[s], c * 64, tl.hk, k_row);
         }
-        if (tl.n_blocks <= kStages) hand_over();
+        if (tl.n_steps <= kStages) hand_over();
         if (dynamic && idx >= num_tiles) {
           finish_tile_counter(tile_counter);
           break;
@@ -204,26 +250,22 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
     const float scale_log2 = p.scale * static_cast<float>(M_LOG2E);
     float o[kHeadDim / 2];
 
-    // S = Q K^T for key block `stage`: 64 x kN per warpgroup, accumulated over the head dim in k-steps of 16.
-    auto issue_s = [&](float (&sacc)[kN / 2], int stage) {
+    // A step's width W (keys) from its score accumulator, float[W / 2] per thread.
+  #define VLM_STEP_KEYS(sacc) (2 * static_cast<int>(std::extent_v<std::remove_reference_t<decltype(sacc)>>))
+    // S = Q K^T for the key step in `stage`: 64 x W per warpgroup, accumulated over the head dim in k-steps of 16.
+    auto issue_s = [&](auto& sacc, int stage) {
+      constexpr int W = VLM_STEP_KEYS(sacc);
       const bf16* k_tile = sK + stage * Shape::kKvElems;
   #pragma unroll
       for (int kk = 0; kk < kHeadDim / 16; ++kk) {
         const int c = kk / 4, ko = (kk % 4) * 16;
         const uint64_t da = sm90::smem_desc_sw128(sQ + c * kM * 64 + cw * 64 * 64 + ko, 16, 1024);
-        const uint64_t db = sm90::smem_desc_sw128(k_tile + c * kN * 64 + ko, 16, 1024);
-        sm90::wgmma_ss<kN>(sacc, da, db, kk > 0);
+        const uint64_t db = sm90::smem_desc_sw128(k_tile + c * W * 64 + ko, 16, 1024);
+        sm90::wgmma_ss<W>(sacc, da, db, kk > 0);
       }
       sm90::wgmma_commit();
     };
-    // O += P V: V [keys x d] is the N-major B operand (next 64-wide column block kN * 128 bytes on).
-    auto issue_pv = [&](const uint32_t (&pf)[kN / 16][4], int stage) {
-      const bf16* v_tile = sV + stage * Shape::kKvElems;
-  #pragma unroll
-      for (int kk = 0; kk < kN / 16; ++kk)
-        wgmma_pv<kHeadDim>(o, pf[kk], sm90::smem_desc_sw128(v_tile + kk * 16 * 64, kN * 128, 1024), 1);
-      sm90::wgmma_commit();
-    };
+    auto v_stage = [&](int stage) { return sV + stage * Shape::kKvElems; };
     auto rescale_o = [&](const float (&corr)[2]) {
   #pragma unroll
       for (int r = 0; r < 2; ++r)
@@ -258,50 +300,53 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
       const Tile tl = tile_at(idx);
       if (!tl.valid) continue;
       const SeqBounds sb = tl.sb;
-      const int m0 = tl.m0, h = tl.h, diag = tl.diag, n_blocks = tl.n_blocks;
+      const int m0 = tl.m0, h = tl.h, diag = tl.diag, n_blocks = tl.n_blocks, n_steps = tl.n_steps;
       if (m0 + cw * 64 >= sb.q_len) {
         // No row of this warpgroup is in the sequence: the same waits, turns and releases as below, no products.
         // (Waiting for each stage to fill before releasing it keeps the release in the right phase.)
-        if (n_blocks > 0) {
+        if (n_steps > 0) {
           sm90::mbar_wait(bar_q, q_loads & 1);
           ++q_loads;
           if (last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
         }
-        for (int i = 0; i < n_blocks; ++i) {
+        for (int i = 0; i < n_steps; ++i) {
           const int s = (it0 + i) % kStages;
           const uint32_t phase = ((it0 + i) / kStages) & 1;
           sm90::mbar_wait(&full_k[s], phase);
           sm90::named_barrier_sync(kTurnBar + cw, 256);
-          if (!last_wg || i + 1 < n_blocks) sm90::named_barrier_arrive(next_turn, 256);
+          if (!last_wg || i + 1 < n_steps) sm90::named_barrier_arrive(next_turn, 256);
           release(&empty_k[s]);
-          if (i + 1 == n_blocks) release(empty_q);
+          if (i + 1 == n_steps) release(empty_q);
           sm90::mbar_wait(&full_v[s], phase);
           release(&empty_v[s]);
         }
-        it0 += n_blocks;
+        it0 += n_steps;
         continue;
       }
       const int row_lo = m0 + cw * 64 + wi * 16 + g;  // this thread's rows: row_lo, row_lo + 8
     #pragma unroll
       for (int i = 0; i < kHeadDim / 2; ++i) o[i] = 0.f;
       float row_max[2] = {-kInf, -kInf}, row_sum[2] = {0.f, 0.f};
-      if (n_blocks > 0) {
+      if (n_steps > 0) {
         sm90::mbar_wait(bar_q, q_loads & 1);
         ++q_loads;
         if (last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
       }
-      uint32_t pf[kN / 16][4];      // P of the previous key block (bf16, the A operand of its P V GEMM)
+      uint32_t pf[kN / 16][4];      // P of the previous key step (bf16, the A operand of its P V GEMM)
       float corr[2] = {1.f, 1.f};   // O's rescale before that P V GEMM
       // Mask (accumulator tile j covers keys n0 + 8j .. 8j + 7; element e: row + 8 (e >> 1), col + (e & 1)), then
-      // the online softmax; O's rescale by corr waits until the previous P V has retired (next step). Tiles j >=
-      // dead_from lie wholly past the diagonal (or the keys' end) for every row of this warp: their probabilities
-      // are 0 without an exponential (the same values: exp2 of -inf is +0). Only a tile's first step is masked, so
-      // the other steps pass kN / 8 and compile without the test.
-      auto softmax = [&](float (&sacc)[kN / 2], int n0, int dead_from) {
-        const bool need_mask = n0 + kN > sb.k_len || (kCausal && n0 + kN - 1 > m0 + cw * 64 + diag);
+      // the online softmax over a step of W keys; O's rescale by corr waits until the previous P V has retired (next
+      // step). Tiles j >= dead_from lie wholly past the diagonal (or the keys' end) for every row of this warp:
+      // their probabilities are 0 without an exponential (the same values: exp2 of -inf is +0). Only a tile's first
+      // step looks for them; the others pass W / 8 and compile without the test.
+      auto softmax = [&](auto& sacc, int n0, int dead_from) {
+        constexpr int W = VLM_STEP_KEYS(sacc);
+        // (A mixed kernel's wide steps lie below the diagonal block, every key visible to every row: no mask.)
+        const bool need_mask = !(kMixed && W == kN) &&
+                               (n0 + W > sb.k_len || (kCausal && n0 + W - 1 > m0 + cw * 64 + diag));
         if (need_mask) {
     #pragma unroll
-          for (int j = 0; j < kN / 8; ++j)
+          for (int j = 0; j < W / 8; ++j)
     #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int col = n0 + 8 * j + 2 * t + (e & 1), row = row_lo + (e >> 1) * 8;
@@ -312,14 +357,14 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
         for (int r = 0; r < 2; ++r) {
           float mx = row_max[r];
     #pragma unroll
-          for (int j = 0; j < kN / 8; ++j) mx = fmaxf(mx, fmaxf(sacc[4 * j + 2 * r], sacc[4 * j + 2 * r + 1]));
+          for (int j = 0; j < W / 8; ++j) mx = fmaxf(mx, fmaxf(sacc[4 * j + 2 * r], sacc[4 * j + 2 * r + 1]));
           mx = quad_max(mx);
           const float m_scaled = mx == -kInf ? 0.f : mx * scale_log2;
           corr[r] = exp2_ftz(row_max[r] * scale_log2 - m_scaled);
           row_max[r] = mx;
           float sum = 0.f;
     #pragma unroll
-          for (int j = 0; j < kN / 8; ++j) {
+          for (int j = 0; j < W / 8; ++j) {
             if (j >= dead_from) {  // warp-uniform
               sacc[4 * j + 2 * r] = sacc[4 * j + 2 * r + 1] = 0.f;
               continue;
@@ -339,78 +384,106 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
         }
       };
       // P as the register A operand: k-step kk covers keys 16 kk .. 16 kk + 15 (accumulator tiles 2kk, 2kk + 1).
-      auto pack_p = [&](const float (&sacc)[kN / 2]) {
+      auto pack_p = [&](const auto& sacc) {
+        constexpr int W = VLM_STEP_KEYS(sacc);
     #pragma unroll
-        for (int kk = 0; kk < kN / 16; ++kk) {
+        for (int kk = 0; kk < W / 16; ++kk) {
           pf[kk][0] = pack2<bf16>(sacc[8 * kk + 0], sacc[8 * kk + 1]);
           pf[kk][1] = pack2<bf16>(sacc[8 * kk + 2], sacc[8 * kk + 3]);
           pf[kk][2] = pack2<bf16>(sacc[8 * kk + 4], sacc[8 * kk + 5]);
           pf[kk][3] = pack2<bf16>(sacc[8 * kk + 6], sacc[8 * kk + 7]);
         }
       };
+      auto issue_pv = [&](auto wp, int stage) { issue_pv_keys<kHeadDim, decltype(wp)::value>(o, pf, v_stage(stage)); };
       auto stage_of = [&](int i) { return (it0 + i) % kStages; };
       auto phase_of = [&](int i) { return static_cast<uint32_t>(((it0 + i) / kStages) & 1); };
-      // Key blocks go from the last one down (the causal diagonal first). Step 0 has no P V yet; steps 1 .. n - 1
-      // are uniform (no wgmma under a branch, which would make ptxas serialize them); the last P V closes.
-      if (n_blocks > 0) {
-        {
-          float sacc[kN / 2];
+      auto first_key = [&](int i) {
+        bool wide;
+        return key_step(n_blocks, diag, i, wide);
+      };
+      // Step i >= 1 of a tile: S_i over `ws` keys issued with P_{i-1} V_{i-1} over `wp` keys (the previous step's).
+      auto step = [&](int i, auto ws, auto wp) {
+        constexpr int Ws = decltype(ws)::value;
+        const int s = stage_of(i), ps = stage_of(i - 1);
+        float sacc[Ws / 2];
     #pragma unroll
-          for (int j = 0; j < kN / 2; ++j) sacc[j] = 0.f;
+        for (int j = 0; j < Ws / 2; ++j) sacc[j] = 0.f;
+        rescale_o(corr);  // P_{i-2} V_{i-2} retired at the end of step i - 1
+        sm90::mbar_wait(&full_k[s], phase_of(i));
+        sm90::mbar_wait(&full_v[ps], phase_of(i - 1));  // here: a wait loop between two wgmmas serializes them
+        sm90::named_barrier_sync(kTurnBar + cw, 256);
+        sm90::fence_regs(o);
+        sm90::wgmma_fence();
+        issue_s(sacc, s);
+        issue_pv(wp, ps);
+        if (!last_wg || i + 1 < n_steps) sm90::named_barrier_arrive(next_turn, 256);
+        sm90::wgmma_wait<1>();
+        sm90::fence_regs(sacc);
+        release(&empty_k[s]);
+        if (i + 1 == n_steps) release(empty_q);
+        softmax(sacc, first_key(i), Ws / 8);
+        sm90::wgmma_wait<0>();  // P_{i-1} V_{i-1}: pf and o are free again, V_{i-1}'s stage can be refilled
+        sm90::fence_regs(o);
+        release(&empty_v[ps]);
+        pack_p(sacc);
+      };
+      // The last step's P V (over `wp` keys) closes the tile.
+      auto close = [&](auto wp) {
+        const int ls = stage_of(n_steps - 1);
+        rescale_o(corr);
+        sm90::mbar_wait(&full_v[ls], phase_of(n_steps - 1));
+        sm90::fence_regs(o);
+        sm90::wgmma_fence();
+        issue_pv(wp, ls);
+        sm90::wgmma_wait<0>();
+        sm90::fence_regs(o);
+        release(&empty_v[ls]);
+      };
+      // Step 0 (the diagonal, kNn keys) has no P V yet; then the steps of each width in runs, each run a uniform loop
+      // (no wgmma under a branch, which would make ptxas serialize them), the last P V closing the tile.
+      if (n_steps > 0) {
+        {
+          float sacc[kNn / 2];
+    #pragma unroll
+          for (int j = 0; j < kNn / 2; ++j) sacc[j] = 0.f;
           sm90::mbar_wait(&full_k[stage_of(0)], phase_of(0));
           sm90::named_barrier_sync(kTurnBar + cw, 256);
           sm90::wgmma_fence();
           issue_s(sacc, stage_of(0));
-          if (!last_wg || n_blocks > 1) sm90::named_barrier_arrive(next_turn, 256);
+          if (!last_wg || n_steps > 1) sm90::named_barrier_arrive(next_turn, 256);
           sm90::wgmma_wait<0>();
           sm90::fence_regs(sacc);
           release(&empty_k[stage_of(0)]);
-          if (n_blocks == 1) release(empty_q);  // this warpgroup's last read of Q
-          // The first accumulator tile past every visible key of this warp's 16 rows (kN / 8: none).
-          int dead_from = kN / 8;
+          if (n_steps == 1) release(empty_q);  // this warpgroup's last read of Q
+          // The first accumulator tile past every visible key of this warp's 16 rows (kNn / 8: none).
+          const int n0 = first_key(0);
+          int dead_from = kNn / 8;
           if (kCausal && skip_dead_exps) {
-            int visible = sb.k_len - (n_blocks - 1) * kN;  // keys of this block before the keys' end
-            if (kCausal) visible = min(visible, m0 + cw * 64 + wi * 16 + 15 + diag + 1 - (n_blocks - 1) * kN);
-            dead_from = max(0, min(kN / 8, (visible + 7) / 8));
+            int visible = sb.k_len - n0;  // keys of this step before the keys' end
+            if (kCausal) visible = min(visible, m0 + cw * 64 + wi * 16 + 15 + diag + 1 - n0);
+            dead_from = max(0, min(kNn / 8, (visible + 7) / 8));
           }
-          softmax(sacc, (n_blocks - 1) * kN, dead_from);
+          softmax(sacc, n0, dead_from);
           pack_p(sacc);
         }
-        for (int i = 1; i < n_blocks; ++i) {
-          const int s = stage_of(i), ps = stage_of(i - 1);
-          float sacc[kN / 2];
-    #pragma unroll
-          for (int j = 0; j < kN / 2; ++j) sacc[j] = 0.f;
-          rescale_o(corr);  // P_{i-2} V_{i-2} retired at the end of step i - 1
-          sm90::mbar_wait(&full_k[s], phase_of(i));
-          sm90::mbar_wait(&full_v[ps], phase_of(i - 1));  // here: a wait loop between two wgmmas serializes them
-          sm90::named_barrier_sync(kTurnBar + cw, 256);
-          sm90::fence_regs(o);
-          sm90::wgmma_fence();
-          issue_s(sacc, s);
-          issue_pv(pf, ps);
-          if (!last_wg || i + 1 < n_blocks) sm90::named_barrier_arrive(next_turn, 256);
-          sm90::wgmma_wait<1>();
-          sm90::fence_regs(sacc);
-          release(&empty_k[s]);
-          if (i + 1 == n_blocks) release(empty_q);
-          softmax(sacc, (n_blocks - 1 - i) * kN, kN / 8);
-          sm90::wgmma_wait<0>();  // P_{i-1} V_{i-1}: pf and o are free again, V_{i-1}'s stage can be refilled
-          sm90::fence_regs(o);
-          release(&empty_v[ps]);
-          pack_p(sacc);
+        if constexpr (kMixed) {
+          // Steps 1 .. 4w are wide, the rest narrow (key_step); the first wide step multiplies the diagonal's P, the
+          // first narrow one after them the last wide P. Loops of zero or one pass take the transitions.
+          const int wide_steps = 4 * wide_groups(n_blocks, diag);
+          int i = 1;
+          for (; i <= min(1, wide_steps); ++i) step(i, Wide(), Narrow());
+          for (; i <= wide_steps; ++i) step(i, Wide(), Wide());
+          for (; i < n_steps && i == wide_steps + 1 && wide_steps > 0; ++i) step(i, Narrow(), Wide());
+          for (; i < n_steps; ++i) step(i, Narrow(), Narrow());
+          const int last_wide = wide_steps > 0 && n_steps - 1 == wide_steps ? 1 : 0;
+          for (int c = 0; c < last_wide; ++c) close(Wide());
+          for (int c = last_wide; c < 1; ++c) close(Narrow());
+        } else {
+          for (int i = 1; i < n_steps; ++i) step(i, Wide(), Wide());
+          close(Wide());
         }
-        const int ls = stage_of(n_blocks - 1);
-        rescale_o(corr);
-        sm90::mbar_wait(&full_v[ls], phase_of(n_blocks - 1));
-        sm90::fence_regs(o);
-        sm90::wgmma_fence();
-        issue_pv(pf, ls);
-        sm90::wgmma_wait<0>();
-        sm90::fence_regs(o);
-        release(&empty_v[ls]);
       }
-      it0 += n_blocks;
+      it0 += n_steps;
 
       // Epilogue: normalize, write O and the lse.
     #pragma unroll
@@ -434,6 +507,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
   }
 #endif
 }
+#undef VLM_STEP_KEYS
 
 // ---- host side ---------------------------------------------------------------------------------------------------
 
@@ -446,6 +520,13 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
                                          Shape::kBlockN);
   const CUtensorMap tv = make_tensor_map(p.v, p.total_k, p.n_heads_kv, kHeadDim, p.v_row_stride, p.v_head_stride,
                                          Shape::kBlockN);
+  // Mixed key steps load their 128-key steps through maps of 128-row boxes (the others never read these).
+  const CUtensorMap tkn = Shape::kMixed ? make_tensor_map(p.k, p.total_k, p.n_heads_kv, kHeadDim, p.k_row_stride,
+                                                          p.k_head_stride, Shape::kNarrowN)
+                                        : tk;
+  const CUtensorMap tvn = Shape::kMixed ? make_tensor_map(p.v, p.total_k, p.n_heads_kv, kHeadDim, p.v_row_stride,
+                                                          p.v_head_stride, Shape::kNarrowN)
+                                        : tv;
   const int64_t tiles = static_cast<int64_t>((p.max_seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM) * p.n_heads_q *
                         p.batch;
   // The dynamic schedule's counter runs one index past the end per CTA.
@@ -484,15 +565,22 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   // VLM_FLASH_DEAD_EXPS=1; the results are the same either way).
   const int skip_dead = kCausal && flash_dead_exps(false) ? 1 : 0;
   kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(
-      tq, tk, tv, p, group, dynamic ? flash_tile_counter(stream) : nullptr, skip_dead);
+      tq, tk, tv, tkn, tvn, p, group, dynamic ? flash_tile_counter(stream) : nullptr, skip_dead);
   VLM_CUDA_CHECK_LAUNCH();
 }
 
-// The kernel for this problem at one head dim: causal, or non-causal with wide key steps for long rows
-// (flash_tiles.h; VLM_FLASH_WIDE_KEYS=0/1 forces the choice), or non-causal with 128-key steps.
+// The kernel for this problem at one head dim: causal (at d=128 with mixed 128/160-key steps when
+// VLM_FLASH_CAUSAL_WIDE=1, not yet measured), or non-causal with wide key steps for long rows (flash_tiles.h;
+// VLM_FLASH_WIDE_KEYS=0/1 forces the choice), or non-causal with 128-key steps.
 template <int kHeadDim>
 void run_hopper_fwd_for(const FlashFwdParams& p, cudaStream_t stream) {
   if (p.causal) {
+    if constexpr (kHeadDim == 128) {
+      if (flash_causal_wide(false)) {
+        run_hopper_fwd<kHeadDim, true, true>(p, stream);
+        return;
+      }
+    }
     run_hopper_fwd<kHeadDim, true, false>(p, stream);
   } else if (flash_wide_keys(p.max_seqlen_k >= hopper_fwd_wide_min_keys(kHeadDim))) {
     run_hopper_fwd<kHeadDim, false, true>(p, stream);

@@ -43,6 +43,10 @@ bool flash_dynamic(bool automatic);
 // their masked first step: `automatic` unless VLM_FLASH_DEAD_EXPS is 0 or 1, for tests and A/B runs. Read once.
 bool flash_dead_exps(bool automatic);
 
+// Whether the Hopper forward's causal d=128 rows take mixed 128/160-key steps (HopperFwdTile): `automatic` unless
+// VLM_FLASH_CAUSAL_WIDE is 0 or 1, for tests and A/B runs. Read once.
+bool flash_causal_wide(bool automatic);
+
 // The (head, sequence) pairs per group in the forward's dynamic causal order: `automatic` unless
 // VLM_FLASH_CAUSAL_GROUP is set to a positive count, for A/B runs. Read once.
 int flash_causal_group(int automatic);
