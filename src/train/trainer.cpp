@@ -306,7 +306,12 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     const double loss = p.target_tokens ? loss_sum / static_cast<double>(p.target_tokens) : 0.0;
     const double grad_norm = p.grad_norm.value();
     window_compute += now_seconds() - t_wait;  // waiting for the device counts as compute
-    if (!std::isfinite(loss)) return internal_error(str("loss became ", loss, " at step ", p.step, "; stopping"));
+    if (!std::isfinite(loss)) {
+      // On CUDA a bad index (token id, target, row) makes its op write NaN and records itself: name it if so.
+      const Status bad_index = ops::check_index_errors(device);
+      return internal_error(str("loss became ", loss, " at step ", p.step,
+                                bad_index.ok() ? "" : " (" + bad_index.message() + ")", "; stopping"));
+    }
     result.final_loss = loss;
     if (!p.log) return Status();
     const LoaderCounters& lc = p.counters;
