@@ -151,7 +151,8 @@ __global__ void zero_kernel(const ZeroTable table) {
   unsigned char* base = table.data[t];
   const int64_t begin = (blk - table.block_start[t]) * kZeroChunk;
   const int64_t end = min(table.bytes[t], begin + kZeroChunk);
-  const int64_t head = min(end, begin + static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(base + begin) % 16) % 16));
+  const int64_t to_aligned = static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(base + begin) % 16) % 16);
+  const int64_t head = min(end, begin + to_aligned);
   const int64_t quads = (end - head) / 16;
   for (int64_t i = begin + threadIdx.x; i < head; i += blockDim.x) base[i] = 0;
   uint4* mid = reinterpret_cast<uint4*>(base + head);
@@ -170,34 +171,47 @@ __global__ void sum_partials_kernel(const double* __restrict__ partial, int64_t 
 
 }  // namespace
 
+namespace {
+
+// The launches of a multi-tensor op: `items` in tables of up to kMaxTensors. fill(table, i, item) writes the item into
+// slot i and returns its block count (0 leaves the slot to the next item); launch(table, blocks) runs one table.
+template <class Table, class Item, class Fill, class Launch>
+void launch_tables(const std::vector<Item>& items, Fill fill, Launch launch) {
+  size_t next = 0;
+  while (next < items.size()) {
+    Table table{};
+    int64_t blocks = 0;
+    for (; next < items.size() && table.count < kMaxTensors; ++next) {
+      const int64_t n = fill(table, table.count, items[next]);
+      if (n == 0) continue;
+      table.block_start[table.count++] = blocks;
+      blocks += n;
+    }
+    table.block_start[table.count] = blocks;
+    if (blocks > 0) launch(table, blocks);
+  }
+}
+
+}  // namespace
+
 void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWScalars& s) {
   if (tensors.empty()) return;
   const Device dev = tensors.front().param.device();
   DeviceGuard guard(dev);
   cudaStream_t stream = stream_of(dev);
-  size_t next = 0;
-  while (next < tensors.size()) {
-    AdamWTable table{};
-    int64_t blocks = 0;
-    for (; next < tensors.size() && table.count < kMaxTensors; ++next) {
-      const AdamWTensors& t = tensors[next];
-      const int64_t n = t.param.numel();
-      if (n == 0) continue;
-      const int i = table.count++;
-      table.param[i] = ptr<float>(t.param);
-      table.grad[i] = ptr<float>(t.grad);
-      table.m[i] = ptr<float>(t.m);
-      table.v[i] = ptr<float>(t.v);
-      table.param_bf16[i] = ptr_or_null<bf16>(t.param_bf16);
-      table.n[i] = n;
-      table.block_start[i] = blocks;
-      blocks += ceil_div(n, kAdamChunk);
-    }
-    table.block_start[table.count] = blocks;
-    if (blocks == 0) continue;
+  auto fill = [](AdamWTable& table, int i, const AdamWTensors& t) {
+    table.param[i] = ptr<float>(t.param);
+    table.grad[i] = ptr<float>(t.grad);
+    table.m[i] = ptr<float>(t.m);
+    table.v[i] = ptr<float>(t.v);
+    table.param_bf16[i] = ptr_or_null<bf16>(t.param_bf16);
+    table.n[i] = t.param.numel();
+    return ceil_div(table.n[i], kAdamChunk);
+  };
+  launch_tables<AdamWTable>(tensors, fill, [&](const AdamWTable& table, int64_t blocks) {
     adamw_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(table, s);
     VLM_CUDA_CHECK_LAUNCH();
-  }
+  });
 }
 
 void zero_multi(const std::vector<Tensor>& tensors) {
@@ -205,25 +219,15 @@ void zero_multi(const std::vector<Tensor>& tensors) {
   const Device dev = tensors.front().device();
   DeviceGuard guard(dev);
   cudaStream_t stream = stream_of(dev);
-  size_t next = 0;
-  while (next < tensors.size()) {
-    ZeroTable table{};
-    int64_t blocks = 0;
-    for (; next < tensors.size() && table.count < kMaxTensors; ++next) {
-      const Tensor& t = tensors[next];
-      const int64_t bytes = static_cast<int64_t>(t.nbytes());
-      if (bytes == 0) continue;
-      const int i = table.count++;
-      table.data[i] = static_cast<unsigned char*>(t.raw_data());
-      table.bytes[i] = bytes;
-      table.block_start[i] = blocks;
-      blocks += ceil_div(bytes, kZeroChunk);
-    }
-    table.block_start[table.count] = blocks;
-    if (blocks == 0) continue;
+  auto fill = [](ZeroTable& table, int i, const Tensor& t) {
+    table.data[i] = static_cast<unsigned char*>(t.raw_data());
+    table.bytes[i] = static_cast<int64_t>(t.nbytes());
+    return ceil_div(table.bytes[i], kZeroChunk);
+  };
+  launch_tables<ZeroTable>(tensors, fill, [&](const ZeroTable& table, int64_t blocks) {
     zero_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(table);
     VLM_CUDA_CHECK_LAUNCH();
-  }
+  });
 }
 
 namespace {
@@ -241,23 +245,14 @@ void launch_sum(const std::vector<Tensor>& tensors, bool square, double* result,
   // fp64 partials in an 8-byte-element scratch tensor, released in stream order.
   Tensor partial = scratch(Shape{total_blocks}, DType::f64, device);
   double* partial_p = partial.data<double>();
-  size_t next = 0;
   int64_t offset = 0;
-  while (next < tensors.size()) {
-    SumTable table{};
-    int64_t blocks = 0;
-    for (; next < tensors.size() && table.count < kMaxTensors; ++next) {
-      const Tensor& t = tensors[next];
-      if (t.numel() == 0) continue;
-      const int i = table.count++;
-      table.data[i] = t.raw_data();
-      table.is_bf16[i] = t.dtype() == DType::bf16 ? 1 : 0;
-      table.n[i] = t.numel();
-      table.block_start[i] = blocks;
-      blocks += ceil_div(t.numel(), kSumChunk);
-    }
-    table.block_start[table.count] = blocks;
-    if (blocks == 0) continue;
+  auto fill = [](SumTable& table, int i, const Tensor& t) {
+    table.data[i] = t.raw_data();
+    table.is_bf16[i] = t.dtype() == DType::bf16 ? 1 : 0;
+    table.n[i] = t.numel();
+    return ceil_div(table.n[i], kSumChunk);
+  };
+  launch_tables<SumTable>(tensors, fill, [&](const SumTable& table, int64_t blocks) {
     if (square) {
       sum_partial_kernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(table, partial_p + offset);
     } else {
@@ -265,7 +260,7 @@ void launch_sum(const std::vector<Tensor>& tensors, bool square, double* result,
     }
     VLM_CUDA_CHECK_LAUNCH();
     offset += blocks;
-  }
+  });
   sum_partials_kernel<<<1, kThreads, 0, stream>>>(partial_p, total_blocks, result);
   VLM_CUDA_CHECK_LAUNCH();
 }
