@@ -14,7 +14,8 @@
 # 128 no 8192,64 yes 4096"). VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs the Hopper cases under
 # both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step, VLM_FLASH_DYNAMIC=0/1 its causal tile counter (tests and
 # sanitize run them with 1 too), VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 1 too) and
-# VLM_FLASH_CAUSAL_WIDE=0/1 the d=128 causal forward's mixed 128/160-key steps (tests and sanitize: 1 too).
+# VLM_FLASH_CAUSAL_WIDE=0/1 the d=128 causal forward's mixed 128/160-key steps and VLM_FLASH_BWD_DYNAMIC=0/1 the d=128
+# causal backward's item counter (tests and sanitize: 1 too).
 # To prepare the binaries on the build machine:
 #   cmake --build build-flash --target flash_gpu_test flash_reference_test bench_attention
 #   mkdir -p .carry/flash/lib && cp build-flash/tests/kernels/flash/flash_{gpu,reference}_test \
@@ -65,17 +66,22 @@ for step in "${steps[@]}"; do
       # And with the d=128 causal forward's mixed 128/160-key steps (off by default until measured).
       echo "==== VLM_FLASH_CAUSAL_WIDE=1" >>"$OUT/tests.log"
       VLM_FLASH_CAUSAL_WIDE=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
+      # And with the d=128 causal backward's items from a counter (off by default until measured).
+      echo "==== VLM_FLASH_BWD_DYNAMIC=1" >>"$OUT/tests.log"
+      VLM_FLASH_BWD_DYNAMIC=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
       grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|err |bound|was written|differs" "$OUT/tests.log" \
         | grep -v "^\[       OK" | tail -40 | tee -a "$OUT/summary.log"
       ;;
     sanitize)
       # The small cases as they run by default, then with every causal forward on the tile counter, then with the
-      # d=128 causal forward's mixed key steps.
-      for pass in memcheck racecheck memcheck:dynamic racecheck:dynamic memcheck:wide racecheck:wide; do
+      # d=128 causal forward's mixed key steps, then with the d=128 causal backward's items from a counter.
+      for pass in memcheck racecheck memcheck:dynamic racecheck:dynamic memcheck:wide racecheck:wide memcheck:bwd \
+          racecheck:bwd; do
         tool=${pass%%:*}
         envs=()
         [ "$pass" = "$tool:dynamic" ] && envs=(VLM_FLASH_DYNAMIC=1)
         [ "$pass" = "$tool:wide" ] && envs=(VLM_FLASH_CAUSAL_WIDE=1)
+        [ "$pass" = "$tool:bwd" ] && envs=(VLM_FLASH_BWD_DYNAMIC=1)
         note "compute-sanitizer $tool ($SAN_FILTER) ${envs[*]}"
         env "${envs[@]}" timeout -k 5 "$STEP_TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           "$BIN/flash_gpu_test" --gtest_filter="$SAN_FILTER" >"$OUT/sanitize_${pass/:/_}.log" 2>&1

@@ -112,7 +112,7 @@ std::vector<Case> all_cases() {
   // above cover diag = 0), and a varlen batch whose tiles end on each of the mixed schedule's transitions.
   {
     Case shifted = dense(128, 4, 2, 700, 956, true);
-    shifted.small = true;  // the compute-sanitizer runs see the mixed steps too
+    shifted.small = true;  // the compute-sanitizer runs see the mixed steps and the backward item counter too
     v.push_back(shifted);
     Case c = dense(128, 4, 1, 1, 1, true);
     c.len_q = {641, 769, 897, 1280, 1408};
