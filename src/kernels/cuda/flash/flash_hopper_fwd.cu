@@ -25,6 +25,7 @@
 #include "core/cuda_check.h"
 #include "kernels/cuda/flash/flash_dispatch.h"
 #include "kernels/cuda/flash/flash_hopper_host.h"
+#include "kernels/cuda/flash/flash_schedule.h"
 #include "kernels/cuda/flash/flash_tiles.h"
 #include "kernels/cuda/flash/flash_utils.cuh"
 #include "kernels/cuda/flash/hopper_ptx.cuh"
@@ -45,8 +46,8 @@ struct HopperFwdShape {
   // The launch's register pool (65536 / kThreads per thread) moved to the consumers: 24 * 128 + 240 * 256 = 168 * 384
   // with two; 24 * 128 + 160 * 384 = 126 * 512 with three. Causal kernels give the producer 40, as it also runs the
   // dynamic schedule (it spilled in 24), and their consumers 232 (128-key steps fit without spills). Mixed kernels'
-  // consumers need 240 (at 232 ptxas spilled ~100 bytes); their producer spills in 24 instead (ptxas: 88 bytes
-  // stored, 140 loaded), off the consumers' path: it waits on barriers between its copies.
+  // consumers need 240 (at 232 ptxas spilled ~100 bytes); their producer spills in 24 instead (ptxas: 84 bytes
+  // stored, 136 loaded), off the consumers' path: it waits on barriers between its copies.
   static constexpr int kProducerRegs = kCausal && !kWideKeys ? 40 : 24;
   static constexpr int kConsumerRegs =
       kConsumers == 2 ? (kCausal && !kWideKeys ? 232 : 240) : (kCausal ? 152 : 160);
@@ -133,11 +134,6 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
     int m0, h, hk, diag, n_blocks, n_steps;  // n_blocks: 128-key (kN-key) blocks; n_steps: key steps (key_step)
     bool valid;
   };
-  // Mixed kernels: groups of four wide steps below the diagonal block, when the causal mask ends within that block
-  // (diag a multiple of kNn, as for a square self-attention), so the wide steps never mask.
-  auto wide_groups = [&](int n_blocks, int diag) {
-    return kMixed && n_blocks > 0 && diag % kNn == 0 ? (n_blocks - 1) / 5 : 0;
-  };
   auto tile_at = [&](int idx) {
     Tile tl;
     const int first = idx / (group_heads * num_m) * group_heads, size = min(group_heads, heads_batch - first);
@@ -151,20 +147,16 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
     const int m_rows = min(kM, tl.sb.q_len - tl.m0);
     const int n_end = kCausal ? max(0, min(tl.sb.k_len, tl.m0 + m_rows + tl.diag)) : tl.sb.k_len;
     tl.n_blocks = tl.valid ? (n_end + kNn - 1) / kNn : 0;
-    tl.n_steps = tl.n_blocks - wide_groups(tl.n_blocks, tl.diag);
+    tl.n_steps = kMixed ? mixed_steps(tl.n_blocks, tl.diag, kNn) : tl.n_blocks;
     return tl;
   };
-  // Key steps run from the last key block (the causal diagonal) down. Mixed (kMixed): the diagonal's 128-key step,
-  // then the b = n_blocks - 1 blocks below it as 4 (b / 5) wide steps of 160 keys (four of them cover five 128-key
-  // blocks, so no step is partial) and b % 5 steps of 128; otherwise n_blocks steps of kN. Returns the step's first
-  // key; `wide` says whether it is kN keys (mixed: 160) or kNn.
+  // Key steps run from the last key block (the causal diagonal) down: n_blocks steps of kN, or in a mixed kernel the
+  // schedule of flash_schedule.h (narrow kNn = 128, wide kN = 160). Returns the step's first key; `wide` says whether
+  // it is kN keys or kNn.
   auto key_step = [&](int n_blocks, int diag, int i, bool& wide) {
-    wide = !kMixed;
+    wide = true;
     if (!kMixed) return (n_blocks - 1 - i) * kN;
-    const int b = n_blocks - 1, w = wide_groups(n_blocks, diag);
-    if (i == 0) return b * kNn;
-    wide = i <= 4 * w;
-    return wide ? b * kNn - kN * i : (b - w - i) * kNn;
+    return mixed_key_step(n_blocks, diag, i, kNn, kN, &wide);
   };
   const int tid = threadIdx.x, wg = tid / 128;
 
@@ -469,7 +461,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
         if constexpr (kMixed) {
           // Steps 1 .. 4w are wide, the rest narrow (key_step); the first wide step multiplies the diagonal's P, the
           // first narrow one after them the last wide P. Loops of zero or one pass take the transitions.
-          const int wide_steps = 4 * wide_groups(n_blocks, diag);
+          const int wide_steps = 4 * mixed_wide_groups(n_blocks, diag, kNn);
           int i = 1;
           for (; i <= min(1, wide_steps); ++i) step(i, Wide(), Narrow());
           for (; i <= wide_steps; ++i) step(i, Wide(), Wide());
