@@ -23,6 +23,7 @@
 #include "bench/bench_options.h"
 #include "core/allocator.h"
 #include "core/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/flash/flash_api.h"
 
 namespace vlm::bench {
@@ -365,6 +366,7 @@ int bench_attention_main(int argc, char** argv) {
               "warm-up%s\n",
               prop.name, opt.tokens, opt.hidden, opt.iters, opt.repeat, opt.repeat == 1 ? "" : "s", opt.warmup,
               opt.deterministic ? ", deterministic backward" : "");
+  if (const std::string env = vlm_environment(); !env.empty()) std::printf("environment: %s\n", env.c_str());
   std::vector<Result> results;
   for (int d : opt.head_dims)
     for (int causal : opt.causal)

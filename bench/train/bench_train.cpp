@@ -20,6 +20,7 @@
 #include "bench/bench_options.h"
 #include "bench/train/train_flops.h"
 #include "core/device.h"
+#include "core/env.h"
 #include "kernels/op_profile.h"
 #include "kernels/ops.h"
 #include "model/vlm.h"
@@ -210,6 +211,7 @@ int bench_train_main(int argc, char** argv) {
               "recompute %s\n",
               o.preset.c_str(), static_cast<double>(model.params().numel()) / 1e6, o.precision.c_str(), o.batch,
               cfg.image_tokens(), o.text_tokens, o.recompute.c_str());
+  if (const std::string env = vlm_environment(); !env.empty()) std::printf("environment: %s\n", env.c_str());
   const double t_warm = now();
   for (int i = 0; i < o.warmup; ++i) step();
   sync(dev);

@@ -1,7 +1,13 @@
 // env_int: see env.h.
 #include "core/env.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <unistd.h>  // environ
 
 #include "core/status.h"
 
@@ -26,6 +32,16 @@ int env_int(const char* name, int fallback, int lo, int hi) {
   const long x = decimal ? std::strtol(v, nullptr, 10) : 0;
   VLM_CHECK(decimal && x >= lo && x <= hi, name, " must be an integer in [", lo, ", ", hi, "], not '", v, "'");
   return static_cast<int>(x);
+}
+
+std::string vlm_environment() {
+  std::vector<std::string> vars;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e)
+    if (std::strncmp(*e, "VLM_", 4) == 0) vars.emplace_back(*e);
+  std::sort(vars.begin(), vars.end());
+  std::string out;
+  for (const std::string& v : vars) out += (out.empty() ? "" : " ") + v;
+  return out;
 }
 
 }  // namespace vlm

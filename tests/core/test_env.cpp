@@ -1,7 +1,9 @@
-// env_int: plain decimal integers in range, the fallback when unset or empty, and a fatal error naming the variable.
+// env_int: plain decimal integers in range, the fallback when unset or empty, and a fatal error naming the variable;
+// vlm_environment: the VLM_* variables in name order.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "core/env.h"
 
@@ -34,6 +36,24 @@ TEST(EnvInt, RejectsOtherSpellingsAndOutOfRangeValuesNamingTheVariable) {
     EXPECT_DEATH(read_with(bad), "VLM_TEST_ENV_INT must be an integer in \\[-5, 100\\], not '")
         << "value '" << bad << "'";
   }
+}
+
+TEST(VlmEnvironment, ListsTheVlmVariablesInNameOrder) {
+  for (const std::string& v : {std::string("VLM_TEST_ENV_B"), std::string("VLM_TEST_ENV_A")}) unsetenv(v.c_str());
+  const std::string before = vlm_environment();
+  setenv("VLM_TEST_ENV_B", "2", 1);
+  setenv("VLM_TEST_ENV_A", "x y", 1);
+  setenv("NOT_VLM_TEST_ENV", "1", 1);
+  const std::string all = vlm_environment();
+  unsetenv("VLM_TEST_ENV_A");
+  unsetenv("VLM_TEST_ENV_B");
+  unsetenv("NOT_VLM_TEST_ENV");
+  const size_t a = all.find("VLM_TEST_ENV_A=x y"), b = all.find("VLM_TEST_ENV_B=2");
+  ASSERT_NE(a, std::string::npos) << all;
+  ASSERT_NE(b, std::string::npos) << all;
+  EXPECT_LT(a, b);
+  EXPECT_EQ(all.find("NOT_VLM"), std::string::npos) << all;
+  EXPECT_EQ(vlm_environment(), before);
 }
 
 }  // namespace
