@@ -3,7 +3,7 @@
 # compute-sanitizer (memcheck, racecheck) over the test suite, the benchmark with the PyTorch SDPA peer in the same
 # run, and an Nsight Compute profile. Binaries come prebuilt for sm_90a (see the copy step below); logs go to $OUT.
 #
-#   scripts/gpu_flash.sh [step ...]      steps: info tests sanitize bench kernels ncu
+#   scripts/gpu_flash.sh [step ...]      steps: info tests sanitize bench switches kernels ncu
 #                                        (default: info tests sanitize bench)
 #
 # Environment: FLASH_BIN (default .carry/flash: flash_gpu_test, flash_reference_test, bench_attention, lib/),
@@ -11,9 +11,11 @@
 # "--head-dims 128 --seqlens 4096"), SAN_FILTER (gtest filter for the sanitizer runs, default the "san" cases),
 # STEP_TIMEOUT (seconds per program, default 300), KEEP_LOGS=1 (keep every log even when all passed), KERNEL_SHAPES
 # (the kernels step's "d causal seqlen" triples, comma-separated; default "128 yes 2048,128 yes 8192,128 no 2048,
-# 128 no 8192,64 yes 4096"). VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs the Hopper cases under
+# 128 no 8192,64 yes 4096"), SWITCHES and AB_ROUNDS (the switches step's "VAR=value@bench arguments" entries,
+# ';'-separated, default the experimental switches below at their shapes; rounds per A/B, default 3).
+# VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs the Hopper cases under
 # both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step, VLM_FLASH_DYNAMIC=0/1 its causal tile counter (tests and
-# sanitize run them with 1 too), VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 1 too) and
+# sanitize run them with 1 too), VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 1 too),
 # VLM_FLASH_CAUSAL_WIDE=0/1 the d=128 causal forward's mixed 128/160-key steps and VLM_FLASH_BWD_DYNAMIC=0/1 the d=128
 # causal backward's item counter (tests and sanitize: 1 too).
 # To prepare the binaries on the build machine:
@@ -113,6 +115,28 @@ for step in "${steps[@]}"; do
                         s / (n ? n : 1), lo, hi; for (k in r) printf " %s x%d", k, r[k]; print "" }' "$OUT/clocks.csv" \
         | tee -a "$OUT/summary.log"
       sed -n '/^| d |/,$p' "$OUT/bench.log"
+      ;;
+    switches)
+      # Each experimental switch against the default, one binary, alternating (scripts/gpu_ab.sh, AB_ROUNDS rounds),
+      # summarized as medians and new/old per row (scripts/ab_summary.py). SWITCHES: "VAR=value@bench arguments"
+      # entries separated by ';'.
+      default_switches="VLM_FLASH_CAUSAL_WIDE=1@--head-dims 128 --causal yes --seqlens 1024,2048,4096,8192,16384"
+      default_switches+=";VLM_FLASH_BWD_DYNAMIC=1@--head-dims 128 --causal yes --seqlens 512,1024,2048,4096,8192,16384"
+      default_switches+=";VLM_FLASH_DEAD_EXPS=1@--head-dims 64 --causal yes --seqlens 1024,2048,4096,8192"
+      default_switches+=";VLM_FLASH_DEAD_EXPS=1@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
+      default_switches+=" --causal yes"
+      IFS=';' read -r -a entries <<<"${SWITCHES:-$default_switches}"
+      n=0
+      for entry in "${entries[@]}"; do
+        var=${entry%%@*}
+        read -r -a args <<<"${entry#*@}"
+        n=$((n + 1))
+        note "switch $var against the default: ${args[*]}"
+        AB_ENV_NEW="$var" AB_GREP='^d=' ROUNDS="${AB_ROUNDS:-3}" AB_TIMEOUT="$STEP_TIMEOUT" \
+          scripts/gpu_ab.sh "$BIN/bench_attention" "$BIN/bench_attention" "${args[@]}" >"$OUT/switch_$n.log" 2>&1 \
+          || status=1
+        python3 scripts/ab_summary.py "$OUT/switch_$n.log" | tee -a "$OUT/summary.log" || status=1
+      done
       ;;
     kernels)
       # Each kernel's duration alone on the GPU (ncu, boost clocks), ours and cuDNN's through the SDPA peer: event
