@@ -3,7 +3,9 @@
 // bit, on the CPU with the same thread count) because weights, optimizer moments, the step count and the data
 // loader's position are all part of the checkpoint and the data order depends only on the seed.
 // Batches are read one micro-batch ahead and copied to the device while the current one computes (BatchUploader,
-// train/device_batch.h); the checkpointed loader position is the one after the last batch trained on.
+// train/device_batch.h); the checkpointed loader position is the one after the last batch trained on. Nothing in a
+// step waits for the device: step n's loss and grad norm are read (StepLoss, GradNorm) once step n + 1 is queued, and
+// before any checkpoint, eval or the end, so a non-finite loss still stops the run before its step is saved.
 #pragma once
 
 #include <string>
