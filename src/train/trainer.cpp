@@ -252,6 +252,9 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
   // Per log window, the training thread's time: blocked in the loader, staging and enqueueing uploads, and in the
   // forward/backward + optimizer step (on CUDA that includes waiting for the kernels at the step's host syncs).
   double window_samples = 0, window_tokens = 0, window_wait = 0, window_upload = 0, window_compute = 0;
+  // ... and of that compute time, how long it waited for the device (reading a step's loss and grad norm): near zero
+  // on a GPU means the host, not the device, sets the pace.
+  double window_device_wait = 0;
   const int64_t start_step = st.step;
   StepMemoryMeter memory_meter(device);  // over the first step of this process: memory.json
 
@@ -293,7 +296,7 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     float lr = 0;
     bool log = false;  // a log step: the window counters below are its record's
     LoaderCounters counters;
-    double dt = 0, samples = 0, tokens = 0, wait = 0, upload = 0, compute = 0, elapsed = 0;
+    double dt = 0, samples = 0, tokens = 0, wait = 0, upload = 0, compute = 0, device_wait = 0, elapsed = 0;
   };
   std::optional<PendingStep> pending;
   auto finish_step = [&]() -> Status {
@@ -306,6 +309,7 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     const double loss = p.target_tokens ? loss_sum / static_cast<double>(p.target_tokens) : 0.0;
     const double grad_norm = p.grad_norm.value();
     window_compute += now_seconds() - t_wait;  // waiting for the device counts as compute
+    window_device_wait += now_seconds() - t_wait;
     if (!std::isfinite(loss)) {
       // On CUDA a bad index (token id, target, row) makes its op write NaN and records itself: name it if so.
       const Status bad_index = ops::check_index_errors(device);
@@ -329,6 +333,7 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     rec.add("data_wait_s", p.wait).add("data_wait_frac", p.wait / p.dt);  // blocked in the loader
     rec.add("upload_s", p.upload);  // staging + enqueueing host->device copies (CPU: building the inputs)
     rec.add("compute_s", p.compute).add("compute_frac", p.compute / p.dt);
+    rec.add("device_wait_s", p.device_wait).add("device_wait_frac", p.device_wait / p.dt);
     rec.add("elapsed_s", p.elapsed);
     sinks.write(rec);
     return Status();
@@ -396,9 +401,10 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
       now.wait = window_wait;
       now.upload = window_upload;
       now.compute = window_compute;
+      now.device_wait = window_device_wait;
       now.elapsed = now_seconds() - t_start;
       t_window = now_seconds();
-      window_samples = window_tokens = window_wait = window_upload = window_compute = 0;
+      window_samples = window_tokens = window_wait = window_upload = window_compute = window_device_wait = 0;
     }
     pending = std::move(now);
     const bool last = step == c.train.steps;

@@ -87,18 +87,21 @@ TEST(TrainerPipeline, MetricsSplitDataWaitFromCompute) {
   const auto records = train_records(dir);
   ASSERT_EQ(records.size(), 3u);
   for (const auto& r : records) {
-    double wait = -1, wait_frac = -1, compute = -1, compute_frac = -1, upload = -1;
+    double wait = -1, wait_frac = -1, compute = -1, compute_frac = -1, upload = -1, device_wait = -1;
     ASSERT_TRUE(r.get("data_wait_s", &wait));
     ASSERT_TRUE(r.get("data_wait_frac", &wait_frac));
     ASSERT_TRUE(r.get("compute_s", &compute));
     ASSERT_TRUE(r.get("compute_frac", &compute_frac));
     ASSERT_TRUE(r.get("upload_s", &upload));
+    ASSERT_TRUE(r.get("device_wait_s", &device_wait));
     EXPECT_GE(wait, 0);
     EXPECT_GT(compute, 0) << "every step runs a forward/backward and an optimizer step";
     EXPECT_GE(upload, 0);
     // Parts of one window's wall time: they cannot add up to more than all of it.
     EXPECT_GT(compute_frac, 0);
     EXPECT_LE(wait_frac + compute_frac, 1.0 + 1e-9);
+    EXPECT_GE(device_wait, 0);
+    EXPECT_LE(device_wait, compute) << "waiting for the device is part of the compute time";
   }
 }
 
