@@ -21,6 +21,7 @@
 #include "train/device_batch.h"
 #include "train/memory_report.h"
 #include "train/optimizer.h"
+#include "train/step_log.h"
 
 namespace vlm {
 
@@ -248,13 +249,9 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
 
   TrainResult result;
   result.start_step = st.step;
-  double t_window = now_seconds();
-  // Per log window, the training thread's time: blocked in the loader, staging and enqueueing uploads, and in the
-  // forward/backward + optimizer step (on CUDA that includes waiting for the kernels at the step's host syncs).
-  double window_samples = 0, window_tokens = 0, window_wait = 0, window_upload = 0, window_compute = 0;
-  // ... and of that compute time, how long it waited for the device (reading a step's loss and grad norm): near zero
-  // on a GPU means the host, not the device, sets the pace.
-  double window_device_wait = 0;
+  // Per log window, where the training thread's time goes, and each step's values read once the next is queued.
+  StepLog step_log(sinks, c.data.dedup_exact, t_start);
+  WindowTimes& window = step_log.window();
   const int64_t start_step = st.step;
   StepMemoryMeter memory_meter(device);  // over the first step of this process: memory.json
 
@@ -266,13 +263,13 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
   auto read_ahead = [&] {
     const double t = now_seconds();
     StepBatches s = read_step_batches(*loader, c.train);
-    window_wait += now_seconds() - t;
+    window.data_wait += now_seconds() - t;
     return s;
   };
   auto start_upload = [&](const PackedBatch& b) {
     const double t = now_seconds();
     UploadedBatch u = uploader.upload(b);
-    window_upload += now_seconds() - t;
+    window.upload += now_seconds() - t;
     return u;
   };
   StepBatches next;                     // the next step's batches
@@ -283,61 +280,6 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     if (next.error.ok() && f < next.micro.size()) next_up = start_upload(next.micro[f]);
   };
   if (st.step < c.train.steps) read_next_step();
-
-  // A step's loss and grad norm stay on the device until the next step is queued (StepLoss, GradNorm): reading
-  // them at once would leave the device idle while the host queues the next step. finish_step reads them, stops
-  // on a non-finite loss and writes the step's metrics; it runs right away before an eval, a checkpoint or the end,
-  // so nothing is saved before its loss was checked.
-  struct PendingStep {
-    int64_t step = 0;
-    std::vector<StepLoss> losses;  // one per micro-batch
-    GradNorm grad_norm;
-    int64_t target_tokens = 0;
-    float lr = 0;
-    bool log = false;  // a log step: the window counters below are its record's
-    LoaderCounters counters;
-    double dt = 0, samples = 0, tokens = 0, wait = 0, upload = 0, compute = 0, device_wait = 0, elapsed = 0;
-  };
-  std::optional<PendingStep> pending;
-  auto finish_step = [&]() -> Status {
-    if (!pending) return Status();
-    const PendingStep p = std::move(*pending);
-    pending.reset();
-    const double t_wait = now_seconds();
-    double loss_sum = 0;
-    for (const StepLoss& l : p.losses) loss_sum += l.loss_sum();
-    const double loss = p.target_tokens ? loss_sum / static_cast<double>(p.target_tokens) : 0.0;
-    const double grad_norm = p.grad_norm.value();
-    window_compute += now_seconds() - t_wait;  // waiting for the device counts as compute
-    window_device_wait += now_seconds() - t_wait;
-    if (!std::isfinite(loss)) {
-      // On CUDA a bad index (token id, target, row) makes its op write NaN and records itself: name it if so.
-      const Status bad_index = ops::check_index_errors(device);
-      return internal_error(str("loss became ", loss, " at step ", p.step,
-                                bad_index.ok() ? "" : " (" + bad_index.message() + ")", "; stopping"));
-    }
-    result.final_loss = loss;
-    if (!p.log) return Status();
-    const LoaderCounters& lc = p.counters;
-    MetricRecord rec;
-    rec.step = p.step;
-    rec.add("loss", loss).add("lr", p.lr).add("grad_norm", grad_norm);
-    rec.add("samples_per_s", p.samples / p.dt).add("tokens_per_s", p.tokens / p.dt);
-    rec.add("target_tokens", static_cast<double>(p.target_tokens));
-    rec.add("samples_skipped", static_cast<double>(lc.samples_skipped));
-    rec.add("samples_filtered", static_cast<double>(lc.samples_filtered));  // dropped by data filters
-    if (c.data.dedup_exact) rec.add("samples_duplicate", static_cast<double>(lc.samples_duplicate));
-    for (int r = 1; r < kFilterReasonCount; ++r)  // and why (reasons seen so far; 0 = pass)
-      if (const uint64_t n = lc.filter.counts[static_cast<size_t>(r)])
-        rec.add(std::string("filtered_") + filter_reason_name(static_cast<FilterReason>(r)), static_cast<double>(n));
-    rec.add("data_wait_s", p.wait).add("data_wait_frac", p.wait / p.dt);  // blocked in the loader
-    rec.add("upload_s", p.upload);  // staging + enqueueing host->device copies (CPU: building the inputs)
-    rec.add("compute_s", p.compute).add("compute_frac", p.compute / p.dt);
-    rec.add("device_wait_s", p.device_wait).add("device_wait_frac", p.device_wait / p.dt);
-    rec.add("elapsed_s", p.elapsed);
-    sinks.write(rec);
-    return Status();
-  };
 
   while (st.step < c.train.steps) {
     const int64_t step = st.step + 1;
@@ -351,10 +293,8 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     VLM_RETURN_IF_ERROR(cur.error);
     std::optional<UploadedBatch> up = std::move(next_up);
     next_up.reset();
-    PendingStep now;
-    now.step = step;
-    now.target_tokens = cur.target_tokens;
-    const float grad_scale = now.target_tokens > 0 ? 1.f / static_cast<float>(now.target_tokens) : 0.f;
+    std::vector<StepLoss> losses;  // one per micro-batch, on the device until read
+    const float grad_scale = cur.target_tokens > 0 ? 1.f / static_cast<float>(cur.target_tokens) : 0.f;
     size_t i = first_with_samples(cur, 0);
     if (i == cur.micro.size() && more_steps) read_next_step();
     while (i < cur.micro.size()) {
@@ -362,12 +302,12 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
       if (!up) up = start_upload(b);
       const double t_compute = now_seconds();
       uploader.acquire(*up);
-      now.losses.push_back(model.forward_backward(up->inputs, grad_scale));
+      losses.push_back(model.forward_backward(up->inputs, grad_scale));
       uploader.release(*up);
-      window_compute += now_seconds() - t_compute;
+      window.compute += now_seconds() - t_compute;
       up.reset();
-      window_samples += b.n_samples;
-      window_tokens += static_cast<double>(b.tokens.size());
+      window.samples += b.n_samples;
+      window.tokens += static_cast<double>(b.tokens.size());
       st.samples_seen += b.n_samples;
       st.tokens_seen += static_cast<double>(b.tokens.size());
       i = first_with_samples(cur, i + 1);
@@ -377,12 +317,13 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
         read_next_step();
       }
     }
-    now.lr = lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
+    const float lr = lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
     const double t_opt = now_seconds();
-    now.grad_norm = opt.step(now.lr);
-    window_compute += now_seconds() - t_opt;
-    // The previous step's values, now that this one is queued.
-    VLM_RETURN_IF_ERROR(finish_step());
+    GradNorm grad_norm = opt.step(lr);
+    window.compute += now_seconds() - t_opt;
+    // The previous step's values, now that this one is queued: reading them at once would leave the device idle
+    // while the host queued this step.
+    VLM_RETURN_IF_ERROR(step_log.finish(device));
     if (measure_memory) {
       const MemoryReport mem = memory_meter.end(model.params(), opt.state_bytes(), c.train.precision);
       VLM_INFO(mem.summary());
@@ -392,26 +333,14 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     st.step = step;
     st.loader_state = cur.loader_state;  // after this step's last batch, not after the read-ahead
 
-    now.log = step % c.train.log_every == 0 || step == c.train.steps;
-    if (now.log) {
-      now.dt = std::max(1e-9, now_seconds() - t_window);
-      now.counters = cur.counters;
-      now.samples = window_samples;
-      now.tokens = window_tokens;
-      now.wait = window_wait;
-      now.upload = window_upload;
-      now.compute = window_compute;
-      now.device_wait = window_device_wait;
-      now.elapsed = now_seconds() - t_start;
-      t_window = now_seconds();
-      window_samples = window_tokens = window_wait = window_upload = window_compute = window_device_wait = 0;
-    }
-    pending = std::move(now);
+    step_log.queued(step, std::move(losses), std::move(grad_norm), cur.target_tokens, lr,
+                    step % c.train.log_every == 0 || step == c.train.steps, cur.counters);
     const bool last = step == c.train.steps;
     const bool stop = o.stop_after_step >= 0 && step >= o.stop_after_step;
     const bool eval_now = val_data && c.eval.every > 0 && step % c.eval.every == 0 && !last;
     const bool ckpt_now = last || (c.train.ckpt_every > 0 && step % c.train.ckpt_every == 0);
-    if (last || stop || eval_now || ckpt_now) VLM_RETURN_IF_ERROR(finish_step());
+    // This step's values now, so that nothing is saved or evaluated before its loss was checked.
+    if (last || stop || eval_now || ckpt_now) VLM_RETURN_IF_ERROR(step_log.finish(device));
     if (eval_now) {
       VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate_vqa(model, tokenizer, *val_data, eo));
       sinks.write(eval_record(step, r));
@@ -420,9 +349,10 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     if (ckpt_now) VLM_RETURN_IF_ERROR(write_checkpoint(ckpt, model, opt, st, o.resolved_toml));
     if (stop) break;
   }
-  VLM_RETURN_IF_ERROR(finish_step());
+  VLM_RETURN_IF_ERROR(step_log.finish(device));
   sinks.flush();
   result.final_step = st.step;
+  result.final_loss = step_log.last_loss();
   if (val_data && st.step == c.train.steps && st.step > start_step) {
     VLM_INFO("evaluating on ", c.eval.samples, " held-out images ...");
     VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate_vqa(model, tokenizer, *val_data, eo));
