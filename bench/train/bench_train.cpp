@@ -2,8 +2,9 @@
 // preset's image tokens followed by `text_tokens` text tokens, one packed sequence per sample, the loss on the text
 // positions (the next token of each). Timing: `warmup` untimed steps, then `steps` steps between two device
 // synchronizations (each step = zero grads + forward/backward + clipped AdamW; as in the trainer, the loss and the grad
-// norm are read back in the background and nothing in a step waits for the device). Peak memory: the device caching allocator's counters over one more step. Then `profile_steps`
-// steps with every op bracketed by CUDA events (kernels/op_profile.h) for the per-op time breakdown.
+// norm are read back in the background and nothing in a step waits for the device). Peak memory: the device caching
+// allocator's counters over one more step. Then `profile_steps` steps with every op bracketed by CUDA events
+// (kernels/op_profile.h) for the per-op time breakdown.
 #include "bench/train/bench_train.h"
 
 #include <algorithm>

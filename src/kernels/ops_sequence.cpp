@@ -317,6 +317,21 @@ void adamw_cpu(const AdamWTensors& t, const cpu::AdamWScalars& s) {
   for (int64_t i = 0; i < t.param.numel(); ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
+// Every entry of a multi-tensor AdamW step: defined, and a valid tensor set on `dev`.
+void check_adamw_list(const char* op, const std::vector<AdamWTensors>& tensors, Device dev) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string name = str("tensors[", i, "]");
+    VLM_CHECK(tensors[i].param.defined(), "ops::", op, ": ", name, ".param is undefined");
+    check_adamw_tensors(str(op, ": ", name).c_str(), tensors[i], dev);
+  }
+}
+
+// The output of a reduction to one f64 (sum, sum_of_squares).
+void check_f64_scalar(const char* op, const Tensor& out) {
+  check_tensor(op, "out", out, DType::f64, out.device());
+  VLM_CHECK(out.numel() == 1, "ops::", op, ": out must hold one f64, got ", out.describe());
+}
+
 #ifdef VLM_HAVE_CUDA
 cuda::AdamWScalars to_cuda(const cpu::AdamWScalars& s) {
   return {s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale, s.bias_correction1, s.bias_correction2};
@@ -344,11 +359,7 @@ void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParam
   check_adamw_params(op, p);
   if (tensors.empty()) return;
   const Device dev = tensors.front().param.device();
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const std::string name = str("tensors[", i, "]");
-    VLM_CHECK(tensors[i].param.defined(), "ops::", op, ": ", name, ".param is undefined");
-    check_adamw_tensors(str(op, ": ", name).c_str(), tensors[i], dev);
-  }
+  check_adamw_list(op, tensors, dev);
   const cpu::AdamWScalars s = adamw_scalars(p);
   VLM_DISPATCH_CUDA(dev, op, cuda::adamw_step_multi(tensors, to_cuda(s)));
   for (const AdamWTensors& t : tensors) adamw_cpu(t, s);
@@ -361,11 +372,7 @@ void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParam
   if (tensors.empty()) return;
   const Device dev = tensors.front().param.device();
   check_like(op, "grad_sum_of_squares", grad_sum_of_squares, DType::f64, dev, Shape{1});
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const std::string name = str("tensors[", i, "]");
-    VLM_CHECK(tensors[i].param.defined(), "ops::", op, ": ", name, ".param is undefined");
-    check_adamw_tensors(str(op, ": ", name).c_str(), tensors[i], dev);
-  }
+  check_adamw_list(op, tensors, dev);
   cpu::AdamWScalars s = adamw_scalars(p);
   const profile::OpRange range(op, dev);  // not through VLM_DISPATCH_CUDA: the CUDA call takes extra scalars
 #ifdef VLM_HAVE_CUDA
@@ -382,24 +389,14 @@ void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParam
 }
 
 double sum_of_squares(const std::vector<Tensor>& tensors) {
-  const char* op = "sum_of_squares";
-  bool any_cuda = false;
-  for (const Tensor& t : tensors) any_cuda = any_cuda || (t.defined() && t.device().is_cuda());
-  const Device cuda_dev = any_cuda ? tensors.front().device() : Device::cpu();
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const std::string name = str("tensors[", i, "]");
-    const Tensor& t = tensors[i];
-    check_tensor(op, name.c_str(), t, compute_dtype(op, name.c_str(), t), any_cuda ? cuda_dev : t.device());
-  }
-  const profile::OpRange range(op, cuda_dev);  // not through VLM_DISPATCH_CUDA: this op returns a value
-#ifdef VLM_HAVE_CUDA
-  if (any_cuda) return cuda::sum_of_squares(tensors, cuda_dev);
-#else
-  if (any_cuda) no_cuda(op);
+  // The device-side sum, read back at once: the one synchronization.
+  const Device dev = tensors.empty() || !tensors.front().defined() ? Device::cpu() : tensors.front().device();
+#ifndef VLM_HAVE_CUDA
+  if (dev.is_cuda()) no_cuda("sum_of_squares");  // before allocating the result there
 #endif
-  double total = 0.0;
-  for (const Tensor& t : tensors) total += cpu::sum_of_squares(t.data<float>(), t.numel());
-  return total;
+  Tensor out = Tensor::empty(Shape{1}, DType::f64, dev);
+  sum_of_squares(out, tensors);
+  return HostReadback(out).scalar_f64();
 }
 
 void zero_multi(const std::vector<Tensor>& tensors) {
@@ -419,8 +416,7 @@ void zero_multi(const std::vector<Tensor>& tensors) {
 
 void sum_of_squares(Tensor& out, const std::vector<Tensor>& tensors) {
   const char* op = "sum_of_squares";
-  check_tensor(op, "out", out, DType::f64, out.device());
-  VLM_CHECK(out.numel() == 1, "ops::", op, ": out must hold one f64, got ", out.describe());
+  check_f64_scalar(op, out);
   for (size_t i = 0; i < tensors.size(); ++i) {
     const std::string name = str("tensors[", i, "]");
     check_tensor(op, name.c_str(), tensors[i], compute_dtype(op, name.c_str(), tensors[i]), out.device());
@@ -433,8 +429,7 @@ void sum_of_squares(Tensor& out, const std::vector<Tensor>& tensors) {
 
 void sum(Tensor& out, const Tensor& x) {
   const char* op = "sum";
-  check_tensor(op, "out", out, DType::f64, out.device());
-  VLM_CHECK(out.numel() == 1, "ops::", op, ": out must hold one f64, got ", out.describe());
+  check_f64_scalar(op, out);
   check_tensor(op, "x", x, DType::f32, out.device());
   VLM_DISPATCH_CUDA(out.device(), op, cuda::sum_into(out, x));
   double total = 0.0;

@@ -1,7 +1,7 @@
 // The CUDA ops, at the Tensor level: one entry per op of ../ops.h, called by ops.cpp after it has validated shapes,
 // dtypes, devices and contiguity (so these only read sizes and pointers). Semantics, shapes and the dtype contract
 // are those of ops.h. Every entry runs on current_stream() of the output's device (cuda_context.h), launches
-// asynchronously and never synchronizes, except sum_of_squares (which returns a host value).
+// asynchronously and never synchronizes.
 // No CUDA headers here: ops.cpp includes this file when built with VLM_HAVE_CUDA.
 #pragma once
 

@@ -4,7 +4,7 @@
 // value (kernel parameters, under the 4 KiB limit): every tensor is cut into fixed chunks, the blocks of one launch
 // cover the chunks of all its tensors, and a block finds its tensor in the table's prefix of block counts. A sum
 // writes one fp64 partial per block, then one block adds the partials in order, so the result depends on the tensor
-// list alone (deterministic). Nothing here synchronizes except the sum_of_squares that returns a host value.
+// list alone (deterministic). Nothing here synchronizes.
 #include <vector>
 
 #include "kernels/clip_factor.h"
@@ -266,16 +266,6 @@ void launch_sum(const std::vector<Tensor>& tensors, bool square, double* result,
 }
 
 }  // namespace
-
-double sum_of_squares(const std::vector<Tensor>& tensors, Device device) {
-  Tensor result = scratch(Shape{1}, DType::f64, device);
-  launch_sum(tensors, /*square=*/true, result.data<double>(), device);
-  double value = 0.0;
-  cudaStream_t stream = stream_of(device);
-  VLM_CUDA_CHECK(cudaMemcpyAsync(&value, result.data<double>(), sizeof(double), cudaMemcpyDeviceToHost, stream));
-  VLM_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return value;
-}
 
 void sum_of_squares_into(Tensor& out, const std::vector<Tensor>& tensors) {
   launch_sum(tensors, /*square=*/true, out.data<double>(), out.device());
