@@ -175,14 +175,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // (kv) give the K/V buffer's parity.
     for (int r = 0, git = 0, kv = 0;
          warp == 0 && lane == 0 && (dynamic || r * static_cast<int>(gridDim.x) < num_items); ++r) {
-      int idx;
-      if (dynamic) {  // the next item into the slot; one past the end tells the consumers to stop
-        idx = atomicAdd(item_counter, 1);
-        item_slot[r & 1] = idx;
-      } else {
-        idx = snake_index(r, blockIdx.x, gridDim.x);
-        if (idx >= num_items) continue;
-      }
+      const int idx = producer_work_index(dynamic, item_counter, item_slot, r);
+      if (!dynamic && idx >= num_items) continue;
       Item w{};  // n_iters 0 past the end
       if (idx < num_items) w = item_at(idx);
       if (w.n_iters == 0 && !dynamic) continue;
@@ -279,14 +273,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kSoloBar = 15;
     if (kTurns) sm90::named_barrier_arrive(cw == 1 ? kTurnBar : kSoloBar, cw == 1 ? 256 : 128);
     for (int r = 0, git = 0, kv = 0; dynamic || r * static_cast<int>(gridDim.x) < num_items; ++r) {  // its walk
-      int idx;
-      if (dynamic) {
-        sm90::named_barrier_sync(kSlotBar, kSlotThreads);
-        idx = item_slot[r & 1];
-        if (idx >= num_items) break;
-      } else {
-        idx = snake_index(r, blockIdx.x, gridDim.x);
-        if (idx >= num_items) continue;
+      if (dynamic) sm90::named_barrier_sync(kSlotBar, kSlotThreads);
+      const int idx = consumer_work_index(dynamic, item_slot, r);
+      if (idx >= num_items) {
+        if (dynamic) break;  // the producer's stop
+        continue;
       }
       const Item w = item_at(idx);
       if (w.n0 >= w.sb.k_len) continue;  // no key here (keys no query sees still get their zero gradients below)

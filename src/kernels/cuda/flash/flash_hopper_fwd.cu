@@ -47,7 +47,7 @@ struct HopperFwdShape {
   // with two; 24 * 128 + 160 * 384 = 126 * 512 with three. Causal kernels give the producer 40, as it also runs the
   // dynamic schedule (it spilled in 24), and their consumers 232 (128-key steps fit without spills). Mixed kernels'
   // consumers need 240 (at 232 ptxas spilled 68 bytes, 216 loaded); their producer spills in 24 instead (ptxas: 84
-  // bytes stored, 136 loaded), off the consumers' path: it waits on barriers between its copies.
+  // bytes stored, 124 loaded), off the consumers' path: it waits on barriers between its copies.
   static constexpr int kProducerRegs = kCausal && !kWideKeys ? 40 : 24;
   static constexpr int kConsumerRegs =
       kConsumers == 2 ? (kCausal && !kWideKeys ? 232 : 240) : (kCausal ? 152 : 160);
@@ -182,14 +182,8 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
       sm90::tma_prefetch_desc(&tm_v);
       int it = 0, q_loads = 0;  // key blocks and Q tiles loaded so far: they give the stages and parities
       for (int r = 0; dynamic || r * static_cast<int>(gridDim.x) < num_tiles; ++r) {
-        int idx;
-        if (dynamic) {  // the next tile into the slot; one past the end tells the consumers to stop
-          idx = atomicAdd(tile_counter, 1);
-          tile_slot[r & 1] = idx;
-        } else {
-          idx = snake_index(r, blockIdx.x, gridDim.x);
-          if (idx >= num_tiles) continue;
-        }
+        const int idx = producer_work_index(dynamic, tile_counter, tile_slot, r);
+        if (!dynamic && idx >= num_tiles) continue;
         Tile tl{};  // n_blocks 0 past the end
         if (idx < num_tiles) tl = tile_at(idx);
         // The slot's hand-over (dynamic): after this tile's Q and first kStages key blocks are on their way, when
@@ -280,14 +274,11 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
     const bool last_wg = cw == kWG - 1;
     int it0 = 0, q_loads = 0;  // as the producer counts: key blocks and Q tiles consumed before this tile
     for (int r = 0; dynamic || r * static_cast<int>(gridDim.x) < num_tiles; ++r) {  // the producer's walk
-      int idx;
-      if (dynamic) {
-        sm90::named_barrier_sync(kSlotBar, kSlotThreads);
-        idx = tile_slot[r & 1];
-        if (idx >= num_tiles) break;
-      } else {
-        idx = snake_index(r, blockIdx.x, gridDim.x);
-        if (idx >= num_tiles) continue;
+      if (dynamic) sm90::named_barrier_sync(kSlotBar, kSlotThreads);
+      const int idx = consumer_work_index(dynamic, tile_slot, r);
+      if (idx >= num_tiles) {
+        if (dynamic) break;  // the producer's stop
+        continue;
       }
       const Tile tl = tile_at(idx);
       if (!tl.valid) continue;

@@ -147,6 +147,19 @@ __device__ __forceinline__ int snake_index(int round, int cta, int ctas) {
   return round * ctas + ((round & 1) ? ctas - 1 - cta : cta);
 }
 
+// A persistent CTA's work index for round r, shared by the Hopper forward (tiles) and backward (items). The producer
+// takes it from the global counter (dynamic: published in slots[r % 2]; one past the end tells the consumers to stop)
+// or walks the CTA's snake; the consumers, after the round's hand-over (dynamic), read what it published.
+__device__ __forceinline__ int producer_work_index(bool dynamic, int* counter, int* slots, int round) {
+  if (!dynamic) return snake_index(round, blockIdx.x, gridDim.x);
+  const int idx = atomicAdd(counter, 1);
+  slots[round & 1] = idx;
+  return idx;
+}
+__device__ __forceinline__ int consumer_work_index(bool dynamic, const int* slots, int round) {
+  return dynamic ? slots[round & 1] : snake_index(round, blockIdx.x, gridDim.x);
+}
+
 // A dynamic schedule's end (flash_tile_counter's pair {next index, CTAs done}): each CTA calls this once, after the
 // index past the end, so the last of them leaves the pair at zero for the next launch; the fences order its counter
 // updates against the other CTAs'.
