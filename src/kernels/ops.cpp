@@ -22,6 +22,7 @@ constexpr const char* kOps[] = {"cast",
                                 "matmul",
                                 "matmul_batched",
                                 "linear_forward",
+                                "linear_add_forward",
                                 "linear_backward",
                                 "linear_gelu_forward",
                                 "linear_dgelu_backward",
@@ -218,6 +219,21 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   VLM_DISPATCH_CUDA(dev, op, cuda::linear_forward(y, x, w, b));
   cpu::linear_forward(y.data<float>(), x.data<float>(), w.data<float>(), f32_or_null(b), leading_rows(x), w.dim(1),
                       w.dim(0));
+}
+
+void linear_add_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual) {
+  const char* op = "linear_add_forward";
+  const Device dev = y.device();
+  const DType dt = check_linear(op, x, w, b, dev);
+  check_like(op, "y", y, dt, dev, with_last_dim(x, w.dim(0)));
+  check_like(op, "residual", residual, dt, dev, y.shape());
+  VLM_CHECK(y.numel() == 0 || (y.raw_data() != residual.raw_data() && y.raw_data() != x.raw_data()), "ops::", op,
+            ": y must not alias residual or x");
+  VLM_PROFILE_TAG(leading_rows(x), "x", w.dim(0), "x", w.dim(1));
+  VLM_DISPATCH_CUDA(dev, op, cuda::linear_add_forward(y, x, w, b, residual));
+  cpu::linear_forward(y.data<float>(), x.data<float>(), w.data<float>(), f32_or_null(b), leading_rows(x), w.dim(1),
+                      w.dim(0));
+  cpu::add_inplace(y.data<float>(), residual.data<float>(), y.numel());
 }
 
 void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor& b) {
@@ -517,7 +533,7 @@ void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dy, const Tensor&
 
 namespace {
 void check_rope(const char* op, const Tensor& x, const Tensor& positions) {
-  check_tensor(op, "x", x, compute_dtype(op, "x", x), x.device());
+  check_rows(op, "x", x, compute_dtype(op, "x", x), x.device());
   check_ndim(op, "x", x, 3);
   VLM_CHECK(x.dim(2) % 2 == 0, "ops::", op, ": x is ", x.describe(), ", head dim must be even");
   check_i32_vector(op, "positions", positions, x.device(), x.dim(0));

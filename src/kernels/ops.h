@@ -86,6 +86,11 @@ class WeightGradOverlap {
 
 // y[T, out] = x[T, in] @ w[out, in]^T + b[out] (b may be undefined).
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b);
+// A block's closing residual: y[T, out] = x[T, in] @ w[out, in]^T + b[out] + residual[T, out] (b may be
+// undefined; y must not alias residual or x). On CUDA one cuBLASLt GEMM reading the residual as its C operand
+// (beta = 1), so neither the product nor the sum makes an extra pass over memory (VLM_GEMM_RESIDUAL=0: the GEMM,
+// then an add); on the CPU linear_forward then the add, bit for bit.
+void linear_add_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual);
 // dx[T, in] = dy @ w (overwrite);  dw[out, in] += dy^T @ x;  db[out] += sum_t dy[t, :].
 void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w);
 // The ViT MLP's first layer: pre[T, out] = x @ w^T + b (b may be undefined), y = gelu_tanh(pre); pre is saved for
@@ -140,7 +145,8 @@ void swiglu_forward(Tensor& y, const Tensor& gate, const Tensor& up);
 void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dy, const Tensor& gate, const Tensor& up);
 
 // ---- rotary position embedding (Llama / Hugging Face "rotate_half" layout) ----------------------------------
-// In place on x [T, H, D]: for i < D/2, with a = pos[t] * theta^(-2i/D):
+// In place on x [T, H, D] (on CUDA also row-strided: each token's H x D contiguous, tokens further apart, e.g. the
+// q and k heads of a packed projection): for i < D/2, with a = pos[t] * theta^(-2i/D):
 //   x'[i] = x[i] cos a - x[i + D/2] sin a;   x'[i + D/2] = x[i + D/2] cos a + x[i] sin a.
 void rope_forward(Tensor& x, const Tensor& positions, float theta);
 // In place on dx [T, H, D]: the transpose rotation (by -a).

@@ -75,6 +75,16 @@ inline void check_optional(const char* op, const char* name, const Tensor& t, DT
   if (t.defined()) check_like(op, name, t, dtype, device, shape);
 }
 
+// q, k, v and their gradients (and RoPE's x): contiguous, or on CUDA also [T, H, D] rows at a larger stride with each
+// row's H x D contiguous (column slices of a packed projection, e.g. q = qkv.view({T, H + 2 Hkv, D}).slice(1, 0, H)).
+inline void check_rows(const char* op, const char* name, const Tensor& t, DType dt, Device dev) {
+  const bool row_strided = dev.is_cuda() && t.defined() && t.ndim() == 3 && t.strides()[2] == 1 &&
+                           t.strides()[1] == t.dim(2) && t.strides()[0] >= t.dim(1) * t.dim(2);
+  if (!row_strided) return check_tensor(op, name, t, dt, dev);
+  VLM_CHECK(t.dtype() == dt, "ops::", op, ": ", name, " is ", t.describe(), ", expected dtype ", dtype_name(dt));
+  VLM_CHECK(t.device() == dev, "ops::", op, ": ", name, " is ", t.describe(), ", expected device ", dev.to_string());
+}
+
 inline void check_ndim(const char* op, const char* name, const Tensor& t, int ndim) {
   VLM_CHECK(t.ndim() == ndim, "ops::", op, ": ", name, " is ", t.describe(), ", expected ", ndim, "-D");
 }

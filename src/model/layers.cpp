@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/env.h"
 #include "kernels/ops.h"
 
 namespace vlm {
@@ -28,6 +29,12 @@ Linear Linear::create(ParameterStore& store, const std::string& prefix, ParamGro
 Tensor Linear::forward(const Tensor& x) const {
   Tensor y = new_like({x.dim(0), w->value.dim(0)}, x);
   ops::linear_forward(y, x, w->weight(), b ? b->weight() : Tensor());
+  return y;
+}
+
+Tensor Linear::forward_add(const Tensor& x, const Tensor& residual) const {
+  Tensor y = new_like({x.dim(0), w->value.dim(0)}, x);
+  ops::linear_add_forward(y, x, w->weight(), b ? b->weight() : Tensor(), residual);
   return y;
 }
 
@@ -172,6 +179,11 @@ SelfAttention SelfAttention::create(ParameterStore& store, const std::string& pr
   return a;
 }
 
+bool SelfAttention::reads_packed_qkv(const Tensor& x) const {
+  static const bool split = env_int("VLM_ATTN_SPLIT_QKV", 0, 0, 1) == 1;
+  return x.device().is_cuda() && !split;
+}
+
 Tensor SelfAttention::forward(const Tensor& x, const SeqInfo& seq, Saved& s) const {
   const int64_t T = x.dim(0);
   const int H = shape.heads, Hkv = shape.kv_heads, D = shape.head_dim;
@@ -181,6 +193,10 @@ Tensor SelfAttention::forward(const Tensor& x, const SeqInfo& seq, Saved& s) con
     s.q = heads.slice(1, 0, H);
     s.k = heads.slice(1, H, H + Hkv);
     s.v = heads.slice(1, H + Hkv, H + 2 * Hkv);
+    if (shape.rope) {  // q and k, adjacent in the packed layout, rotated in one pass
+      Tensor qk = heads.slice(1, 0, H + Hkv);
+      ops::rope_forward(qk, seq.positions, shape.rope_theta);
+    }
   } else {
     s.q = new_like({T, H, D}, x);
     s.k = new_like({T, Hkv, D}, x);
@@ -207,6 +223,10 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, const SeqInfo&
     Tensor dq = heads.slice(1, 0, H), dk = heads.slice(1, H, H + Hkv), dv = heads.slice(1, H + Hkv, H + 2 * Hkv);
     ops::attention_backward(dq, dk, dv, d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.cu_seqlens,
                             seq.max_seqlen, seq.max_seqlen, scale, shape.causal);
+    if (shape.rope) {
+      Tensor dqk = heads.slice(1, 0, H + Hkv);
+      ops::rope_backward(dqk, seq.positions, shape.rope_theta);
+    }
   } else {
     Tensor dq = new_like({T, H, D}, x), dk = new_like({T, Hkv, D}, x), dv = new_like({T, Hkv, D}, x);
     ops::attention_backward(dq, dk, dv, d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.cu_seqlens,

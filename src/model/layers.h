@@ -27,6 +27,9 @@ struct Linear {
   int in_features() const { return static_cast<int>(w->value.dim(1)); }
   int out_features() const { return static_cast<int>(w->value.dim(0)); }
   Tensor forward(const Tensor& x) const;  // x [T, in] -> [T, out]
+  // residual [T, out] + forward(x) in one op (ops::linear_add_forward): a block's closing residual add. Its backward
+  // is backward() with the same dy, which is also the residual's gradient.
+  Tensor forward_add(const Tensor& x, const Tensor& residual) const;
   // Returns dx [T, in] when need_dx (else an undefined tensor).
   Tensor backward(const Tensor& dy, const Tensor& x, bool need_dx) const;
 };
@@ -89,17 +92,19 @@ struct AttentionShape {
 
 // q/k/v/o projections around ops::attention. Names follow HF: {prefix}.q_proj, k_proj, v_proj, and the output
 // projection named by `out_name` ("o_proj" for Llama, "out_proj" for SigLIP). q, k and v are one packed projection
-// (one GEMM), split into heads with RoPE by ops::qkv_split_forward.
+// (one GEMM). On CUDA attention reads them where the projection wrote them (row-strided views), RoPE rotating the q
+// and k heads in place, and writes dq, dk, dv straight into the packed gradient; on the CPU (and on CUDA with
+// VLM_ATTN_SPLIT_QKV=1, the former path, the same bits) ops::qkv_split_forward copies them into heads with RoPE.
 struct SelfAttention {
   PackedLinear qkv;  // parts q_proj [H*D, hidden], k_proj, v_proj [Hkv*D, hidden]
   Linear o;
   AttentionShape shape;
   struct Saved {
-    Tensor q, k, v, out, lse;  // q/k after RoPE; [T, H, D] (row-strided views of the projection without RoPE on CUDA)
+    Tensor q, k, v, out, lse;  // q/k after RoPE; [T, H, D] (on CUDA row-strided views of the projection)
   };
   // Without RoPE on CUDA, attention reads q, k, v as column slices of the packed projection and writes dq, dk, dv
   // into the packed gradient: no split copies (the CPU ops take contiguous tensors only).
-  bool reads_packed_qkv(const Tensor& x) const { return !shape.rope && x.device().is_cuda(); }
+  bool reads_packed_qkv(const Tensor& x) const;
   static SelfAttention create(ParameterStore& store, const std::string& prefix, const std::string& out_name,
                               ParamGroup group, int hidden, const AttentionShape& shape, bool qkv_bias, bool out_bias,
                               Device device);

@@ -66,10 +66,7 @@ Tensor TextDecoder::block_forward(const Block& b, const Tensor& x, const SeqInfo
   bs.act = new_like({x.dim(0), config_.intermediate}, x);
   ops::swiglu_packed_forward(bs.act, bs.gate_up);
   if (!need_output) return Tensor();
-  Tensor mlp = b.down.forward(bs.act);
-  Tensor out = new_like(x.shape(), x);
-  ops::add(out, bs.h, mlp);
-  return out;
+  return b.down.forward_add(bs.act, bs.h);  // out = h + mlp
 }
 
 Tensor TextDecoder::backward(const Tensor& dhidden, const SeqInfo& seq, const Saved& s) const {

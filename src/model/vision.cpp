@@ -77,10 +77,7 @@ Tensor VisionTransformer::block_forward(const Block& b, const Tensor& x, const S
   bs.act_out = new_like(bs.fc1_out.shape(), x);
   ops::linear_gelu_forward(bs.act_out, bs.fc1_out, bs.ln2_out, b.fc1.w->weight(), b.fc1.b->weight());
   if (!need_output) return Tensor();
-  Tensor mlp = b.fc2.forward(bs.act_out);
-  Tensor out = new_like(x.shape(), x);
-  ops::add(out, bs.h, mlp);
-  return out;
+  return b.fc2.forward_add(bs.act_out, bs.h);  // out = h + mlp
 }
 
 void VisionTransformer::backward(const Tensor& dfeatures, const Saved& s) const {

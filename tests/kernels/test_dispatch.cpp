@@ -14,6 +14,7 @@ const char* const kAllOps[] = {"cast",
                                "matmul",
                                "matmul_batched",
                                "linear_forward",
+                               "linear_add_forward",
                                "linear_backward",
                                "linear_gelu_forward",
                                "linear_dgelu_backward",
@@ -130,6 +131,11 @@ TEST(Dispatch, MalformedCallsAbortNamingTheOp) {
        [&] {
          Tensor y = f32({3, 4});
          ops::linear_forward(y, f32({3, 5}), f32({4, 6}), none);
+       }},
+      {"linear_add_forward",
+       [&] {
+         Tensor y = f32({3, 4});
+         ops::linear_add_forward(y, f32({3, 6}), f32({4, 6}), none, f32({3, 5}));
        }},
       {"linear_backward",
        [&] {

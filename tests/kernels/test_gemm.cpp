@@ -112,6 +112,34 @@ TEST(Linear, ForwardMatchesFloat64Reference) {
   }
 }
 
+TEST(Linear, AddForwardIsForwardPlusResidualBitForBit) {
+  const LinearCase cases[] = {{{1, 1}, 1, true}, {{3, 5}, 4, false}, {{2, 3, 5}, 6, true}, {{33, 64}, 300, true},
+                              {{4, 0}, 3, true}, {{0, 4}, 3, false}};
+  uint64_t seed = 250;
+  for (const LinearCase& c : cases) {
+    SCOPED_TRACE(c.x_shape.to_string() + " -> " + std::to_string(c.out));
+    Tensor x = random_normal(c.x_shape, seed++), w = random_normal({c.out, c.x_shape[c.x_shape.ndim() - 1]}, seed++);
+    Tensor b = c.bias ? random_normal({c.out}, seed++) : Tensor();
+    Shape y_shape = c.x_shape;
+    y_shape[y_shape.ndim() - 1] = c.out;
+    const Tensor residual = random_normal(y_shape, seed++), residual_before = residual.clone();
+    Tensor product = nan_tensor(y_shape), expect = nan_tensor(y_shape), y = nan_tensor(y_shape);
+    ops::linear_forward(product, x, w, b);
+    ops::add(expect, residual, product);  // the two ops the model ran before
+    ops::linear_add_forward(y, x, w, b, residual);
+    EXPECT_TRUE(bitwise_equal(y, expect));
+    EXPECT_TRUE(bitwise_equal(residual, residual_before));  // read only
+  }
+}
+
+TEST(Linear, AddForwardRejectsAliasingAndShapes) {
+  Tensor x = random_normal({3, 5}, 1), w = random_normal({4, 5}, 2), y = random_normal({3, 4}, 3);
+  const Tensor none;
+  EXPECT_DEATH(ops::linear_add_forward(y, x, w, none, y), "ops::linear_add_forward: y must not alias residual");
+  Tensor small = random_normal({3, 3}, 4);
+  EXPECT_DEATH(ops::linear_add_forward(y, x, w, none, small), "ops::linear_add_forward: residual is f32\\[3, 3\\]");
+}
+
 TEST(Linear, BackwardMatchesFiniteDifferencesAndContract) {
   const LinearCase cases[] = {
       {{3, 5}, 4, true}, {{1, 3}, 2, true}, {{4, 1}, 6, true}, {{2, 3, 4}, 5, true}, {{5, 2}, 300, true}};

@@ -78,5 +78,13 @@ TEST(Rope, BackwardInvertsForward) {
   EXPECT_TRUE(all_close(y, x, 1e-5, 1e-5));
 }
 
+// Row-strided views (the q and k heads of a packed projection) are a CUDA-only layout: the CPU op names the tensor.
+TEST(Rope, CpuRejectsRowStridedViews) {
+  const Tensor packed = random_normal({5, 4, 8}, 9);
+  Tensor qk = packed.slice(1, 0, 3);
+  const Tensor pos = i32_tensor(positions(5, 1));
+  EXPECT_DEATH(ops::rope_forward(qk, pos, 10000.f), "ops::rope_forward: x is f32\\[5, 3, 8\\].* not contiguous");
+}
+
 }  // namespace
 }  // namespace vlm::testing

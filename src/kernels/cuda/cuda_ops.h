@@ -17,6 +17,7 @@ namespace vlm::ops::cuda {
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
             bool batched);
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b);
+void linear_add_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual);
 // pre = x @ w^T + b;  y = gelu_tanh(pre) (the cuBLASLt GELU_AUX_BIAS epilogue where it applies).
 void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor& b);
 void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w);

@@ -15,6 +15,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -66,10 +67,12 @@ bool autotune_on() {
   return v == 1;
 }
 
-// One row-major GEMM: out[m, n] (ld n) = alpha * op(a) @ op(b) + beta * out for each of `batch` entries, with an
-// optional epilogue: + bias[n] (in the out dtype), then GELU-tanh with the pre-activation written to aux [m, n].
+// One row-major GEMM: out[m, n] (ld n) = alpha * op(a) @ op(b) + beta * c for each of `batch` entries (c = out
+// unless given: a separate addend of out's type and layout), with an optional epilogue: + bias[n] (in the out
+// dtype), then GELU-tanh with the pre-activation written to aux [m, n].
 struct Gemm {
   void* out = nullptr;
+  const void* c = nullptr;  // null: c = out
   cudaDataType_t out_type = CUDA_R_32F;
   const void* a = nullptr;
   const void* b = nullptr;
@@ -240,13 +243,15 @@ bool run_gemm(const Gemm& g, Device dev) {
   else make_layout(lb, g.in_type, g.k, g.m, g.k, g.batch, g.m * g.k);             // a stored [m, k]
   make_layout(lc, g.out_type, g.n, g.m, g.n, g.batch, g.m * g.n);
 
-  const uint32_t align_a = alignment(g.b), align_b = alignment(g.a), align_c = alignment(g.out);
+  const void* c = g.c != nullptr ? g.c : g.out;
+  const uint32_t align_a = alignment(g.b), align_b = alignment(g.a), align_d = alignment(g.out),
+                 align_c = std::min(align_d, alignment(c));
   const GemmKey key{dev.index,
                     g.m,
                     g.n,
                     g.k,
                     g.batch,
-                    (g.trans_a ? 1 : 0) | (g.trans_b ? 2 : 0) | (g.beta != 0.f ? 4 : 0),
+                    (g.trans_a ? 1 : 0) | (g.trans_b ? 2 : 0) | (g.beta != 0.f ? 4 : 0) | (g.c != nullptr ? 8 : 0),
                     static_cast<int64_t>(g.in_type),
                     static_cast<int64_t>(g.out_type),
                     static_cast<int64_t>(g.epilogue),
@@ -255,7 +260,7 @@ bool run_gemm(const Gemm& g, Device dev) {
                     align_c,
                     g.bias != nullptr ? alignment(g.bias) : 0,
                     g.aux != nullptr ? alignment(g.aux) : 0,
-                    0,
+                    align_d,
                     0};
   std::optional<cublasLtMatmulAlgo_t> algo;
   cublasLtHandle_t handle;
@@ -276,7 +281,7 @@ bool run_gemm(const Gemm& g, Device dev) {
       set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
       set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
       set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
-      set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c);
+      set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d);
       // Split-K partial sums only in the compute type (fp32): the in-place and output-type schemes would add bf16
       // partials (measured: dx of a [7, 256] x [256, 100] bf16 GEMM off by 13 ulps).
       set_pref(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
@@ -303,7 +308,7 @@ bool run_gemm(const Gemm& g, Device dev) {
               "gemm: cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " batch=", g.batch);
     return false;
   }
-  VLM_CUBLASLT_CHECK(cublasLtMatmul(handle, desc.d, &g.alpha, g.b, la.l, g.a, lb.l, &g.beta, g.out, lc.l, g.out, lc.l,
+  VLM_CUBLASLT_CHECK(cublasLtMatmul(handle, desc.d, &g.alpha, g.b, la.l, g.a, lb.l, &g.beta, c, lc.l, g.out, lc.l,
                                     &*algo, ws, kWorkspaceBytes, static_cast<cudaStream_t>(stream)));
   return true;
 }
@@ -382,6 +387,35 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
     return;
   }
   linear_gemm(y, nullptr, x, w, b);
+}
+
+namespace {
+// VLM_GEMM_RESIDUAL=0: linear_add_forward as the GEMM, then an add kernel (the former path, for A/B runs).
+bool residual_epilogue_enabled() {
+  static const bool on = env_int("VLM_GEMM_RESIDUAL", 1, 0, 1) == 1;
+  return on;
+}
+}  // namespace
+
+void linear_add_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual) {
+  const int64_t rows = rows_of(x), out = w.dim(0), in = w.dim(1);
+  if (rows == 0 || out == 0) return;
+  DeviceGuard guard(y.device());
+  if (in == 0 || !residual_epilogue_enabled()) {
+    linear_forward(y, x, w, b);
+    add_inplace(y, residual);  // y = product + residual: the same bits as residual + product
+    return;
+  }
+  // One GEMM reading the residual as cuBLASLt's C (beta = 1): y = x w^T + residual, then + b in the epilogue.
+  Gemm g = product(y, x, w, rows, out, in);
+  g.trans_b = true;
+  g.beta = 1.f;
+  g.c = residual.raw_data();
+  if (b.defined()) {
+    g.epilogue = CUBLASLT_EPILOGUE_BIAS;
+    g.bias = b.raw_data();
+  }
+  run_gemm(g, y.device());
 }
 
 void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor& b) {

@@ -1,4 +1,5 @@
-// Rotary position embedding on CUDA, in place on [T, H, D] (rotate_half layout). The inverse frequencies are
+// Rotary position embedding on CUDA, in place on [T, H, D] (rotate_half layout; each token's H x D contiguous, tokens
+// at any larger stride: the q and k heads of a packed projection, rotated where it wrote them). The inverse frequencies are
 // computed on the host exactly as cpu/rope.cpp does (double pow, rounded to f32) and passed by value, so both
 // backends rotate by the same f32 angles. Two paths:
 //   * vectors (D/2 a multiple of the 16-byte vector width, x 16-byte aligned): a thread owns one token, one group of
@@ -27,7 +28,7 @@ struct InvFreq {
 // direction +1: rotate by +angle (forward); -1: by -angle (the transpose, for the backward).
 template <class T>
 __global__ void rope_kernel(T* x, const int32_t* __restrict__ positions, int64_t heads, int64_t head_dim,
-                            const InvFreq inv_freq, float direction) {
+                            int64_t token_stride, const InvFreq inv_freq, float direction) {
   __shared__ float cos_a[kMaxHalf], sin_a[kMaxHalf];
   const int64_t t = blockIdx.x, half = head_dim / 2;
   const float pos = static_cast<float>(positions[t]);
@@ -37,7 +38,7 @@ __global__ void rope_kernel(T* x, const int32_t* __restrict__ positions, int64_t
     sin_a[i] = direction * sinf(angle);
   }
   __syncthreads();
-  T* xt = x + t * heads * head_dim;
+  T* xt = x + t * token_stride;
   for (int64_t j = threadIdx.x; j < heads * half; j += blockDim.x) {
     const int64_t h = j / half, i = j % half;
     T* lo = xt + h * head_dim;
@@ -51,7 +52,8 @@ __global__ void rope_kernel(T* x, const int32_t* __restrict__ positions, int64_t
 // fg * kV .. fg * kV + kV - 1 of heads [hg * heads_per_thread, min(heads, (hg + 1) * heads_per_thread)).
 template <class T>
 __global__ void rope_vec_kernel(T* x, const int32_t* __restrict__ positions, int64_t tokens, int heads, int head_dim,
-                                int heads_per_thread, int head_groups, const InvFreq inv_freq, float direction) {
+                                int64_t token_stride, int heads_per_thread, int head_groups, const InvFreq inv_freq,
+                                float direction) {
   constexpr int kV = kVec16<T>;
   const int half = head_dim / 2, freq_groups = half / kV;
   const int64_t per_token = static_cast<int64_t>(head_groups) * freq_groups;
@@ -69,7 +71,7 @@ __global__ void rope_vec_kernel(T* x, const int32_t* __restrict__ positions, int
     s[j] = direction * sinf(angle);
   }
   const int h0 = hg * heads_per_thread, h1 = min(heads, h0 + heads_per_thread);
-  T* xt = x + t * heads * head_dim + fg * kV;  // frequency group fg of head 0 of token t
+  T* xt = x + t * token_stride + fg * kV;  // frequency group fg of head 0 of token t
   uint4 lo[kMaxHeadsPerThread], hi[kMaxHeadsPerThread];
 #pragma unroll
   for (int u = 0; u < kMaxHeadsPerThread; ++u) {
@@ -97,6 +99,7 @@ __global__ void rope_vec_kernel(T* x, const int32_t* __restrict__ positions, int
 
 void rope(Tensor& x, const Tensor& positions, float theta, bool backward) {
   const int64_t tokens = x.dim(0), heads = x.dim(1), head_dim = x.dim(2), half = head_dim / 2;
+  const int64_t token_stride = x.strides()[0];
   VLM_CHECK(half <= kMaxHalf, "ops::rope: head dim ", head_dim, " exceeds the CUDA kernel's ", 2 * kMaxHalf);
   if (tokens == 0 || heads == 0 || half == 0) return;
   InvFreq inv_freq{};
@@ -108,17 +111,17 @@ void rope(Tensor& x, const Tensor& positions, float theta, bool backward) {
   dispatch_float(x.dtype(), backward ? "rope_backward" : "rope_forward", [&](auto tag) {
     using T = decltype(tag);
     cudaStream_t stream = stream_of(x.device());
-    if (half % kVec16<T> == 0 && all_aligned16(ptr<T>(x))) {
+    if (half % kVec16<T> == 0 && all_aligned16(ptr<T>(x)) && token_stride % kVec16<T> == 0) {
       const int head_groups = static_cast<int>(ceil_div(heads, kMaxHeadsPerThread));
       const int heads_per_thread = static_cast<int>(ceil_div(heads, head_groups));
       const int64_t threads = tokens * head_groups * (half / kVec16<T>);
       constexpr int kBlock = 256;
       rope_vec_kernel<T><<<static_cast<unsigned>(ceil_div(threads, kBlock)), kBlock, 0, stream>>>(
           ptr<T>(x), ptr<int32_t>(positions), tokens, static_cast<int>(heads), static_cast<int>(head_dim),
-          heads_per_thread, head_groups, inv_freq, direction);
+          token_stride, heads_per_thread, head_groups, inv_freq, direction);
     } else {
       rope_kernel<T><<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(
-          ptr<T>(x), ptr<int32_t>(positions), heads, head_dim, inv_freq, direction);
+          ptr<T>(x), ptr<int32_t>(positions), heads, head_dim, token_stride, inv_freq, direction);
     }
   });
   VLM_CUDA_CHECK_LAUNCH();

@@ -1,7 +1,7 @@
 // RoPE on CUDA against the CPU reference, on the shapes of both CUDA paths: the vector one (D/2 a multiple of 8 (bf16)
 // / 4 (f32), a 16-byte aligned x; threads rotate up to 4 heads each, so head counts that leave a partial group) and
-// the scalar fallback (other head dims, x starting 1 or 3 elements into its buffer). test_cuda_elementwise.cpp has
-// the general cases.
+// the scalar fallback (other head dims, x starting 1 or 3 elements into its buffer), and row-strided x (the q and k
+// heads of a packed projection). test_cuda_elementwise.cpp has the general cases.
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -43,6 +43,53 @@ TEST(CudaRope, VectorAndOffsetPathsMatchCpu) {
           }
           EXPECT_TRUE(all_close(to_cpu_f32(out), ref, tol.rtol, tol.atol)) << (backward ? "backward" : "forward");
         }
+      }
+}
+
+// Row-strided x: the q and k heads of a packed projection [T, Hq + 2 Hkv, D], rotated where they lie (as the model
+// does on CUDA): the same bits as rotating a contiguous copy of them, and the v heads untouched. Both paths: D = 64
+// and 16 take the vector one, D = 12 the scalar one.
+// Heads [from, to) of a contiguous CPU f32 [T, H, D], as a contiguous copy.
+Tensor heads_of(const Tensor& x, int64_t from, int64_t to) {
+  const int64_t tokens = x.dim(0), heads = x.dim(1), dim = x.dim(2);
+  Tensor out = Tensor::empty({tokens, to - from, dim}, DType::f32);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = from; h < to; ++h)
+      for (int64_t i = 0; i < dim; ++i)
+        out.data<float>()[(t * (to - from) + h - from) * dim + i] = x.data<float>()[(t * heads + h) * dim + i];
+  return out;
+}
+
+TEST(CudaRope, RowStridedHeadsOfAPackedProjection) {
+  VLM_SKIP_WITHOUT_CUDA();
+  struct Case {
+    int64_t tokens, hq, hkv, dim;
+  };
+  const Case cases[] = {{37, 9, 3, 64}, {5, 2, 1, 16}, {4, 3, 1, 12}};
+  uint64_t seed = 760;
+  for (DType dt : compute_dtypes())
+    for (const Case& c : cases)
+      for (bool backward : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " T=" << c.tokens << " Hq=" << c.hq << " Hkv=" << c.hkv
+                                          << " D=" << c.dim << (backward ? " backward" : " forward"));
+        const int64_t rotated = c.hq + c.hkv, total = c.hq + 2 * c.hkv;
+        const Tensor packed = random_normal({c.tokens, total, c.dim}, seed++);
+        std::vector<int32_t> pos(static_cast<size_t>(c.tokens));
+        for (int64_t t = 0; t < c.tokens; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>((t * 31) % 700);
+        const Tensor positions = gpu_i32(pos);
+        Tensor gpu = to_gpu(packed, dt);
+        Tensor qk = gpu.slice(1, 0, rotated);
+        Tensor expect = to_gpu(heads_of(packed, 0, rotated), dt);  // a contiguous copy
+        if (backward) {
+          ops::rope_backward(qk, positions, 10000.f);
+          ops::rope_backward(expect, positions, 10000.f);
+        } else {
+          ops::rope_forward(qk, positions, 10000.f);
+          ops::rope_forward(expect, positions, 10000.f);
+        }
+        const Tensor after = to_cpu_f32(gpu), before = rounded(packed, dt);
+        EXPECT_TRUE(bitwise_equal(heads_of(after, 0, rotated), to_cpu_f32(expect)));
+        EXPECT_TRUE(bitwise_equal(heads_of(after, rotated, total), heads_of(before, rotated, total)));
       }
 }
 
