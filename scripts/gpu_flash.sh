@@ -17,7 +17,8 @@
 # both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step, VLM_FLASH_DYNAMIC=0/1 its causal tile counter (tests and
 # sanitize run them with 1 too), VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 1 too),
 # VLM_FLASH_CAUSAL_WIDE=0/1 the d=128 causal forward's mixed 128/160-key steps and VLM_FLASH_BWD_DYNAMIC=0/1 the d=128
-# causal backward's item counter (tests and sanitize: 1 too).
+# causal backward's item counter (tests and sanitize: 1 too), VLM_PDL=0/1 programmatic dependent launch (tests and
+# memcheck: 1 too).
 # To prepare the binaries on the build machine:
 #   cmake --build build-flash --target flash_gpu_test flash_reference_test bench_attention
 #   mkdir -p .carry/flash/lib && cp build-flash/tests/kernels/flash/flash_{gpu,reference}_test \
@@ -71,19 +72,24 @@ for step in "${steps[@]}"; do
       # And with the d=128 causal backward's items from a counter (off by default until measured).
       echo "==== VLM_FLASH_BWD_DYNAMIC=1" >>"$OUT/tests.log"
       VLM_FLASH_BWD_DYNAMIC=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
+      # And every kernel launched with programmatic dependent launch (off by default until measured), portable ones too.
+      echo "==== VLM_PDL=1" >>"$OUT/tests.log"
+      VLM_PDL=1 run "$BIN/flash_gpu_test" >>"$OUT/tests.log" 2>&1 || status=1
       grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|err |bound|was written|differs" "$OUT/tests.log" \
         | grep -v "^\[       OK" | tail -40 | tee -a "$OUT/summary.log"
       ;;
     sanitize)
       # The small cases as they run by default, then with every causal forward on the tile counter, then with the
-      # d=128 causal forward's mixed key steps, then with the d=128 causal backward's items from a counter.
+      # d=128 causal forward's mixed key steps, then with the d=128 causal backward's items from a counter, then
+      # (memcheck) with programmatic dependent launch.
       for pass in memcheck racecheck memcheck:dynamic racecheck:dynamic memcheck:wide racecheck:wide memcheck:bwd \
-          racecheck:bwd; do
+          racecheck:bwd memcheck:pdl; do
         tool=${pass%%:*}
         envs=()
         [ "$pass" = "$tool:dynamic" ] && envs=(VLM_FLASH_DYNAMIC=1)
         [ "$pass" = "$tool:wide" ] && envs=(VLM_FLASH_CAUSAL_WIDE=1)
         [ "$pass" = "$tool:bwd" ] && envs=(VLM_FLASH_BWD_DYNAMIC=1)
+        [ "$pass" = "$tool:pdl" ] && envs=(VLM_PDL=1)
         note "compute-sanitizer $tool ($SAN_FILTER) ${envs[*]}"
         env "${envs[@]}" timeout -k 5 "$STEP_TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           "$BIN/flash_gpu_test" --gtest_filter="$SAN_FILTER" >"$OUT/sanitize_${pass/:/_}.log" 2>&1

@@ -9,7 +9,8 @@
 #      (bench/peers/train_nanovlm.py, eager and torch.compile) measured first in the same run; BENCH_ARGS adds flags.
 #   scripts/gpu_train_check.sh [curve] [demo] [tests] [bench]        (default: curve demo)
 # Environment: VLM_BIN (default .carry/train: vlm and lib/), OUT (default ./gpu_train_out), STEPS (default 20),
-# GPU_SET (extra --set arguments for the GPU runs, e.g. "train.precision=bf16").
+# GPU_SET (extra --set arguments for the GPU runs, e.g. "train.precision=bf16"), TEST_ENVS (VAR=value words: the tests
+# step runs every binary once more under each; default VLM_PDL=1, empty for none).
 # To prepare the binary on the build machine:
 #   cmake --preset cuda && cmake --build build-cuda --target vlm
 #   mkdir -p .carry/train/lib && cp build-cuda/apps/vlm/vlm .carry/train/ && \
@@ -75,11 +76,16 @@ PY
         "$OUT/demo_gpu/eval/final.json" 2>&1 | tee -a "$OUT/summary.log"
       ;;
     tests)
+      # Each binary as is, then once more under each of TEST_ENVS (default: programmatic dependent launch on).
+      read -r -a test_envs <<<"${TEST_ENVS-VLM_PDL=1}"
       for t in "$BIN"/test_*; do
         [ -x "$t" ] || continue
-        note "tests: $(basename "$t")"
-        timeout 600 "$t" >"$OUT/$(basename "$t").log" 2>&1 || status=1
-        grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$OUT/$(basename "$t").log" | tee -a "$OUT/summary.log"
+        for e in "" "${test_envs[@]}"; do
+          log="$OUT/$(basename "$t")${e:+.${e//[^A-Za-z0-9]/_}}.log"
+          note "tests: $(basename "$t") ${e}"
+          env ${e:+"$e"} timeout 600 "$t" >"$log" 2>&1 || status=1
+          grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$log" | tee -a "$OUT/summary.log"
+        done
       done
       ;;
     bench)

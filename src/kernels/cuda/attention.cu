@@ -66,6 +66,7 @@ __device__ __forceinline__ float warp_dot(const float* a, const T* b, int dim, i
 
 __global__ void check_cu_seqlens_kernel(const int32_t* cu, int batch, int64_t tokens, int max_len,
                                         IndexErrorRecord* rec) {
+  pdl::grid_begin();
   for (int b = threadIdx.x; b <= batch; b += blockDim.x) {
     const int64_t c = cu[b];
     bool ok = b == 0 ? c == 0 : (c >= cu[b - 1] && c - cu[b - 1] <= max_len);
@@ -76,6 +77,7 @@ __global__ void check_cu_seqlens_kernel(const int32_t* cu, int batch, int64_t to
 
 template <class T>
 __global__ void attention_forward_kernel(AttnArgs<T> a, T* out, float* lse) {
+  pdl::grid_begin();
   extern __shared__ float smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int b = blockIdx.z, h = blockIdx.y, kvh = h / (a.heads_q / a.heads_kv), dim = a.dim;
@@ -110,6 +112,7 @@ __global__ void attention_forward_kernel(AttnArgs<T> a, T* out, float* lse) {
 template <class T>
 __global__ void attention_delta_kernel(float* delta, const T* dout, const T* out, int64_t tokens, int heads,
                                        int dim) {
+  pdl::grid_begin();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   const int h = blockIdx.y;
@@ -124,6 +127,7 @@ __global__ void attention_delta_kernel(float* delta, const T* dout, const T* out
 // dq_i = scale * sum_j p_ij (dout_i . v_j - delta_i) k_j,  p_ij = exp(scale q_i . k_j - lse_i).
 template <class T>
 __global__ void attention_dq_kernel(AttnArgs<T> a, T* dq, const T* dout, const float* lse, const float* delta) {
+  pdl::grid_begin();
   extern __shared__ float smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int b = blockIdx.z, h = blockIdx.y, kvh = h / (a.heads_q / a.heads_kv), dim = a.dim;
@@ -158,6 +162,7 @@ __global__ void attention_dq_kernel(AttnArgs<T> a, T* dq, const T* dout, const f
 template <class T>
 __global__ void attention_dkdv_kernel(AttnArgs<T> a, T* dk, T* dv, const T* dout, const float* lse,
                                       const float* delta) {
+  pdl::grid_begin();
   extern __shared__ float smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int b = blockIdx.z, kvh = blockIdx.y, dim = a.dim, group = a.heads_q / a.heads_kv;
@@ -225,7 +230,8 @@ bool attention_grid(dim3& grid, int max_len, int64_t heads, int64_t batch) {
 
 void check_cu_seqlens(const Tensor& cu, int64_t tokens, int max_len, Device dev, cudaStream_t stream) {
   const int batch = static_cast<int>(cu.dim(0) - 1);
-  check_cu_seqlens_kernel<<<1, 256, 0, stream>>>(ptr<int32_t>(cu), batch, tokens, max_len, index_error_record(dev));
+  pdl::launch(check_cu_seqlens_kernel, 1, 256, 0, stream, ptr<int32_t>(cu), batch, tokens, max_len,
+              index_error_record(dev));
   VLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -309,7 +315,7 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
     using T = decltype(tag);
     const AttnArgs<T> a =
         make_args<T>(qc, kc, vc, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal);
-    attention_forward_kernel<T><<<grid, kWarps * 32, smem, stream>>>(a, ptr<T>(out), ptr<float>(lse));
+    pdl::launch(attention_forward_kernel<T>, grid, kWarps * 32, smem, stream, a, ptr<T>(out), ptr<float>(lse));
   });
   VLM_CUDA_CHECK_LAUNCH();
 }
@@ -361,18 +367,18 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
     const AttnArgs<T> a =
         make_args<T>(qc, kc, vc, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal);
     const dim3 delta_grid(static_cast<unsigned>(ceil_div(q.dim(0), kWarps)), static_cast<unsigned>(q.dim(1)));
-    attention_delta_kernel<T><<<delta_grid, kWarps * 32, 0, stream>>>(ptr<float>(delta), ptr<T>(dout), ptr<T>(out),
-                                                                      q.dim(0), a.heads_q, a.dim);
+    pdl::launch(attention_delta_kernel<T>, delta_grid, kWarps * 32, 0, stream, ptr<float>(delta), ptr<T>(dout),
+                ptr<T>(out), q.dim(0), a.heads_q, a.dim);
     VLM_CUDA_CHECK_LAUNCH();
     dim3 grid;
     if (dq.defined() && attention_grid(grid, max_seqlen_q, q.dim(1), batch)) {
-      attention_dq_kernel<T><<<grid, kWarps * 32, sizeof(float) * kWarps * 3 * dim, stream>>>(
-          a, ptr<T>(dqc), ptr<T>(dout), ptr<float>(lse), ptr<float>(delta));
+      pdl::launch(attention_dq_kernel<T>, grid, kWarps * 32, sizeof(float) * kWarps * 3 * dim, stream, a, ptr<T>(dqc),
+                  ptr<T>(dout), ptr<float>(lse), ptr<float>(delta));
       VLM_CUDA_CHECK_LAUNCH();
     }
     if ((dk.defined() || dv.defined()) && attention_grid(grid, max_seqlen_k, k.dim(1), batch)) {
-      attention_dkdv_kernel<T><<<grid, kWarps * 32, sizeof(float) * kWarps * 4 * dim, stream>>>(
-          a, ptr_or_null<T>(dkc), ptr_or_null<T>(dvc), ptr<T>(dout), ptr<float>(lse), ptr<float>(delta));
+      pdl::launch(attention_dkdv_kernel<T>, grid, kWarps * 32, sizeof(float) * kWarps * 4 * dim, stream, a,
+                  ptr_or_null<T>(dkc), ptr_or_null<T>(dvc), ptr<T>(dout), ptr<float>(lse), ptr<float>(delta));
       VLM_CUDA_CHECK_LAUNCH();
     }
   });

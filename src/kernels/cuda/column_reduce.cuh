@@ -20,6 +20,7 @@ constexpr int64_t kMinRowChunk = 128;  // rows per chunk (more when rows would n
 template <int N, class F>
 __global__ void column_partials_kernel(float* __restrict__ partial, int64_t rows, int64_t cols, int64_t row_chunk,
                                        F f) {
+  pdl::grid_begin();
   __shared__ float tile[N][kRowLanes][kColTile + 1];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
   const int64_t chunk = blockIdx.y, chunks = gridDim.y;
@@ -59,6 +60,7 @@ constexpr int kFinishLanes = 32;  // blockDim.y of pass 2: chunk partials summed
 template <int N>
 __global__ void __launch_bounds__(kColTile * kFinishLanes)
     column_finish_kernel(ColumnOutputs<N> outs, const float* __restrict__ partial, int64_t chunks, int64_t cols) {
+  pdl::grid_begin();
   __shared__ float tile[kFinishLanes][kColTile + 1];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
 #pragma unroll
@@ -94,8 +96,8 @@ __global__ void __launch_bounds__(kColTile * kFinishLanes)
 // Pass 2 on `stream`: partial holds N x chunks x cols f32 sums (chunks > 0, cols > 0).
 template <int N>
 void column_finish(ColumnOutputs<N> outs, const float* partial, int64_t chunks, int64_t cols, cudaStream_t stream) {
-  column_finish_kernel<N><<<static_cast<unsigned>(ceil_div(cols, kColTile)), dim3(kColTile, kFinishLanes), 0,
-                            stream>>>(outs, partial, chunks, cols);
+  pdl::launch(column_finish_kernel<N>, static_cast<unsigned>(ceil_div(cols, kColTile)), dim3(kColTile, kFinishLanes), 0,
+              stream, outs, partial, chunks, cols);
   VLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -111,8 +113,8 @@ void column_reduce(ColumnOutputs<N> outs, int64_t rows, int64_t cols, Device dev
   Tensor partial = scratch(Shape{N * chunks * cols}, DType::f32, device);
   cudaStream_t stream = stream_of(device);
   const dim3 grid(static_cast<unsigned>(ceil_div(cols, kColTile)), static_cast<unsigned>(chunks));
-  column_partials_kernel<N><<<grid, dim3(kColTile, kRowLanes), 0, stream>>>(ptr<float>(partial), rows, cols,
-                                                                              row_chunk, f);
+  pdl::launch(column_partials_kernel<N, F>, grid, dim3(kColTile, kRowLanes), 0, stream, ptr<float>(partial), rows, cols,
+              row_chunk, f);
   VLM_CUDA_CHECK_LAUNCH();
   column_finish<N>(outs, ptr<float>(partial), chunks, cols, stream);
 }

@@ -1,6 +1,7 @@
 // Device-side helpers shared by the op kernels: bf16/f32 loads and stores (math always in f32, bf16 rounded to
 // nearest even once, on store), deterministic warp/block reductions, launch sizes that handle empty inputs, the
-// f32/bf16 dispatch, typed pointers of Tensors and the index-error recorder.
+// f32/bf16 dispatch, typed pointers of Tensors and the index-error recorder; every kernel's launch goes through
+// pdl.cuh (pdl::launch, and pdl::grid_begin() first in each kernel).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,6 +13,7 @@
 #include "core/cuda_check.h"
 #include "core/tensor.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace vlm::ops::cuda {
 

@@ -28,6 +28,11 @@ void set_gemm_autotune(bool on);
 void weight_grad_overlap_begin(Device device);
 void weight_grad_overlap_end(Device device);
 
+// ---- pdl.cuh (defined in elementwise.cu) -------------------------------------------------------------------------
+// Tests: every later launch of our kernels with programmatic dependent launch (1), without (0), or as VLM_PDL says
+// (-1).
+void set_pdl_for_testing(int on);
+
 // ---- attention.cu ------------------------------------------------------------------------------------------------
 // Whether attention_backward asks FlashAttention for its deterministic backward (see ops::set_attention_deterministic).
 void set_attention_deterministic(bool on);

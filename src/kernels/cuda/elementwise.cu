@@ -61,6 +61,7 @@ struct MapArgs {
 
 template <class TIn, class TOut, int NI, int NO, class F>
 __global__ void map_kernel(MapArgs<TIn, TOut, NI, NO> a, F f, bool vectorized) {
+  pdl::grid_begin();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t scalar_from = 0;
@@ -109,7 +110,7 @@ template <class TIn, class TOut, int NI, int NO, class F>
 void launch_map(const MapArgs<TIn, TOut, NI, NO>& a, F f, cudaStream_t stream) {
   const bool vectorized = map_aligned(a);
   const int64_t work = vectorized ? ceil_div(a.n, kPack) : a.n;
-  map_kernel<TIn, TOut, NI, NO, F><<<grid_for(work, kThreads), kThreads, 0, stream>>>(a, f, vectorized);
+  pdl::launch(map_kernel<TIn, TOut, NI, NO, F>, grid_for(work, kThreads), kThreads, 0, stream, a, f, vectorized);
   VLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -163,6 +164,7 @@ struct SwigluBackward {
 // x[0, n) = value; 8 elements per store when x is 16-byte aligned.
 template <class T>
 __global__ void fill_kernel(T* x, int64_t n, float value, bool vectorized) {
+  pdl::grid_begin();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t scalar_from = 0;
@@ -179,6 +181,7 @@ __global__ void fill_kernel(T* x, int64_t n, float value, bool vectorized) {
 // x[i] += pos[i mod period] (period = P * C: the position table, broadcast over the B blocks).
 template <class T>
 __global__ void add_rows_broadcast_kernel(T* x, const T* __restrict__ pos, int64_t n, int64_t period) {
+  pdl::grid_begin();
   VLM_GRID_STRIDE_LOOP(i, n) x[i] = from_f32<T>(to_f32(x[i]) + to_f32(pos[i % period]));
 }
 
@@ -186,6 +189,7 @@ __global__ void add_rows_broadcast_kernel(T* x, const T* __restrict__ pos, int64
 template <class T>
 __global__ void add_rows_broadcast_backward_kernel(float* dpos, const T* __restrict__ dx, int64_t blocks,
                                                    int64_t period) {
+  pdl::grid_begin();
   VLM_GRID_STRIDE_LOOP(j, period) {
     float acc = 0.f;
     for (int64_t b = 0; b < blocks; ++b) acc += to_f32(dx[b * period + j]);
@@ -215,8 +219,8 @@ void fill(Tensor& x, float value) {
   dispatch_float(x.dtype(), "fill", [&](auto tag) {
     using T = decltype(tag);
     const bool vectorized = all_aligned16(ptr<T>(x));
-    fill_kernel<T><<<grid_for(vectorized ? ceil_div(n, kPack) : n, kThreads), kThreads, 0, stream_of(x.device())>>>(
-        ptr<T>(x), n, value, vectorized);
+    pdl::launch(fill_kernel<T>, grid_for(vectorized ? ceil_div(n, kPack) : n, kThreads), kThreads, 0,
+                stream_of(x.device()), ptr<T>(x), n, value, vectorized);
     VLM_CUDA_CHECK_LAUNCH();
   });
 }
@@ -249,8 +253,8 @@ void add_rows_broadcast(Tensor& x, const Tensor& pos, int64_t blocks) {
   DeviceGuard guard(x.device());
   dispatch_float(x.dtype(), "add_rows_broadcast", [&](auto tag) {
     using T = decltype(tag);
-    add_rows_broadcast_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(x.device())>>>(
-        ptr<T>(x), ptr<T>(pos), n, period);
+    pdl::launch(add_rows_broadcast_kernel<T>, grid_for(n, kThreads), kThreads, 0, stream_of(x.device()), ptr<T>(x),
+                ptr<T>(pos), n, period);
   });
   VLM_CUDA_CHECK_LAUNCH();
 }
@@ -261,8 +265,8 @@ void add_rows_broadcast_backward(Tensor& dpos, const Tensor& dx, int64_t blocks)
   DeviceGuard guard(dpos.device());
   dispatch_float(dx.dtype(), "add_rows_broadcast_backward", [&](auto tag) {
     using T = decltype(tag);
-    add_rows_broadcast_backward_kernel<T><<<grid_for(period, kThreads), kThreads, 0, stream_of(dpos.device())>>>(
-        ptr<float>(dpos), ptr<T>(dx), blocks, period);
+    pdl::launch(add_rows_broadcast_backward_kernel<T>, grid_for(period, kThreads), kThreads, 0,
+                stream_of(dpos.device()), ptr<float>(dpos), ptr<T>(dx), blocks, period);
   });
   VLM_CUDA_CHECK_LAUNCH();
 }
@@ -310,5 +314,7 @@ void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dy, const Tensor&
                SwigluBackward{}, stream_of(dy.device()));
   });
 }
+
+void set_pdl_for_testing(int on) { pdl::force_for_testing(on); }
 
 }  // namespace vlm::ops::cuda

@@ -44,6 +44,7 @@ static_assert(kChunkRows * kSliceVecs % kLongThreads == 0, "a chunk is whole loa
 template <class T>
 __global__ void gather_rows_kernel(T* __restrict__ out, const T* __restrict__ src, const int32_t* __restrict__ index,
                                    int64_t src_rows, int64_t cols, IndexErrorRecord* rec, IndexErrorOp op) {
+  pdl::grid_begin();
   const int64_t i = blockIdx.x;
   const int32_t id = index[i];
   T* o = out + i * cols;
@@ -61,6 +62,7 @@ template <class T>
 __global__ void scatter_rows_kernel(T* __restrict__ out, const T* __restrict__ src,
                                     const int32_t* __restrict__ index, int64_t out_rows, int64_t cols,
                                     IndexErrorRecord* rec) {
+  pdl::grid_begin();
   const int64_t i = blockIdx.x;
   const int32_t id = index[i];
   if (id < 0 || id >= out_rows) {
@@ -75,6 +77,7 @@ __global__ void scatter_rows_kernel(T* __restrict__ out, const T* __restrict__ s
 // Counts the uses of each out row; a second use of an in-range index is recorded (scatter_rows needs distinct ones).
 __global__ void count_scatter_targets_kernel(int32_t* counts, const int32_t* __restrict__ index, int64_t n,
                                              int64_t out_rows, IndexErrorRecord* rec) {
+  pdl::grid_begin();
   VLM_GRID_STRIDE_LOOP(i, n) {
     const int32_t id = index[i];
     if (id >= 0 && id < out_rows && atomicAdd(&counts[id], 1) != 0)
@@ -127,6 +130,7 @@ __device__ __forceinline__ void add_cols(float* row, int64_t c0, int64_t cols, c
 __global__ void embedding_sort_keys_kernel(uint32_t* __restrict__ keys, int32_t* __restrict__ order,
                                            const int32_t* __restrict__ ids, int64_t tokens, int64_t vocab,
                                            IndexErrorRecord* rec) {
+  pdl::grid_begin();
   VLM_GRID_STRIDE_LOOP(t, tokens) {
     const int32_t id = ids[t];
     const bool bad = id < 0 || id >= vocab;
@@ -147,6 +151,7 @@ __global__ void __launch_bounds__(kRunWarps * 32) embedding_backward_runs_kernel
     float* __restrict__ dtable, const T* __restrict__ dout, const uint32_t* __restrict__ keys,
     const int32_t* __restrict__ order, int64_t tokens, int64_t vocab, int64_t cols, int32_t* __restrict__ run_end,
     int32_t* __restrict__ long_runs) {
+  pdl::grid_begin();
   constexpr int kV = kVec16<T>;
   const int lane = threadIdx.x & 31;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kRunWarps + (threadIdx.x >> 5);
@@ -195,6 +200,7 @@ __global__ void __launch_bounds__(kLongThreads) embedding_backward_long_runs_ker
     float* __restrict__ dtable, const T* __restrict__ dout, const uint32_t* __restrict__ keys,
     const int32_t* __restrict__ order, int64_t cols, const int32_t* __restrict__ run_end,
     const int32_t* __restrict__ long_runs) {
+  pdl::grid_begin();
   constexpr int kV = kVec16<T>, kSliceCols = kSliceVecs * kV;
   __shared__ uint4 tile[kChunkRows * kSliceVecs];  // row r of the slice: tile[r * kSliceVecs ...], kSliceCols T
   const int tid = threadIdx.x;
@@ -240,8 +246,8 @@ void launch_gather(Tensor& out, const Tensor& src, const Tensor& index, IndexErr
   IndexErrorRecord* rec = index_error_record(dev);
   dispatch_float(out.dtype(), name, [&](auto tag) {
     using T = decltype(tag);
-    gather_rows_kernel<T><<<static_cast<unsigned>(n), kRowThreads, 0, stream_of(dev)>>>(
-        ptr<T>(out), ptr<T>(src), ptr<int32_t>(index), src.dim(0), cols, rec, op);
+    pdl::launch(gather_rows_kernel<T>, static_cast<unsigned>(n), kRowThreads, 0, stream_of(dev), ptr<T>(out),
+                ptr<T>(src), ptr<int32_t>(index), src.dim(0), cols, rec, op);
   });
   VLM_CUDA_CHECK_LAUNCH();
   check_index_errors_now(name, dev);
@@ -275,8 +281,8 @@ void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids) {
   uint32_t* keys = keys_in + tokens;
   int32_t* order_in = ptr<int32_t>(order);
   int32_t* order_out = order_in + tokens;
-  embedding_sort_keys_kernel<<<grid_for(tokens, kKeyThreads), kKeyThreads, 0, stream>>>(
-      keys_in, order_in, ptr<int32_t>(ids), tokens, vocab, rec);
+  pdl::launch(embedding_sort_keys_kernel, grid_for(tokens, kKeyThreads), kKeyThreads, 0, stream, keys_in, order_in,
+              ptr<int32_t>(ids), tokens, vocab, rec);
   VLM_CUDA_CHECK_LAUNCH();
   if (vocab == 0 || cols == 0) {  // nothing to add; the ids are still checked
     check_index_errors_now("embedding_backward", dev);
@@ -304,17 +310,16 @@ void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids) {
     auto launch = [&](auto vec_tag) {
       constexpr bool kVec = decltype(vec_tag)::value;
       const dim3 grid(static_cast<unsigned>(ceil_div(tokens, kRunWarps)), static_cast<unsigned>(col_groups));
-      embedding_backward_runs_kernel<T, kVec><<<grid, kRunWarps * 32, 0, stream>>>(
-          ptr<float>(dtable), ptr<T>(dout), keys, order_out, tokens, vocab, cols, ptr<int32_t>(run_end),
-          ptr<int32_t>(long_runs));
+      pdl::launch(embedding_backward_runs_kernel<T, kVec>, grid, kRunWarps * 32, 0, stream, ptr<float>(dtable),
+                  ptr<T>(dout), keys, order_out, tokens, vocab, cols, ptr<int32_t>(run_end), ptr<int32_t>(long_runs));
       VLM_CUDA_CHECK_LAUNCH();
       if (max_long == 0) return;
       const int64_t slices = ceil_div(cols, kSliceVecs * kV);
       const dim3 long_grid(static_cast<unsigned>(slices),
                            static_cast<unsigned>(std::clamp<int64_t>(ceil_div(kLongBlocks, slices), 1,
                                                                      std::min<int64_t>(max_long, 65535))));
-      embedding_backward_long_runs_kernel<T, kVec><<<long_grid, kLongThreads, 0, stream>>>(
-          ptr<float>(dtable), ptr<T>(dout), keys, order_out, cols, ptr<int32_t>(run_end), ptr<int32_t>(long_runs));
+      pdl::launch(embedding_backward_long_runs_kernel<T, kVec>, long_grid, kLongThreads, 0, stream, ptr<float>(dtable),
+                  ptr<T>(dout), keys, order_out, cols, ptr<int32_t>(run_end), ptr<int32_t>(long_runs));
       VLM_CUDA_CHECK_LAUNCH();
     };
     if (vec)
@@ -334,14 +339,13 @@ void scatter_rows(Tensor& out, const Tensor& src, const Tensor& index) {
   cudaStream_t stream = stream_of(dev);
   Tensor counts = scratch(Shape{out_rows}, DType::i32, dev);
   counts.zero_(current_stream(dev));
-  count_scatter_targets_kernel<<<grid_for(n, 256), 256, 0, stream>>>(ptr<int32_t>(counts), ptr<int32_t>(index), n,
-                                                                      out_rows, rec);
+  pdl::launch(count_scatter_targets_kernel, grid_for(n, 256), 256, 0, stream, ptr<int32_t>(counts), ptr<int32_t>(index),
+              n, out_rows, rec);
   VLM_CUDA_CHECK_LAUNCH();
   dispatch_float(out.dtype(), "scatter_rows", [&](auto tag) {
     using T = decltype(tag);
-    scatter_rows_kernel<T><<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(ptr<T>(out), ptr<T>(src),
-                                                                                  ptr<int32_t>(index), out_rows,
-                                                                                  cols, rec);
+    pdl::launch(scatter_rows_kernel<T>, static_cast<unsigned>(n), kRowThreads, 0, stream, ptr<T>(out), ptr<T>(src),
+                ptr<int32_t>(index), out_rows, cols, rec);
   });
   VLM_CUDA_CHECK_LAUNCH();
   check_index_errors_now("scatter_rows", dev);

@@ -33,6 +33,7 @@ struct PatchGeometry {
 template <class T, int kV>
 __global__ void image_to_patches_kernel(T* __restrict__ patches, const T* __restrict__ images, int64_t n,
                                         PatchGeometry g) {
+  pdl::grid_begin();
   VLM_GRID_STRIDE_LOOP(v, n / kV) {
     const int64_t e = v * kV;
     const int64_t r = e / g.features, f = e % g.features;
@@ -47,6 +48,7 @@ __global__ void image_to_patches_kernel(T* __restrict__ patches, const T* __rest
 template <class T, int kV>
 __global__ void patches_to_image_kernel(T* __restrict__ images, const T* __restrict__ patches, int64_t n,
                                         PatchGeometry g) {
+  pdl::grid_begin();
   VLM_GRID_STRIDE_LOOP(v, n / kV) {
     const int64_t e = v * kV;
     const int64_t x = e % g.width, y = (e / g.width) % g.height;
@@ -65,6 +67,7 @@ struct ShuffleGeometry {
 // (kV divides C).
 template <class T, int kV>
 __global__ void pixel_shuffle_kernel(T* __restrict__ y, const T* __restrict__ x, int64_t n, ShuffleGeometry g) {
+  pdl::grid_begin();
   VLM_GRID_STRIDE_LOOP(v, n / kV) {
     const int64_t e = v * kV;
     const int64_t col = e % g.out_cols, row = e / g.out_cols;  // row over b * So^2
@@ -79,6 +82,7 @@ __global__ void pixel_shuffle_kernel(T* __restrict__ y, const T* __restrict__ x,
 // dx[b, yy * S + xx, c] <- dy (the inverse map), kV elements per thread.
 template <class T, int kV>
 __global__ void pixel_unshuffle_kernel(T* __restrict__ x, const T* __restrict__ y, int64_t n, ShuffleGeometry g) {
+  pdl::grid_begin();
   VLM_GRID_STRIDE_LOOP(v, n / kV) {
     const int64_t e = v * kV;
     const int64_t c = e % g.cols, row = e / g.cols;  // row over b * S^2
@@ -115,8 +119,10 @@ void image_to_patches(Tensor& dst, const Tensor& src, int64_t channels, int64_t 
     const bool vec = exact_tiles && patch % kVec16<T> == 0 && all_aligned16(ptr<T>(dst), ptr<T>(src));
     launch_layout<T>(n, vec, [&](auto v, unsigned grid) {
       constexpr int kV = decltype(v)::value;
-      if (backward) patches_to_image_kernel<T, kV><<<grid, kThreads, 0, stream>>>(ptr<T>(dst), ptr<T>(src), n, g);
-      else image_to_patches_kernel<T, kV><<<grid, kThreads, 0, stream>>>(ptr<T>(dst), ptr<T>(src), n, g);
+      if (backward)
+        pdl::launch(patches_to_image_kernel<T, kV>, grid, kThreads, 0, stream, ptr<T>(dst), ptr<T>(src), n, g);
+      else
+        pdl::launch(image_to_patches_kernel<T, kV>, grid, kThreads, 0, stream, ptr<T>(dst), ptr<T>(src), n, g);
     });
   });
   VLM_CUDA_CHECK_LAUNCH();
@@ -133,8 +139,10 @@ void pixel_shuffle(Tensor& dst, const Tensor& src, int64_t side, int64_t cols, i
     const bool vec = cols % kVec16<T> == 0 && all_aligned16(ptr<T>(dst), ptr<T>(src));
     launch_layout<T>(n, vec, [&](auto v, unsigned grid) {
       constexpr int kV = decltype(v)::value;
-      if (backward) pixel_unshuffle_kernel<T, kV><<<grid, kThreads, 0, stream>>>(ptr<T>(dst), ptr<T>(src), n, g);
-      else pixel_shuffle_kernel<T, kV><<<grid, kThreads, 0, stream>>>(ptr<T>(dst), ptr<T>(src), n, g);
+      if (backward)
+        pdl::launch(pixel_unshuffle_kernel<T, kV>, grid, kThreads, 0, stream, ptr<T>(dst), ptr<T>(src), n, g);
+      else
+        pdl::launch(pixel_shuffle_kernel<T, kV>, grid, kThreads, 0, stream, ptr<T>(dst), ptr<T>(src), n, g);
     });
   });
   VLM_CUDA_CHECK_LAUNCH();

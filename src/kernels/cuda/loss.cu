@@ -74,6 +74,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
     cross_entropy_kernel(float* __restrict__ losses, T* dlogits, const T* logits,
                          const int32_t* __restrict__ targets, int64_t vocab, float dloss, int ignore_index,
                          bool vectorize, IndexErrorRecord* rec) {
+  pdl::grid_begin();
   constexpr int kV = kVec16<T>;
   __shared__ MaxSum scratch[32];
   const int64_t row = blockIdx.x;
@@ -170,9 +171,9 @@ void cross_entropy(Tensor& losses, Tensor& dlogits, const Tensor& logits, const 
       (reinterpret_cast<uintptr_t>(dlogits.raw_data()) - reinterpret_cast<uintptr_t>(logits.raw_data())) % 16 == 0;
   dispatch_float(logits.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    cross_entropy_kernel<T><<<static_cast<unsigned>(rows), vocab_threads(vocab), 0, stream_of(dev)>>>(
-        ptr_or_null<float>(losses), ptr_or_null<T>(dlogits), ptr<T>(logits), ptr<int32_t>(targets), vocab, dloss,
-        ignore_index, vectorize, rec);
+    pdl::launch(cross_entropy_kernel<T>, static_cast<unsigned>(rows), vocab_threads(vocab), 0, stream_of(dev),
+                ptr_or_null<float>(losses), ptr_or_null<T>(dlogits), ptr<T>(logits), ptr<int32_t>(targets), vocab,
+                dloss, ignore_index, vectorize, rec);
   });
   VLM_CUDA_CHECK_LAUNCH();
   check_index_errors_now(op, dev);

@@ -33,6 +33,7 @@ template <class T, bool kLayerNorm, bool kResidual>
 __global__ void norm_forward_kernel(T* h, T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd,
                                     const T* x, const T* residual, const T* __restrict__ w, const T* __restrict__ b,
                                     int64_t cols, float eps) {
+  pdl::grid_begin();
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const float inv_cols = 1.f / static_cast<float>(cols);
@@ -75,6 +76,7 @@ template <class T, bool kLayerNorm, bool kResidual>
 __global__ void norm_backward_dx_kernel(T* dx, const T* __restrict__ dy, const T* dres, const T* __restrict__ x,
                                         const T* __restrict__ w, const float* __restrict__ mean,
                                         const float* __restrict__ rstd, int64_t cols) {
+  pdl::grid_begin();
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const float inv_cols = 1.f / static_cast<float>(cols);
@@ -160,6 +162,7 @@ __global__ void __launch_bounds__(kFwdWarps * 32)
     norm_forward_warp_kernel(T* h, T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, const T* x,
                              const T* residual, const T* __restrict__ w, const T* __restrict__ b, int64_t rows,
                              int64_t cols, float eps) {
+  pdl::grid_begin();
   constexpr int kV = kVec16<T>;
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kFwdWarps + (threadIdx.x >> 5);
@@ -243,6 +246,7 @@ __global__ void __launch_bounds__(kBwdWarps * 32, sizeof(T) == 2 && kVecs <= 3 ?
     norm_backward_warp_kernel(T* dx, float* __restrict__ partial, const T* dy, const T* dres, const T* x,
                               const T* __restrict__ w, const float* __restrict__ mean,
                               const float* __restrict__ rstd, int64_t rows, int64_t cols, int64_t row_chunk) {
+  pdl::grid_begin();
   constexpr int kV = kVec16<T>;
   constexpr int kN = kLayerNorm ? 2 : 1;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -361,26 +365,26 @@ void launch_forward(Tensor& h, Tensor& y, Tensor& mean, Tensor& rstd, const Tens
                      constexpr int K = decltype(vecs)::value;
                      const auto grid = static_cast<unsigned>(ceil_div(rows, kFwdWarps));
                      if (has_res) {
-                       norm_forward_warp_kernel<T, K, kLayerNorm, true><<<grid, kFwdWarps * 32, 0, stream>>>(
-                           h_p, ptr<T>(y), ptr_or_null<float>(mean), ptr_or_null<float>(rstd), ptr<T>(x), res_p,
-                           ptr<T>(w), ptr_or_null<T>(b), rows, cols, eps);
+                       pdl::launch(norm_forward_warp_kernel<T, K, kLayerNorm, true>, grid, kFwdWarps * 32, 0, stream,
+                                   h_p, ptr<T>(y), ptr_or_null<float>(mean), ptr_or_null<float>(rstd), ptr<T>(x), res_p,
+                                   ptr<T>(w), ptr_or_null<T>(b), rows, cols, eps);
                      } else {
-                       norm_forward_warp_kernel<T, K, kLayerNorm, false><<<grid, kFwdWarps * 32, 0, stream>>>(
-                           nullptr, ptr<T>(y), ptr_or_null<float>(mean), ptr_or_null<float>(rstd), ptr<T>(x),
-                           nullptr, ptr<T>(w), ptr_or_null<T>(b), rows, cols, eps);
+                       pdl::launch(norm_forward_warp_kernel<T, K, kLayerNorm, false>, grid, kFwdWarps * 32, 0, stream,
+                                   nullptr, ptr<T>(y), ptr_or_null<float>(mean), ptr_or_null<float>(rstd), ptr<T>(x),
+                                   nullptr, ptr<T>(w), ptr_or_null<T>(b), rows, cols, eps);
                      }
                    });
   if (!vec) {
     const int threads = row_threads(cols);
     const auto rows_grid = static_cast<unsigned>(rows);
     if (has_res) {
-      norm_forward_kernel<T, kLayerNorm, true><<<rows_grid, threads, 0, stream>>>(
-          h_p, ptr<T>(y), ptr_or_null<float>(mean), ptr_or_null<float>(rstd), ptr<T>(x), res_p, ptr<T>(w),
-          ptr_or_null<T>(b), cols, eps);
+      pdl::launch(norm_forward_kernel<T, kLayerNorm, true>, rows_grid, threads, 0, stream, h_p, ptr<T>(y),
+                  ptr_or_null<float>(mean), ptr_or_null<float>(rstd), ptr<T>(x), res_p, ptr<T>(w), ptr_or_null<T>(b),
+                  cols, eps);
     } else {
-      norm_forward_kernel<T, kLayerNorm, false><<<rows_grid, threads, 0, stream>>>(
-          nullptr, ptr<T>(y), ptr_or_null<float>(mean), ptr_or_null<float>(rstd), ptr<T>(x), nullptr, ptr<T>(w),
-          ptr_or_null<T>(b), cols, eps);
+      pdl::launch(norm_forward_kernel<T, kLayerNorm, false>, rows_grid, threads, 0, stream, nullptr, ptr<T>(y),
+                  ptr_or_null<float>(mean), ptr_or_null<float>(rstd), ptr<T>(x), nullptr, ptr<T>(w), ptr_or_null<T>(b),
+                  cols, eps);
     }
   }
   VLM_CUDA_CHECK_LAUNCH();
@@ -412,11 +416,11 @@ bool launch_backward_rows(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, 
     constexpr int K = decltype(vecs)::value;
     const auto grid = static_cast<unsigned>(blocks);
     if (dres_p != nullptr) {
-      norm_backward_warp_kernel<T, K, kLayerNorm, true><<<grid, kBwdWarps * 32, 0, stream>>>(
-          dx_p, partial_p, ptr<T>(dy), dres_p, ptr<T>(x), ptr<T>(w), mean_p, rstd_p, rows, cols, row_chunk);
+      pdl::launch(norm_backward_warp_kernel<T, K, kLayerNorm, true>, grid, kBwdWarps * 32, 0, stream, dx_p, partial_p,
+                  ptr<T>(dy), dres_p, ptr<T>(x), ptr<T>(w), mean_p, rstd_p, rows, cols, row_chunk);
     } else {
-      norm_backward_warp_kernel<T, K, kLayerNorm, false><<<grid, kBwdWarps * 32, 0, stream>>>(
-          dx_p, partial_p, ptr<T>(dy), nullptr, ptr<T>(x), ptr<T>(w), mean_p, rstd_p, rows, cols, row_chunk);
+      pdl::launch(norm_backward_warp_kernel<T, K, kLayerNorm, false>, grid, kBwdWarps * 32, 0, stream, dx_p, partial_p,
+                  ptr<T>(dy), nullptr, ptr<T>(x), ptr<T>(w), mean_p, rstd_p, rows, cols, row_chunk);
     }
   });
   VLM_CHECK(launched, "norm backward: row width ", cols, " passed the check above but has no kernel");
@@ -439,11 +443,11 @@ void launch_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
     const int threads = row_threads(cols);
     const auto rows_grid = static_cast<unsigned>(rows);
     if (dres.defined()) {
-      norm_backward_dx_kernel<T, kLayerNorm, true><<<rows_grid, threads, 0, stream>>>(
-          ptr<T>(dx), ptr<T>(dy), ptr<T>(dres), ptr<T>(x), ptr<T>(w), mean_p, ptr<float>(rstd), cols);
+      pdl::launch(norm_backward_dx_kernel<T, kLayerNorm, true>, rows_grid, threads, 0, stream, ptr<T>(dx), ptr<T>(dy),
+                  ptr<T>(dres), ptr<T>(x), ptr<T>(w), mean_p, ptr<float>(rstd), cols);
     } else {
-      norm_backward_dx_kernel<T, kLayerNorm, false><<<rows_grid, threads, 0, stream>>>(
-          ptr<T>(dx), ptr<T>(dy), nullptr, ptr<T>(x), ptr<T>(w), mean_p, ptr<float>(rstd), cols);
+      pdl::launch(norm_backward_dx_kernel<T, kLayerNorm, false>, rows_grid, threads, 0, stream, ptr<T>(dx), ptr<T>(dy),
+                  nullptr, ptr<T>(x), ptr<T>(w), mean_p, ptr<float>(rstd), cols);
     }
     VLM_CUDA_CHECK_LAUNCH();
   }

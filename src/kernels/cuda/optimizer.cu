@@ -68,6 +68,7 @@ __device__ __forceinline__ float adamw_update(float p, float g_raw, float& m, fl
 // the chunk's start is 16-byte aligned in all four arrays (8-byte stores of the bf16 copy), one at a time otherwise
 // and for the chunk's tail.
 __global__ void adamw_kernel(const AdamWTable table, AdamWScalars s) {
+  pdl::grid_begin();
   if (s.grad_sum_of_squares != nullptr) s.grad_scale *= clip_factor(*s.grad_sum_of_squares, s.max_grad_norm);
   const int64_t blk = blockIdx.x;
   const int t = find_tensor(table.block_start, table.count, blk);
@@ -120,6 +121,7 @@ __global__ void adamw_kernel(const AdamWTable table, AdamWScalars s) {
 
 template <bool kSquare>
 __global__ void sum_partial_kernel(const SumTable table, double* __restrict__ partial) {
+  pdl::grid_begin();
   __shared__ double scratch[32];
   const int64_t blk = blockIdx.x;
   const int t = find_tensor(table.block_start, table.count, blk);
@@ -146,6 +148,7 @@ __global__ void sum_partial_kernel(const SumTable table, double* __restrict__ pa
 // A block zeroes one kZeroChunk-byte chunk of one tensor: 16-byte stores over the chunk's 16-byte-aligned middle,
 // single bytes over its ends.
 __global__ void zero_kernel(const ZeroTable table) {
+  pdl::grid_begin();
   const int64_t blk = blockIdx.x;
   const int t = find_tensor(table.block_start, table.count, blk);
   unsigned char* base = table.data[t];
@@ -162,6 +165,7 @@ __global__ void zero_kernel(const ZeroTable table) {
 
 // One block: out[0] = sum of the n partials (fixed lanes, then the fixed block tree).
 __global__ void sum_partials_kernel(const double* __restrict__ partial, int64_t n, double* out) {
+  pdl::grid_begin();
   __shared__ double scratch[32];
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
@@ -209,7 +213,7 @@ void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWScala
     return ceil_div(table.n[i], kAdamChunk);
   };
   launch_tables<AdamWTable>(tensors, fill, [&](const AdamWTable& table, int64_t blocks) {
-    adamw_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(table, s);
+    pdl::launch(adamw_kernel, static_cast<unsigned>(blocks), kThreads, 0, stream, table, s);
     VLM_CUDA_CHECK_LAUNCH();
   });
 }
@@ -225,7 +229,7 @@ void zero_multi(const std::vector<Tensor>& tensors) {
     return ceil_div(table.bytes[i], kZeroChunk);
   };
   launch_tables<ZeroTable>(tensors, fill, [&](const ZeroTable& table, int64_t blocks) {
-    zero_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(table);
+    pdl::launch(zero_kernel, static_cast<unsigned>(blocks), kThreads, 0, stream, table);
     VLM_CUDA_CHECK_LAUNCH();
   });
 }
@@ -254,14 +258,16 @@ void launch_sum(const std::vector<Tensor>& tensors, bool square, double* result,
   };
   launch_tables<SumTable>(tensors, fill, [&](const SumTable& table, int64_t blocks) {
     if (square) {
-      sum_partial_kernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(table, partial_p + offset);
+      pdl::launch(sum_partial_kernel<true>, static_cast<unsigned>(blocks), kThreads, 0, stream, table,
+                  partial_p + offset);
     } else {
-      sum_partial_kernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(table, partial_p + offset);
+      pdl::launch(sum_partial_kernel<false>, static_cast<unsigned>(blocks), kThreads, 0, stream, table,
+                  partial_p + offset);
     }
     VLM_CUDA_CHECK_LAUNCH();
     offset += blocks;
   });
-  sum_partials_kernel<<<1, kThreads, 0, stream>>>(partial_p, total_blocks, result);
+  pdl::launch(sum_partials_kernel, 1, kThreads, 0, stream, partial_p, total_blocks, result);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

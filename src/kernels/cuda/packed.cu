@@ -71,6 +71,7 @@ struct QkvSplit {
 template <class T, bool kToSplit>
 __global__ void qkv_split_vec_kernel(const QkvSplit<T> p, int heads_per_thread, int head_groups,
                                      const InvFreq inv_freq) {
+  pdl::grid_begin();
   constexpr int kV = kVec16<T>;
   const int half = p.head_dim / 2, freq_groups = half / kV;
   const int64_t per_token = static_cast<int64_t>(head_groups) * freq_groups;
@@ -124,6 +125,7 @@ __global__ void qkv_split_vec_kernel(const QkvSplit<T> p, int heads_per_thread, 
 // The scalar fallback: block t moves token t; each thread owns pairs (i, i + D/2) of heads.
 template <class T, bool kToSplit>
 __global__ void qkv_split_kernel(const QkvSplit<T> p, const InvFreq inv_freq) {
+  pdl::grid_begin();
   __shared__ float cos_a[kMaxHalf], sin_a[kMaxHalf];
   const int64_t t = blockIdx.x;
   const int half = p.head_dim / 2;
@@ -187,10 +189,10 @@ void qkv_split(const char* op, const Tensor& packed, const Tensor& q, const Tens
       const int head_groups = static_cast<int>(ceil_div(heads, kMaxHeadsPerThread));
       const int heads_per_thread = static_cast<int>(ceil_div(heads, head_groups));
       const int64_t threads = tokens * head_groups * (half / kVec16<T>);
-      qkv_split_vec_kernel<T, kToSplit><<<static_cast<unsigned>(ceil_div(threads, kBlock)), kBlock, 0, stream>>>(
-          p, heads_per_thread, head_groups, inv_freq);
+      pdl::launch(qkv_split_vec_kernel<T, kToSplit>, static_cast<unsigned>(ceil_div(threads, kBlock)), kBlock, 0,
+                  stream, p, heads_per_thread, head_groups, inv_freq);
     } else {
-      qkv_split_kernel<T, kToSplit><<<static_cast<unsigned>(tokens), kScalarBlock, 0, stream>>>(p, inv_freq);
+      pdl::launch(qkv_split_kernel<T, kToSplit>, static_cast<unsigned>(tokens), kScalarBlock, 0, stream, p, inv_freq);
     }
   });
   VLM_CUDA_CHECK_LAUNCH();
@@ -212,6 +214,7 @@ __device__ __forceinline__ void swiglu_grads(float d, float g, float u, float& d
 // Vector path: item idx = (row r, vector c of the row's cols / kV).
 template <class T>
 __global__ void swiglu_packed_vec_kernel(T* y, const T* gu, int64_t rows, int64_t cols) {
+  pdl::grid_begin();
   constexpr int kV = kVec16<T>;
   const int64_t vecs = cols / kV;
   VLM_GRID_STRIDE_LOOP(idx, rows * vecs) {
@@ -228,6 +231,7 @@ __global__ void swiglu_packed_vec_kernel(T* y, const T* gu, int64_t rows, int64_
 
 template <class T>
 __global__ void swiglu_packed_kernel(T* y, const T* gu, int64_t rows, int64_t cols) {
+  pdl::grid_begin();
   VLM_GRID_STRIDE_LOOP(i, rows * cols) {
     const int64_t r = i / cols, c = i - r * cols;
     const T* gate = gu + r * 2 * cols + c;
@@ -238,6 +242,7 @@ __global__ void swiglu_packed_kernel(T* y, const T* gu, int64_t rows, int64_t co
 // dgu may equal gu: each item reads its gate/up values before writing their gradients in the same places.
 template <class T>
 __global__ void swiglu_packed_backward_vec_kernel(T* dgu, const T* dy, const T* gu, int64_t rows, int64_t cols) {
+  pdl::grid_begin();
   constexpr int kV = kVec16<T>;
   const int64_t vecs = cols / kV;
   VLM_GRID_STRIDE_LOOP(idx, rows * vecs) {
@@ -256,6 +261,7 @@ __global__ void swiglu_packed_backward_vec_kernel(T* dgu, const T* dy, const T* 
 
 template <class T>
 __global__ void swiglu_packed_backward_kernel(T* dgu, const T* dy, const T* gu, int64_t rows, int64_t cols) {
+  pdl::grid_begin();
   VLM_GRID_STRIDE_LOOP(i, rows * cols) {
     const int64_t r = i / cols, c = i - r * cols;
     const int64_t at = r * 2 * cols + c;
@@ -286,9 +292,11 @@ void swiglu_packed_forward(Tensor& y, const Tensor& gu) {
     cudaStream_t stream = stream_of(y.device());
     if (cols % kVec16<T> == 0 && all_aligned16(ptr<T>(y), ptr<T>(gu))) {
       const int64_t n = rows * (cols / kVec16<T>);
-      swiglu_packed_vec_kernel<T><<<grid_for(n, kBlock), kBlock, 0, stream>>>(ptr<T>(y), ptr<T>(gu), rows, cols);
+      pdl::launch(swiglu_packed_vec_kernel<T>, grid_for(n, kBlock), kBlock, 0, stream, ptr<T>(y), ptr<T>(gu), rows,
+                  cols);
     } else {
-      swiglu_packed_kernel<T><<<grid_for(rows * cols, kBlock), kBlock, 0, stream>>>(ptr<T>(y), ptr<T>(gu), rows, cols);
+      pdl::launch(swiglu_packed_kernel<T>, grid_for(rows * cols, kBlock), kBlock, 0, stream, ptr<T>(y), ptr<T>(gu),
+                  rows, cols);
     }
   });
   VLM_CUDA_CHECK_LAUNCH();
@@ -303,11 +311,11 @@ void swiglu_packed_backward(Tensor& dgu, const Tensor& dy, const Tensor& gu) {
     cudaStream_t stream = stream_of(dgu.device());
     if (cols % kVec16<T> == 0 && all_aligned16(ptr<T>(dgu), ptr<T>(dy), ptr<T>(gu))) {
       const int64_t n = rows * (cols / kVec16<T>);
-      swiglu_packed_backward_vec_kernel<T>
-          <<<grid_for(n, kBlock), kBlock, 0, stream>>>(ptr<T>(dgu), ptr<T>(dy), ptr<T>(gu), rows, cols);
+      pdl::launch(swiglu_packed_backward_vec_kernel<T>, grid_for(n, kBlock), kBlock, 0, stream, ptr<T>(dgu), ptr<T>(dy),
+                  ptr<T>(gu), rows, cols);
     } else {
-      swiglu_packed_backward_kernel<T>
-          <<<grid_for(rows * cols, kBlock), kBlock, 0, stream>>>(ptr<T>(dgu), ptr<T>(dy), ptr<T>(gu), rows, cols);
+      pdl::launch(swiglu_packed_backward_kernel<T>, grid_for(rows * cols, kBlock), kBlock, 0, stream, ptr<T>(dgu),
+                  ptr<T>(dy), ptr<T>(gu), rows, cols);
     }
   });
   VLM_CUDA_CHECK_LAUNCH();

@@ -1,7 +1,7 @@
-// Rotary position embedding on CUDA, in place on [T, H, D] (rotate_half layout; each token's H x D contiguous, tokens
-// at any larger stride: the q and k heads of a packed projection, rotated where it wrote them). The inverse frequencies are
-// computed on the host exactly as cpu/rope.cpp does (double pow, rounded to f32) and passed by value, so both
-// backends rotate by the same f32 angles. Two paths:
+// Rotary position embedding on CUDA, in place on [T, H, D] (rotate_half layout; each token's H x D contiguous,
+// tokens at any larger stride: the q and k heads of a packed projection, rotated where it wrote them). The inverse
+// frequencies are computed on the host exactly as cpu/rope.cpp does (double pow, rounded to f32) and passed by value,
+// so both backends rotate by the same f32 angles. Two paths:
 //   * vectors (D/2 a multiple of the 16-byte vector width, x 16-byte aligned): a thread owns one token, one group of
 //     kVec16 consecutive frequencies and up to kMaxHeadsPerThread heads; it reads the token's position once,
 //     computes its cos/sin pairs once and rotates the matching 16-byte vectors of both halves of each of its heads
@@ -29,6 +29,7 @@ struct InvFreq {
 template <class T>
 __global__ void rope_kernel(T* x, const int32_t* __restrict__ positions, int64_t heads, int64_t head_dim,
                             int64_t token_stride, const InvFreq inv_freq, float direction) {
+  pdl::grid_begin();
   __shared__ float cos_a[kMaxHalf], sin_a[kMaxHalf];
   const int64_t t = blockIdx.x, half = head_dim / 2;
   const float pos = static_cast<float>(positions[t]);
@@ -54,6 +55,7 @@ template <class T>
 __global__ void rope_vec_kernel(T* x, const int32_t* __restrict__ positions, int64_t tokens, int heads, int head_dim,
                                 int64_t token_stride, int heads_per_thread, int head_groups, const InvFreq inv_freq,
                                 float direction) {
+  pdl::grid_begin();
   constexpr int kV = kVec16<T>;
   const int half = head_dim / 2, freq_groups = half / kV;
   const int64_t per_token = static_cast<int64_t>(head_groups) * freq_groups;
@@ -116,12 +118,12 @@ void rope(Tensor& x, const Tensor& positions, float theta, bool backward) {
       const int heads_per_thread = static_cast<int>(ceil_div(heads, head_groups));
       const int64_t threads = tokens * head_groups * (half / kVec16<T>);
       constexpr int kBlock = 256;
-      rope_vec_kernel<T><<<static_cast<unsigned>(ceil_div(threads, kBlock)), kBlock, 0, stream>>>(
-          ptr<T>(x), ptr<int32_t>(positions), tokens, static_cast<int>(heads), static_cast<int>(head_dim),
-          token_stride, heads_per_thread, head_groups, inv_freq, direction);
+      pdl::launch(rope_vec_kernel<T>, static_cast<unsigned>(ceil_div(threads, kBlock)), kBlock, 0, stream, ptr<T>(x),
+                  ptr<int32_t>(positions), tokens, static_cast<int>(heads), static_cast<int>(head_dim), token_stride,
+                  heads_per_thread, head_groups, inv_freq, direction);
     } else {
-      rope_kernel<T><<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(
-          ptr<T>(x), ptr<int32_t>(positions), heads, head_dim, token_stride, inv_freq, direction);
+      pdl::launch(rope_kernel<T>, static_cast<unsigned>(tokens), kThreads, 0, stream, ptr<T>(x),
+                  ptr<int32_t>(positions), heads, head_dim, token_stride, inv_freq, direction);
     }
   });
   VLM_CUDA_CHECK_LAUNCH();

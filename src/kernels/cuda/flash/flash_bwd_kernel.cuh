@@ -18,6 +18,7 @@
 #include "kernels/cuda/flash/flash_api.h"
 #include "kernels/cuda/flash/flash_tiles.h"
 #include "kernels/cuda/flash/flash_utils.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace vlm::flash {
 
@@ -28,6 +29,7 @@ template <class Element>
 __global__ void __launch_bounds__(256)
     flash_bwd_dot_do_o_kernel(const FlashBwdParams p, float* dsum, int64_t stats_stride, float* lse_log2,
                               float* dq_accum = nullptr, int accum_dim = 0) {
+  pdl::grid_begin();
   const int64_t n_rows = static_cast<int64_t>(p.total_q) * p.n_heads_q;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x / 8;
   const int sub = threadIdx.x % 8;
@@ -72,6 +74,7 @@ __global__ void __launch_bounds__(256)
 template <class Element>
 __global__ void __launch_bounds__(256)
     flash_bwd_convert_dq_kernel(const FlashBwdParams p, const float* dq_accum, int accum_dim) {
+  pdl::grid_begin();
   const int per_row = p.head_dim / 8, rows_per_block = static_cast<int>(blockDim.x) / per_row;
   const int local_row = static_cast<int>(threadIdx.x) / per_row, c = (static_cast<int>(threadIdx.x) % per_row) * 8;
   const int64_t n_rows = static_cast<int64_t>(p.total_q) * p.n_heads_q;
@@ -108,7 +111,8 @@ void launch_convert_dq(const FlashBwdParams& p, const float* dq_accum, int accum
   if (rows <= 0) return;
   const int rows_per_block = 256 / (p.head_dim / 8);
   const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, 132 * 16);
-  flash_bwd_convert_dq_kernel<Element><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, dq_accum, accum_dim);
+  pdl::launch(flash_bwd_convert_dq_kernel<Element>, static_cast<unsigned>(blocks), 256, 0, stream, p, dq_accum,
+              accum_dim);
   VLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -133,6 +137,7 @@ struct BwdKernelShape {
 template <int kHeadDim, class Element, bool kCausal, bool kAtomicDq>
 __global__ void __launch_bounds__(BwdKernelShape<kHeadDim, Element>::kThreads)
     flash_bwd_dkdv_kernel(const FlashBwdParams p, float* dq_accum, const float* dsum) {
+  pdl::grid_begin();
   using Shape = BwdKernelShape<kHeadDim, Element>;
   constexpr int kN = Shape::kBlockN, kM = Shape::kBlockM, kThreads = Shape::kThreads, kPitch = Shape::kPitch;
   constexpr int kDPart = Shape::kDPart, kDsPitch = Shape::kDsPitch;
@@ -374,6 +379,7 @@ struct DqKernelShape {
 template <int kHeadDim, class Element, bool kCausal>
 __global__ void __launch_bounds__(DqKernelShape<kHeadDim, Element>::kThreads)
     flash_bwd_dq_kernel(const FlashBwdParams p, const float* dsum) {
+  pdl::grid_begin();
   using Shape = DqKernelShape<kHeadDim, Element>;
   constexpr int kM = Shape::kBlockM, kN = Shape::kBlockN, kThreads = Shape::kThreads, kPitch = Shape::kPitch;
   constexpr float kInf = INFINITY;

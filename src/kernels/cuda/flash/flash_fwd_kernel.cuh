@@ -10,6 +10,7 @@
 #include "kernels/cuda/flash/flash_api.h"
 #include "kernels/cuda/flash/flash_tiles.h"
 #include "kernels/cuda/flash/flash_utils.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace vlm::flash {
 
@@ -27,6 +28,7 @@ struct FwdKernelShape {
 template <int kHeadDim, class Element, bool kCausal>
 __global__ void __launch_bounds__(FwdKernelShape<kHeadDim, Element>::kThreads)
     flash_fwd_kernel(const FlashFwdParams p) {
+  pdl::grid_begin();
   using Shape = FwdKernelShape<kHeadDim, Element>;
   constexpr int kM = Shape::kBlockM, kN = Shape::kBlockN, kThreads = Shape::kThreads, kPitch = Shape::kPitch;
   constexpr float kInf = INFINITY;

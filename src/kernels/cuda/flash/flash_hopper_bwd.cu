@@ -30,6 +30,7 @@
 #include "kernels/cuda/flash/flash_hopper_host.h"
 #include "kernels/cuda/flash/flash_tiles.h"
 #include "kernels/cuda/flash/hopper_ptx.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace vlm::flash {
 
@@ -101,6 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                           const __grid_constant__ CUtensorMap tm_dq, const __grid_constant__ CUtensorMap tm_lse,
                           const __grid_constant__ CUtensorMap tm_dsum, const FlashBwdParams p,
                           bool key_block_slowest, int* item_counter) {
+  pdl::grid_begin();
 #if VLM_FLASH_SM90A
   using Shape = HopperBwdShape<kHeadDim>;
   using bf16 = __nv_bfloat16;
@@ -471,8 +473,8 @@ void run_hopper_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaS
   const int64_t rows = static_cast<int64_t>(p.total_q) * p.n_heads_q;
   const int64_t stats_stride = flash_stats_stride(p.total_q);
   float* lse_log2 = dsum + p.n_heads_q * stats_stride;
-  flash_bwd_dot_do_o_kernel<__nv_bfloat16><<<static_cast<unsigned>((rows + 31) / 32), 256, 0, stream>>>(
-      p, dsum, stats_stride, lse_log2, dq_accum, kHeadDim);  // also zeroes dq_accum
+  pdl::launch(flash_bwd_dot_do_o_kernel<__nv_bfloat16>, static_cast<unsigned>((rows + 31) / 32), 256, 0, stream, p,
+              dsum, stats_stride, lse_log2, dq_accum, kHeadDim);  // also zeroes dq_accum
   VLM_CUDA_CHECK_LAUNCH();
   const CUtensorMap tq = make_tensor_map(p.q, p.total_q, p.n_heads_q, kHeadDim, p.q_row_stride, p.q_head_stride,
                                          Shape::kBlockM);
@@ -505,9 +507,8 @@ void run_hopper_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaS
   const CUtensorMap tdq = make_f32_reduce_map(dq_accum, p.total_q, p.n_heads_q, kHeadDim, 64);
   const CUtensorMap tlse = make_f32_stats_map(lse_log2, p.total_q, p.n_heads_q, stats_stride, Shape::kStatRows);
   const CUtensorMap tdsum = make_f32_stats_map(dsum, p.total_q, p.n_heads_q, stats_stride, Shape::kStatRows);
-  kernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(tq, tk, tv, tdo, tdq, tlse, tdsum, p,
-                                                         (persistent || dynamic) && p.causal,
-                                                         dynamic ? flash_tile_counter(stream) : nullptr);
+  pdl::launch(kernel, grid, kThreads, Shape::kSmemBytes, stream, tq, tk, tv, tdo, tdq, tlse, tdsum, p,
+              (persistent || dynamic) && p.causal, dynamic ? flash_tile_counter(stream) : nullptr);
   VLM_CUDA_CHECK_LAUNCH();
   launch_convert_dq<__nv_bfloat16>(p, dq_accum, kHeadDim, stream);
 }

@@ -29,6 +29,7 @@
 #include "kernels/cuda/flash/flash_tiles.h"
 #include "kernels/cuda/flash/flash_utils.cuh"
 #include "kernels/cuda/flash/hopper_ptx.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace vlm::flash {
 
@@ -88,6 +89,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_kn,
                           const __grid_constant__ CUtensorMap tm_vn, const FlashFwdParams p,
                           int group_heads, int* tile_counter, int skip_dead_exps) {
+  pdl::grid_begin();
 #if VLM_FLASH_SM90A
   using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys>;
   using bf16 = __nv_bfloat16;
@@ -547,8 +549,8 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   // Causal tiles may skip the exponentials past the diagonal on their first step (not yet measured: off unless
   // VLM_FLASH_DEAD_EXPS=1; the results are the same either way).
   const int skip_dead = kCausal && flash_dead_exps(false) ? 1 : 0;
-  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(
-      tq, tk, tv, tkn, tvn, p, group, dynamic ? flash_tile_counter(stream) : nullptr, skip_dead);
+  pdl::launch(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, tq, tk, tv, tkn, tvn, p, group,
+              dynamic ? flash_tile_counter(stream) : nullptr, skip_dead);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -9,6 +9,7 @@
 #include "kernels/cuda/flash/flash_bwd_kernel.cuh"
 #include "kernels/cuda/flash/flash_fwd_kernel.cuh"
 #include "kernels/cuda/flash/flash_launch.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace vlm::flash {
 
@@ -24,7 +25,7 @@ void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   const dim3 grid((p.max_seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM, p.n_heads_q, p.batch);
   auto kernel = p.causal ? flash_fwd_kernel<kHeadDim, Element, true> : flash_fwd_kernel<kHeadDim, Element, false>;
   set_smem_limit(kernel, Shape::kSmemBytes);
-  kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p);
+  pdl::launch(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, p);
   VLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -36,8 +37,8 @@ void run_flash_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaSt
   if (p.total_q > 0) {
     const int64_t rows = static_cast<int64_t>(p.total_q) * p.n_heads_q;
     // Non-deterministic: the same launch zeroes the dQ accumulator.
-    flash_bwd_dot_do_o_kernel<Element><<<static_cast<unsigned>((rows + 31) / 32), 256, 0, stream>>>(
-        p, dsum, p.total_q, nullptr, p.deterministic ? nullptr : dq_accum, kHeadDim);
+    pdl::launch(flash_bwd_dot_do_o_kernel<Element>, static_cast<unsigned>((rows + 31) / 32), 256, 0, stream, p, dsum,
+                p.total_q, nullptr, p.deterministic ? nullptr : dq_accum, kHeadDim);
     VLM_CUDA_CHECK_LAUNCH();
   }
   if (p.max_seqlen_k > 0) {
@@ -48,7 +49,7 @@ void run_flash_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaSt
                       : (p.causal ? flash_bwd_dkdv_kernel<kHeadDim, Element, true, true>
                                   : flash_bwd_dkdv_kernel<kHeadDim, Element, false, true>);
     set_smem_limit(kernel, Shape::kSmemBytes);
-    kernel<<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(p, dq_accum, dsum);
+    pdl::launch(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, p, dq_accum, dsum);
     VLM_CUDA_CHECK_LAUNCH();
   }
   if (p.max_seqlen_q == 0 || p.total_q == 0) return;
@@ -56,7 +57,7 @@ void run_flash_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaSt
     const dim3 grid((p.max_seqlen_q + DqShape::kBlockM - 1) / DqShape::kBlockM, p.n_heads_q, p.batch);
     auto kernel = p.causal ? flash_bwd_dq_kernel<kHeadDim, Element, true> : flash_bwd_dq_kernel<kHeadDim, Element, false>;
     set_smem_limit(kernel, DqShape::kSmemBytes);
-    kernel<<<grid, DqShape::kThreads, DqShape::kSmemBytes, stream>>>(p, dsum);
+    pdl::launch(kernel, grid, DqShape::kThreads, DqShape::kSmemBytes, stream, p, dsum);
     VLM_CUDA_CHECK_LAUNCH();
   } else {
     launch_convert_dq<Element>(p, dq_accum, kHeadDim, stream);

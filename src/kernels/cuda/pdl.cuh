@@ -1,0 +1,79 @@
+// Programmatic dependent launch (PDL, sm_90 and up) for every kernel of ours. A kernel launched with the
+// programmatic-serialization attribute may start while the kernel before it in its stream is still finishing, so
+// its CTAs are scheduled behind the previous kernel's last wave instead of after the previous kernel's end and the
+// launch latency that follows it. The contract that keeps this safe: every __global__ function under
+// src/kernels/cuda calls pdl::grid_begin() before it touches global memory (scripts/check_pdl.py, a CPU test, checks
+// that it is the first statement of each kernel). grid_begin waits until the previous grid has completed and its
+// writes are visible (griddepcontrol.wait), then lets the next kernel launch once all of this grid's CTAs have got
+// that far (griddepcontrol.launch_dependents). Both are no-ops for a kernel launched without the attribute, and
+// cuBLASLt's kernels, launched without it, keep plain stream order on both sides.
+//
+// pdl::launch(kernel, grid, block, smem, stream, args...) launches with the attribute when PDL is on: VLM_PDL=1 (off
+// by default until measured) on a device of compute capability 9.0 or more.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <atomic>
+#include <utility>
+
+#include "core/cuda_check.h"
+#include "core/env.h"
+
+namespace vlm::pdl {
+
+__device__ __forceinline__ void grid_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+namespace detail {
+inline std::atomic<int>& forced() {  // -1: VLM_PDL decides; 0 / 1: force_for_testing
+  static std::atomic<int> f{-1};
+  return f;
+}
+}  // namespace detail
+
+// Tests: PDL on (1) or off (0) for every later launch, or back to what VLM_PDL says (-1).
+inline void force_for_testing(int on) { detail::forced().store(on); }
+
+// Whether launches on `device` carry the PDL attribute: VLM_PDL=1 (or force_for_testing(1)) on a device of compute
+// capability 9.0 or more.
+inline bool enabled(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::array<std::atomic<int>, kMaxDevices> major{};  // 0: not asked yet
+  static const bool asked = env_int("VLM_PDL", 0, 0, 1) == 1;
+  const int f = detail::forced().load(std::memory_order_relaxed);
+  if (!(f == 1 || (f < 0 && asked)) || device < 0 || device >= kMaxDevices) return false;
+  int m = major[static_cast<size_t>(device)].load(std::memory_order_relaxed);
+  if (m == 0) {
+    VLM_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, device));
+    major[static_cast<size_t>(device)].store(m, std::memory_order_relaxed);
+  }
+  return m >= 9;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when enabled() for the current device;
+// launch errors abort, and VLM_CUDA_SYNC debugging syncs, as with VLM_CUDA_CHECK_LAUNCH.
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  int device = 0;
+  VLM_CUDA_CHECK(cudaGetDevice(&device));
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = enabled(device) ? 1 : 0;
+  VLM_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+  if (::vlm::detail::cuda_sync_after_launch()) VLM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace vlm::pdl
