@@ -7,20 +7,23 @@ Rows it reads (others are ignored): `vlm bench attention` rows ("d=128 causal=1 
 fwd+bwd 461.2 TFLOP/s ...": TFLOP/s, higher is better) and the `vlm bench train` result row ("vlm.cpp bf16 1458.9
 43.87 ...": samples/s and step ms). Sections start at gpu_ab.sh's "== round R, old|new: ..." lines. Prints one line per
 row and metric: old median, new median, new / old (for step ms, old / new, so > 1 always means the new side is
-faster), and the rounds each side contributed. Exit status 1 when no row was found or a row has only one side.
+faster), and the rounds each side contributed. gpu_ab.sh's AB_VARIANTS sections ("new[VLM_X=1]") each get their own
+line against the same old side, the row named with the variant ("train bf16 [VLM_X=1]"). Exit status 1 when no row
+was found or a row has only one side.
 """
 import re
 import statistics
 import sys
 
-SECTION = re.compile(r"^== round (\d+), (old|new):")
+SECTION = re.compile(r"^== round (\d+), (old|new(?:\[[^\]]*\])?):")
 ATTENTION = re.compile(
     r"^d=\s*(\d+) causal=(\d) s=\s*(\d+) .*?\bfwd\s+([\d.]+)\s+bwd\s+([\d.]+)\s+fwd\+bwd\s+([\d.]+) TFLOP/s")
 TRAIN = re.compile(r"^vlm\.cpp (\S+)\s+([\d.]+)\s+([\d.]+)\s")
 
 
 def parse(lines):
-    """{(row, metric): {"old": [values], "new": [values]}} in first-seen order, and whether a metric is a time."""
+    """{(row, metric): {"old": [values], "new": [values], "new[X]": [...]}} in first-seen order, and whether a metric
+    is a time."""
     table, is_time, side = {}, {}, None
     for n, line in enumerate(lines, 1):
         m = SECTION.match(line)
@@ -40,7 +43,7 @@ def parse(lines):
         if rows and side is None:
             raise ValueError(f"line {n}: a benchmark row before any '== round R, old|new:' line")
         for key, metric, value, time in rows:
-            table.setdefault((key, metric), {"old": [], "new": []})[side].append(float(value))
+            table.setdefault((key, metric), {"old": [], "new": []}).setdefault(side, []).append(float(value))
             is_time[(key, metric)] = time
     return table, is_time
 
@@ -60,14 +63,18 @@ def main(argv):
     status = 0
     print(f"{'row':<26} {'metric':<10} {'old':>9} {'new':>9} {'new/old':>8}  rounds")
     for (key, metric), sides in table.items():
-        old, new = sides["old"], sides["new"]
-        if not old or not new:
-            print(f"{key:<26} {metric:<10}  only the {'new' if new else 'old'} side ran")
-            status = 1
-            continue
-        mo, mn = statistics.median(old), statistics.median(new)
-        ratio = (mo / mn if is_time[(key, metric)] else mn / mo) if mo > 0 and mn > 0 else float("nan")
-        print(f"{key:<26} {metric:<10} {mo:9.1f} {mn:9.1f} {ratio:7.3f}x  {len(old)}/{len(new)}")
+        old = sides["old"]
+        for label, new in sides.items():
+            if label == "old" or (label == "new" and not new and len(sides) > 2):
+                continue  # (only variants ran beside the old side)
+            name = key if label == "new" else f"{key} [{label[4:-1]}]"
+            if not old or not new:
+                print(f"{name:<26} {metric:<10}  only the {'new' if new else 'old'} side ran")
+                status = 1
+                continue
+            mo, mn = statistics.median(old), statistics.median(new)
+            ratio = (mo / mn if is_time[(key, metric)] else mn / mo) if mo > 0 and mn > 0 else float("nan")
+            print(f"{name:<26} {metric:<10} {mo:9.1f} {mn:9.1f} {ratio:7.3f}x  {len(old)}/{len(new)}")
     return status
 
 

@@ -8,7 +8,10 @@
 #
 # Environment: ROUNDS (default 2), AB_TIMEOUT (seconds per run, default 120), AB_GREP (extended regex of the lines to
 # keep, default: every line), AB_ENV_OLD / AB_ENV_NEW (extra VAR=value words for one side's runs only, e.g.
-# "VLM_FLASH_PERSISTENT=0"; with both, OLD and NEW may be one binary). Exit status: 1 if any run failed or timed out.
+# "VLM_FLASH_PERSISTENT=0"; with both, OLD and NEW may be one binary), AB_VARIANTS (';'-separated lists of VAR=value
+# words: each round then runs the new binary once more per entry, after AB_ENV_NEW's words, labelled
+# "new[ENTRY]", so several switches are measured against one old side in one call; scripts/ab_summary.py gives each
+# its own column). Exit status: 1 if any run failed or timed out.
 # Example (attention, d=128 rows of the sweep):
 #   AB_GREP='^d=' scripts/gpu_ab.sh /tmp/old/bench_attention /tmp/new/bench_attention --head-dims 128 --causal both
 set -uo pipefail
@@ -24,14 +27,24 @@ limit=${AB_TIMEOUT:-120}
 pattern=${AB_GREP:-.}
 read -r -a old_env <<<"${AB_ENV_OLD:-}"
 read -r -a new_env <<<"${AB_ENV_NEW:-}"
+IFS=';' read -r -a variants <<<"${AB_VARIANTS:-}"
+sides=(old new)
+for v in "${variants[@]}"; do
+  v=$(echo "$v" | xargs)  # trimmed
+  [ -n "$v" ] && sides+=("new[$v]")
+done
 status=0
 for ((r = 1; r <= rounds; r++)); do
-  for side in old new; do
+  for side in "${sides[@]}"; do
     exe=$old
     envs=("${old_env[@]}")
-    if [ "$side" = new ]; then
+    if [ "$side" != old ]; then
       exe=$new
       envs=("${new_env[@]}")
+      if [ "$side" != new ]; then
+        read -r -a extra <<<"${side:4:${#side}-5}"
+        envs+=("${extra[@]}")
+      fi
     fi
     echo "== round $r, $side: $exe ${envs[*]}"
     out=$(env "${envs[@]}" timeout -k 5 "$limit" "$exe" "$@" 2>&1)

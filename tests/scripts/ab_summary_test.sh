@@ -30,6 +30,23 @@ echo "$out" | grep -Eq "^train bf16 +samples/s +1405\.0 +1500\.0 +1\.068x  2/1$"
 echo "$out" | grep -Eq "^train bf16 +step ms +44\.5 +42\.0 +1\.060x  2/1$" || fail "step ms as old/new: $out"
 out=$(python3 "$tool" <"$dir/ab.txt") || fail "stdin: exit status $?"
 
+# Variants: each new[...] label against the same old side, on its own line.
+{
+  echo "== round 1, old: x"
+  echo "vlm.cpp bf16                   1400.0     45.00     340.0   34.4%     15.80"
+  echo "== round 1, new: x"
+  echo "vlm.cpp bf16                   1450.0     44.00     340.0   34.4%     15.80"
+  echo "== round 1, new[VLM_PDL=1]: x VLM_PDL=1"
+  echo "vlm.cpp bf16                   1470.0     43.00     340.0   34.4%     15.80"
+  echo "== round 2, old: x"
+  echo "vlm.cpp bf16                   1410.0     45.00     340.0   34.4%     15.80"
+  echo "== round 2, new[VLM_PDL=1]: x VLM_PDL=1"
+  echo "vlm.cpp bf16                   1490.0     43.00     340.0   34.4%     15.80"
+} >"$dir/variants.txt"
+out=$(python3 "$tool" "$dir/variants.txt") || fail "variants: exit status $?: $out"
+echo "$out" | grep -Eq "^train bf16 +samples/s +1405\.0 +1450\.0 +1\.032x  2/1$" || fail "variants, new: $out"
+echo "$out" | grep -Eq "^train bf16 \[VLM_PDL=1\] +samples/s +1405\.0 +1480\.0 +1\.053x  2/2$" || fail "variant: $out"
+
 printf 'nothing here\n' >"$dir/none.txt"
 python3 "$tool" "$dir/none.txt" 2>"$dir/err" && fail "no rows accepted"
 grep -q "no benchmark rows" "$dir/err" || fail "no-rows message: $(cat "$dir/err")"

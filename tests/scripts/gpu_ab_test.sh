@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# scripts/gpu_ab.sh: alternation order and labels, the AB_GREP filter, AB_ENV_NEW on the new side only, a run past
+# scripts/gpu_ab.sh: alternation order and labels, the AB_GREP filter, AB_ENV_NEW on the new side only, AB_VARIANTS
+# (extra new-side runs with their own labels), a run past
 # AB_TIMEOUT reported with exit status 1, and a missing binary refused with 2.
 set -uo pipefail
 ab=$1
@@ -27,6 +28,20 @@ row old tag=none args=--a 1
 == round 2, new: $dir/new AB_TEST_TAG=x
 row new tag=x args=--a 1"
 [ "$out" = "$expected" ] || fail "unexpected output:
+$out"
+
+# AB_VARIANTS: the new binary once more per entry each round, after AB_ENV_NEW's words, labelled new[ENTRY].
+out=$(ROUNDS=1 AB_GREP='^row' AB_ENV_NEW="AB_TEST_TAG=x" AB_VARIANTS="AB_TEST_TAG=y; AB_OTHER=1" \
+  bash "$ab" "$dir/old" "$dir/new") || fail "variants: exit status $?"
+expected="== round 1, old: $dir/old 
+row old tag=none args=
+== round 1, new: $dir/new AB_TEST_TAG=x
+row new tag=x args=
+== round 1, new[AB_TEST_TAG=y]: $dir/new AB_TEST_TAG=x AB_TEST_TAG=y
+row new tag=y args=
+== round 1, new[AB_OTHER=1]: $dir/new AB_TEST_TAG=x AB_OTHER=1
+row new tag=x args="
+[ "$out" = "$expected" ] || fail "unexpected variants output:
 $out"
 
 printf '#!/usr/bin/env bash\nsleep 5\n' >"$dir/slow"
