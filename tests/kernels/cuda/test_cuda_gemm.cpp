@@ -101,7 +101,8 @@ Shape with_last(Shape s, int64_t last) {
   return s;
 }
 
-TEST(CudaGemm, LinearForwardMatchesCpu) {
+// linear_forward, and linear_add_forward on the same inputs (the residual as cuBLASLt's C).
+TEST(CudaGemm, LinearForwardAndResidualMatchCpu) {
   VLM_SKIP_WITHOUT_CUDA();
   uint64_t seed = 200;
   for (DType dt : compute_dtypes())
@@ -112,43 +113,31 @@ TEST(CudaGemm, LinearForwardMatchesCpu) {
       const Tensor x = random_normal(c.x, seed++), w = random_normal({c.out, in}, seed++);
       const Tensor b = c.bias ? random_normal({c.out}, seed++) : Tensor();
       const Shape ys = with_last(c.x, c.out);
+      const Tensor xr = rounded(x, dt), wr = rounded(w, dt), br = c.bias ? rounded(b, dt) : Tensor();
+      const Tensor xg = to_gpu(x, dt), wg = to_gpu(w, dt), bg = c.bias ? to_gpu(b, dt) : Tensor();
       Tensor ref = Tensor::empty(ys, DType::f32);
-      ops::linear_forward(ref, rounded(x, dt), rounded(w, dt), c.bias ? rounded(b, dt) : Tensor());
+      ops::linear_forward(ref, xr, wr, br);
       Guarded y(ys, dt);
-      ops::linear_forward(y.view(), to_gpu(x, dt), to_gpu(w, dt), c.bias ? to_gpu(b, dt) : Tensor());
-      EXPECT_TRUE(matches(y, ref, output_tolerance(dt, dot_tolerance(in))));
-    }
-}
+      ops::linear_forward(y.view(), xg, wg, bg);
+      const Tolerance tol = output_tolerance(dt, dot_tolerance(in));
+      EXPECT_TRUE(matches(y, ref, tol));
 
-TEST(CudaGemm, LinearAddForwardMatchesCpu) {
-  VLM_SKIP_WITHOUT_CUDA();
-  uint64_t seed = 250;
-  for (DType dt : compute_dtypes())
-    for (const LinearCase& c : kLinearCases) {
-      SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " x=" << c.x.to_string() << " out=" << c.out
-                                      << (c.bias ? " bias" : ""));
-      const int64_t in = c.x[c.x.ndim() - 1];
-      const Tensor x = random_normal(c.x, seed++), w = random_normal({c.out, in}, seed++);
-      const Tensor b = c.bias ? random_normal({c.out}, seed++) : Tensor();
-      const Shape ys = with_last(c.x, c.out);
-      // A residual of the product's size, so that a lost or doubled addend cannot hide in the tolerance.
+      // + a residual of the product's size, so that a lost or doubled addend cannot hide in the tolerance.
       const Tensor residual = random_normal(ys, seed++, std::sqrt(static_cast<float>(std::max<int64_t>(in, 1))));
-      Tensor ref = Tensor::empty(ys, DType::f32), ref_prod = Tensor::empty(ys, DType::f32);
-      ops::linear_add_forward(ref, rounded(x, dt), rounded(w, dt), c.bias ? rounded(b, dt) : Tensor(),
-                              rounded(residual, dt));
-      ops::linear_forward(ref_prod, rounded(x, dt), rounded(w, dt), Tensor());
-      Guarded y(ys, dt);  // NaN-filled: the GEMM must not read its output (the residual is a separate C)
+      Tensor ref_sum = Tensor::empty(ys, DType::f32), ref_prod = Tensor::empty(ys, DType::f32);
+      ops::linear_add_forward(ref_sum, xr, wr, br, rounded(residual, dt));
+      ops::linear_forward(ref_prod, xr, wr, Tensor());
+      Guarded sum(ys, dt);  // NaN-filled: the GEMM must not read its output (the residual is a separate C)
       const Tensor residual_gpu = to_gpu(residual, dt);
-      ops::linear_add_forward(y.view(), to_gpu(x, dt), to_gpu(w, dt), c.bias ? to_gpu(b, dt) : Tensor(), residual_gpu);
+      ops::linear_add_forward(sum.view(), xg, wg, bg, residual_gpu);
       // The dot product's error, the output's rounding, and in bf16 half an ulp of the product, which cuBLASLt's
       // epilogue may round before adding the bias (as it does with GELU_AUX_BIAS, see below).
-      const Tolerance tol = output_tolerance(dt, dot_tolerance(in));
       const Tensor prod_host = ref_prod;
-      EXPECT_TRUE(close_within(y.view(), ref, [&](int64_t i, double expected) {
+      EXPECT_TRUE(close_within(sum.view(), ref_sum, [&](int64_t i, double expected) {
         const double q = std::fabs(prod_host.data<float>()[i]);
         return tol.rtol * (std::fabs(expected) + q) + tol.atol + (dt == DType::bf16 ? 1.01 * kBf16HalfUlp * q : 0.0);
       }));
-      EXPECT_TRUE(y.guards_intact());
+      EXPECT_TRUE(sum.guards_intact());
       EXPECT_TRUE(bitwise_equal(to_cpu_f32(residual_gpu), rounded(residual, dt)));  // read only
     }
 }
