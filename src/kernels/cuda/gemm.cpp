@@ -216,10 +216,11 @@ cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t ha
   return results[best].algo;
 }
 
-// Runs g on `dev`'s current stream; false (nothing launched) when cuBLASLt has no algorithm for it, which only
-// happens with the GELU epilogue.
+// Runs g on `dev`'s current stream; false (nothing launched) when cuBLASLt has no algorithm for it, which the
+// callers of the fused forms (the GELU epilogue, a separate C) answer with the unfused ops; any other GEMM aborts.
 bool run_gemm(const Gemm& g, Device dev) {
   VLM_CHECK(g.m > 0 && g.n > 0 && g.k > 0 && g.batch >= 1, "gemm: empty problem reached cuBLASLt");
+  const bool fused = g.aux != nullptr || g.c != nullptr;  // a form with an unfused fallback
   const StreamHandle stream = current_stream(dev);
   MatmulDesc desc;
   VLM_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -295,17 +296,16 @@ bool run_gemm(const Gemm& g, Device dev) {
       if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
         entry = found > 1 ? fastest_algo(g, dev, handle, desc.d, la.l, lb.l, lc.l, ws, results.data(), found)
                           : results[0].algo;
-      } else if (status != CUBLAS_STATUS_NOT_SUPPORTED && g.aux == nullptr) {
+      } else if (status != CUBLAS_STATUS_NOT_SUPPORTED && !fused) {
         VLM_CUBLASLT_CHECK(status);
       }
-      // (an aux epilogue cuBLASLt rejects, for any reason, falls back to the unfused path)
+      // (a fused form cuBLASLt rejects, for any reason, falls back to the unfused path)
       it = st.algos.emplace(key, entry).first;
     }
     algo = it->second;
   }
   if (!algo) {
-    VLM_CHECK(g.epilogue != CUBLASLT_EPILOGUE_DEFAULT && g.epilogue != CUBLASLT_EPILOGUE_BIAS,
-              "gemm: cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " batch=", g.batch);
+    VLM_CHECK(fused, "gemm: cuBLASLt has no algorithm for m=", g.m, " n=", g.n, " k=", g.k, " batch=", g.batch);
     return false;
   }
   VLM_CUBLASLT_CHECK(cublasLtMatmul(handle, desc.d, &g.alpha, g.b, la.l, g.a, lb.l, &g.beta, c, lc.l, g.out, lc.l,
@@ -401,21 +401,22 @@ void linear_add_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tenso
   const int64_t rows = rows_of(x), out = w.dim(0), in = w.dim(1);
   if (rows == 0 || out == 0) return;
   DeviceGuard guard(y.device());
-  if (in == 0 || !residual_epilogue_enabled()) {
-    linear_forward(y, x, w, b);
-    add_inplace(y, residual);  // y = product + residual: the same bits as residual + product
-    return;
+  if (in > 0 && residual_epilogue_enabled()) {
+    // One GEMM reading the residual as cuBLASLt's C (beta = 1): y = x w^T + residual, then + b in the epilogue.
+    Gemm g = product(y, x, w, rows, out, in);
+    g.trans_b = true;
+    g.beta = 1.f;
+    g.c = residual.raw_data();
+    if (b.defined()) {
+      g.epilogue = CUBLASLT_EPILOGUE_BIAS;
+      g.bias = b.raw_data();
+    }
+    if (run_gemm(g, y.device())) return;
   }
-  // One GEMM reading the residual as cuBLASLt's C (beta = 1): y = x w^T + residual, then + b in the epilogue.
-  Gemm g = product(y, x, w, rows, out, in);
-  g.trans_b = true;
-  g.beta = 1.f;
-  g.c = residual.raw_data();
-  if (b.defined()) {
-    g.epilogue = CUBLASLT_EPILOGUE_BIAS;
-    g.bias = b.raw_data();
-  }
-  run_gemm(g, y.device());
+  // Switched off, an empty inner dimension, or no algorithm for the fused form: the two ops (y = product +
+  // residual, the same bits as residual + product).
+  linear_forward(y, x, w, b);
+  add_inplace(y, residual);
 }
 
 void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& w, const Tensor& b) {
