@@ -102,8 +102,9 @@ struct SelfAttention {
   struct Saved {
     Tensor q, k, v, out, lse;  // q/k after RoPE; [T, H, D] (on CUDA row-strided views of the projection)
   };
-  // Without RoPE on CUDA, attention reads q, k, v as column slices of the packed projection and writes dq, dk, dv
-  // into the packed gradient: no split copies (the CPU ops take contiguous tensors only).
+  // On CUDA (unless VLM_ATTN_SPLIT_QKV=1) attention reads q, k, v as column slices of the packed projection, RoPE
+  // rotating q and k there, and writes dq, dk, dv into the packed gradient: no split copies (the CPU ops take
+  // contiguous tensors only).
   bool reads_packed_qkv(const Tensor& x) const;
   static SelfAttention create(ParameterStore& store, const std::string& prefix, const std::string& out_name,
                               ParamGroup group, int hidden, const AttentionShape& shape, bool qkv_bias, bool out_bias,

@@ -114,8 +114,6 @@ struct AdamWScalars {
 };
 // Every entry validated: param, grad, m, v f32 of one shape; param_bf16 undefined or bf16 of that shape.
 void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWScalars& s);
-// Tensors f32 or bf16, all on `device`.
-double sum_of_squares(const std::vector<Tensor>& tensors, Device device);
 // Every tensor contiguous, all on one device: their bytes set to zero.
 void zero_multi(const std::vector<Tensor>& tensors);
 // out: f64 [1] on the tensors' device; no synchronization.
