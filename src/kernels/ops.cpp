@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/env.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops_check.h"
 
@@ -156,6 +157,15 @@ void set_gemm_autotune(bool on) {
   cuda::set_gemm_autotune(on);
 #else
   (void)on;
+#endif
+}
+
+void use_compute_stream(Device device) {
+#ifdef VLM_HAVE_CUDA
+  static const bool dedicated = env_int("VLM_MAIN_STREAM", 0, 0, 1) == 1;
+  if (device.is_cuda() && dedicated) cuda::set_current_stream(device.index, cuda::dedicated_stream(device.index));
+#else
+  (void)device;
 #endif
 }
 

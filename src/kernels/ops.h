@@ -66,6 +66,13 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
 void matmul_batched(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha = 1.f,
                     float beta = 0.f);
 
+// Makes the calling thread's ops on `device` run on a stream of their own (cuda::dedicated_stream, which stays
+// ordered with the legacy default stream) instead of the legacy default stream, when the environment asks for it:
+// VLM_MAIN_STREAM=1 (off by default until measured). The trainer and `vlm bench train` call it before their first op.
+// Kernel launches attributed for programmatic dependent launch (VLM_PDL=1) may overlap their predecessor's tail on
+// such a stream; whether the legacy default stream honours the attribute is not documented. No effect on the CPU.
+void use_compute_stream(Device device);
+
 // Weight gradients (linear_backward's dw) issued while one of these lives run on a second stream of the device,
 // beside the scope's other work (the next input gradients, norms, attention); the outermost scope's end makes the
 // current stream wait for them and releases the dy and x they read (the models open one per block: joining one

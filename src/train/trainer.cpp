@@ -168,6 +168,7 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     openblas_set_num_threads(c.train.threads);
   }
   VLM_ASSIGN_OR_RETURN(Device device, parse_device(c.train.device));
+  ops::use_compute_stream(device);  // VLM_MAIN_STREAM=1: a stream of its own instead of the legacy default
   VLM_ASSIGN_OR_RETURN(DType compute_dtype, training_compute_dtype(c.train));
   if (c.data.tokenizer.empty()) return invalid_argument("data.tokenizer: no tokenizer.json given");
   VLM_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::load(c.data.tokenizer));

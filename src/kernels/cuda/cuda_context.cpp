@@ -20,8 +20,16 @@ void check_device_index(int device) {
 }
 
 thread_local std::array<StreamHandle, kMaxDevices> t_streams{};
-// Side streams live as long as the thread (never destroyed: work may still be queued on them at exit).
+// Dedicated and side streams live as long as the thread (never destroyed: work may still be queued on them at exit).
+thread_local std::array<StreamHandle, kMaxDevices> t_dedicated_streams{};
 thread_local std::array<StreamHandle, kMaxDevices> t_side_streams{};
+
+StreamHandle create_stream(int device, unsigned flags) {
+  const DeviceGuard guard(Device::cuda(device));
+  cudaStream_t stream = nullptr;
+  VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, flags));
+  return stream;
+}
 
 std::mutex g_record_mutex;
 std::array<IndexErrorRecord*, kMaxDevices> g_records{};
@@ -38,15 +46,17 @@ void set_current_stream(int device, StreamHandle stream) {
   t_streams[static_cast<size_t>(device)] = stream;
 }
 
+StreamHandle dedicated_stream(int device) {
+  check_device_index(device);
+  StreamHandle& s = t_dedicated_streams[static_cast<size_t>(device)];
+  if (s == nullptr) s = create_stream(device, cudaStreamDefault);
+  return s;
+}
+
 StreamHandle side_stream(int device) {
   check_device_index(device);
   StreamHandle& s = t_side_streams[static_cast<size_t>(device)];
-  if (s == nullptr) {
-    const DeviceGuard guard(Device::cuda(device));
-    cudaStream_t stream = nullptr;
-    VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    s = stream;
-  }
+  if (s == nullptr) s = create_stream(device, cudaStreamNonBlocking);
   return s;
 }
 
