@@ -4,7 +4,8 @@
 // right after the join), give the same bits with PDL forced on as with it off (x, dW and db compared). The
 // chains are long and their grids several waves deep, so a kernel that read its input before the previous kernel
 // finished would have many chances to show. The chain runs once more on a dedicated stream instead of the legacy
-// default stream (ops::use_compute_stream), with PDL on, since that is where the attribute is known to take effect.
+// default stream (ops::use_compute_stream), with PDL on: whether the legacy default stream honours the attribute is
+// not documented, while on a stream of its own it applies.
 // (Without a device of compute capability 9.0 every run is plain launches.)
 #include <gtest/gtest.h>
 
