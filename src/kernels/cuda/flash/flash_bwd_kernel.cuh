@@ -6,7 +6,8 @@
 //                 P^T and dS^T never leave registers. Q, dO, lse and D are double-buffered (the next query block
 //                 loads during this one). In the atomic mode it also adds dQ += dS K into an fp32 buffer.
 //   3. dq:        deterministic mode only: one CTA per (query block, q head, sequence) recomputes P and dS over
-//                 the keys in a fixed order and writes dQ, so no float addition order depends on scheduling.
+//                 the keys in a fixed order and writes dQ, so no float addition order depends on scheduling. It
+//                 runs first and computes D itself (no rowsum kernel); dkdv then reads that D.
 //   (4. convert_dq: atomic mode, fp32 buffer * scale -> dq.)
 #pragma once
 
@@ -376,9 +377,33 @@ struct DqKernelShape {
   static_assert(kBlockM == 16 * kWarps, "one warp per 16 query rows");
 };
 
+// D of one row (rowsum(dO ∘ O)) over the 4 threads t of a quad: thread t adds the 8-column chunks t, t + 4, ... and
+// the quad's shuffles give every thread the sum. A row past the sequence gives 0.
+template <class Element>
+__device__ __forceinline__ float quad_row_dot_do_o(const FlashBwdParams& p, int64_t tok, int h, bool in, int t) {
+  float acc = 0.f;
+  if (in) {
+    const Element* dor = static_cast<const Element*>(p.dout) + tok * p.dout_row_stride + h * p.dout_head_stride;
+    const Element* orow = static_cast<const Element*>(p.out) + tok * p.out_row_stride + h * p.out_head_stride;
+    for (int c = t * 8; c < p.head_dim; c += 32) {
+      const uint4 a = *reinterpret_cast<const uint4*>(dor + c);
+      const uint4 o = *reinterpret_cast<const uint4*>(orow + c);
+      const Element* ae = reinterpret_cast<const Element*>(&a);
+      const Element* oe = reinterpret_cast<const Element*>(&o);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc += to_float<Element>(ae[i]) * to_float<Element>(oe[i]);
+    }
+  }
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+  return acc;
+}
+
+// dsum is written here (D of every row of this query block, also rows that see no key: dkdv multiplies it by P = 0
+// and a stale value there could be NaN) and read by the dkdv kernel launched after this one.
 template <int kHeadDim, class Element, bool kCausal>
 __global__ void __launch_bounds__(DqKernelShape<kHeadDim, Element>::kThreads)
-    flash_bwd_dq_kernel(const FlashBwdParams p, const float* dsum) {
+    flash_bwd_dq_kernel(const FlashBwdParams p, float* dsum) {
   pdl::grid_begin();
   using Shape = DqKernelShape<kHeadDim, Element>;
   constexpr int kM = Shape::kBlockM, kN = Shape::kBlockN, kThreads = Shape::kThreads, kPitch = Shape::kPitch;
@@ -404,15 +429,6 @@ __global__ void __launch_bounds__(DqKernelShape<kHeadDim, Element>::kThreads)
   const float scale_log2 = p.scale * static_cast<float>(M_LOG2E);
   const int row_lo = m0 + warp * 16 + g;
 
-  float lse2[2], drow[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row_lo + 8 * r;
-    const bool in = row < sb.q_len;
-    const float lse = in ? p.lse[h * p.lse_head_stride + sb.q_start + row] : -kInf;
-    lse2[r] = lse == -kInf ? kInf : lse * static_cast<float>(M_LOG2E);
-    drow[r] = in ? dsum[h * static_cast<int64_t>(p.total_q) + sb.q_start + row] : 0.f;
-  }
   float dq[kHeadDim / 8][4];
 #pragma unroll
   for (int j = 0; j < kHeadDim / 8; ++j) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.f;
@@ -441,6 +457,17 @@ __global__ void __launch_bounds__(DqKernelShape<kHeadDim, Element>::kThreads)
         p.dout_row_stride, m_rows, d, tid);
     load_kv(0, 0);
     cp_async_commit();
+  }
+  // The rows' lse and D while the first tiles load; D goes to dsum for the dkdv kernel.
+  float lse2[2], drow[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row_lo + 8 * r;
+    const bool in = row < sb.q_len;
+    const float lse = in ? p.lse[h * p.lse_head_stride + sb.q_start + row] : -kInf;
+    lse2[r] = lse == -kInf ? kInf : lse * static_cast<float>(M_LOG2E);
+    drow[r] = quad_row_dot_do_o<Element>(p, sb.q_start + row, h, in, t);
+    if (in && t == 0) dsum[h * static_cast<int64_t>(p.total_q) + sb.q_start + row] = drow[r];
   }
   for (int nb = 0; nb < n_blocks; ++nb) {
     const int buf = nb & 1, n0 = nb * kN;

@@ -26,7 +26,7 @@ struct FwdKernelShape {
 };
 
 template <int kHeadDim, class Element, bool kCausal>
-__global__ void __launch_bounds__(FwdKernelShape<kHeadDim, Element>::kThreads)
+__global__ void __launch_bounds__(FwdKernelShape<kHeadDim, Element>::kThreads, kHeadDim <= 64 ? 2 : 1)
     flash_fwd_kernel(const FlashFwdParams p) {
   pdl::grid_begin();
   using Shape = FwdKernelShape<kHeadDim, Element>;

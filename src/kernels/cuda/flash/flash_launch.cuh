@@ -34,11 +34,19 @@ void run_flash_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaSt
   using Shape = BwdKernelShape<kHeadDim, Element>;
   using DqShape = DqKernelShape<kHeadDim, Element>;
   if (p.batch == 0) return;
-  if (p.total_q > 0) {
+  const bool has_rows = p.max_seqlen_q > 0 && p.total_q > 0;
+  if (p.deterministic && has_rows) {
+    // dQ first: it computes D (rowsum(dO ∘ O)) into dsum for the dkdv kernel, so no rowsum kernel runs.
+    const dim3 grid((p.max_seqlen_q + DqShape::kBlockM - 1) / DqShape::kBlockM, p.n_heads_q, p.batch);
+    auto kernel = p.causal ? flash_bwd_dq_kernel<kHeadDim, Element, true> : flash_bwd_dq_kernel<kHeadDim, Element, false>;
+    set_smem_limit(kernel, DqShape::kSmemBytes);
+    pdl::launch(kernel, grid, DqShape::kThreads, DqShape::kSmemBytes, stream, p, dsum);
+    VLM_CUDA_CHECK_LAUNCH();
+  } else if (!p.deterministic && p.total_q > 0) {
+    // D into dsum; the same launch zeroes the dQ accumulator.
     const int64_t rows = static_cast<int64_t>(p.total_q) * p.n_heads_q;
-    // Non-deterministic: the same launch zeroes the dQ accumulator.
     pdl::launch(flash_bwd_dot_do_o_kernel<Element>, static_cast<unsigned>((rows + 31) / 32), 256, 0, stream, p, dsum,
-                p.total_q, nullptr, p.deterministic ? nullptr : dq_accum, kHeadDim);
+                p.total_q, nullptr, dq_accum, kHeadDim);
     VLM_CUDA_CHECK_LAUNCH();
   }
   if (p.max_seqlen_k > 0) {
@@ -52,16 +60,7 @@ void run_flash_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaSt
     pdl::launch(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, p, dq_accum, dsum);
     VLM_CUDA_CHECK_LAUNCH();
   }
-  if (p.max_seqlen_q == 0 || p.total_q == 0) return;
-  if (p.deterministic) {
-    const dim3 grid((p.max_seqlen_q + DqShape::kBlockM - 1) / DqShape::kBlockM, p.n_heads_q, p.batch);
-    auto kernel = p.causal ? flash_bwd_dq_kernel<kHeadDim, Element, true> : flash_bwd_dq_kernel<kHeadDim, Element, false>;
-    set_smem_limit(kernel, DqShape::kSmemBytes);
-    pdl::launch(kernel, grid, DqShape::kThreads, DqShape::kSmemBytes, stream, p, dsum);
-    VLM_CUDA_CHECK_LAUNCH();
-  } else {
-    launch_convert_dq<Element>(p, dq_accum, kHeadDim, stream);
-  }
+  if (!p.deterministic && has_rows) launch_convert_dq<Element>(p, dq_accum, kHeadDim, stream);
 }
 
 }  // namespace vlm::flash
