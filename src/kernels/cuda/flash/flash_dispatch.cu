@@ -63,19 +63,6 @@ const Entry* find_entry(int head_dim, FlashDType dtype) {
 
 size_t round_up(size_t n) { return (n + 255) / 256 * 256; }
 
-// VLM_FLASH_SHORT_ROWS (experimental, 0 until measured): problems whose rows have at most kShortRowKeys keys (the
-// model's 177 text and 196 image tokens) run on the portable path, where several small CTAs share an SM: 1 for the
-// forward and the backward, 2 with the backward's dQ by its own kernel as well (the deterministic mode: no f32
-// accumulator to zero and convert, which cost a quarter of the Hopper backward at those rows).
-constexpr int kShortRowKeys = 256;
-int short_rows_mode() {
-  static const int mode = env_int("VLM_FLASH_SHORT_ROWS", 0, 0, 2);
-  return mode;
-}
-bool takes_short_rows_path(FlashPath requested, int max_seqlen_k) {
-  return requested == FlashPath::auto_select && short_rows_mode() > 0 && max_seqlen_k <= kShortRowKeys;
-}
-
 }  // namespace
 
 bool flash_built() { return true; }
@@ -83,7 +70,7 @@ bool flash_built() { return true; }
 bool flash_portable_supports(int head_dim, FlashDType dtype) { return find_entry(head_dim, dtype) != nullptr; }
 
 FlashPath flash_fwd_path(const FlashFwdParams& p) {
-  if (p.path != FlashPath::portable && !takes_short_rows_path(p.path, p.max_seqlen_k) && flash_hopper_fwd_supports(p))
+  if (p.path != FlashPath::portable && flash_hopper_fwd_supports(p))
     return FlashPath::hopper;
   return FlashPath::portable;
 }
@@ -110,7 +97,7 @@ size_t flash_bwd_workspace_bytes(const FlashBwdParams& p) {
 }
 
 FlashPath flash_bwd_path(const FlashBwdParams& p) {
-  if (p.path != FlashPath::portable && !takes_short_rows_path(p.path, p.max_seqlen_k) && flash_hopper_bwd_supports(p))
+  if (p.path != FlashPath::portable && flash_hopper_bwd_supports(p))
     return FlashPath::hopper;
   return FlashPath::portable;
 }
@@ -118,7 +105,6 @@ FlashPath flash_bwd_path(const FlashBwdParams& p) {
 Status flash_bwd(const FlashBwdParams& params, StreamHandle stream) {
   VLM_RETURN_IF_ERROR(flash_bwd_check(params));
   FlashBwdParams p = params;
-  if (takes_short_rows_path(p.path, p.max_seqlen_k) && short_rows_mode() == 2) p.deterministic = true;
   const FlashPath path = flash_bwd_path(p);
   if (p.path == FlashPath::hopper && path != FlashPath::hopper)
     return unsupported("flash_bwd: the Hopper path does not support this problem (deterministic, dtype, head dim)");
