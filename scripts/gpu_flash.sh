@@ -15,10 +15,9 @@
 # ';'-separated, default the experimental switches below at their shapes; rounds per A/B, default 3).
 # VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs the Hopper cases under
 # both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step, VLM_FLASH_DYNAMIC=0/1 its causal tile counter (tests and
-# sanitize run them with 1 too), VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 1 too),
-# VLM_FLASH_CAUSAL_WIDE=0/1 the d=128 causal forward's mixed 128/160-key steps and VLM_FLASH_BWD_DYNAMIC=0/1 the d=128
-# causal backward's item counter (tests and sanitize: 1 too), VLM_PDL=0/1 programmatic dependent launch (tests and
-# memcheck: 1 too).
+# sanitize run them with 1 too), VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 0 too),
+# VLM_FLASH_CAUSAL_WIDE=0/1 the d=128 causal forward's mixed 128/160-key steps (by default from 8k keys; tests and
+# sanitize: 1 too), VLM_PDL=0/1 programmatic dependent launch (tests and memcheck: 1 too).
 # To prepare the binaries on the build machine:
 #   cmake --build build-flash --target flash_gpu_test flash_reference_test bench_attention
 #   mkdir -p .carry/flash/lib && cp build-flash/tests/kernels/flash/flash_{gpu,reference}_test \
@@ -63,15 +62,12 @@ for step in "${steps[@]}"; do
       # And with every causal forward taking its tiles from the counter (by default only rows over 256 queries do).
       echo "==== VLM_FLASH_DYNAMIC=1" >>"$OUT/tests.log"
       VLM_FLASH_DYNAMIC=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
-      # And with causal forward tiles skipping the exponentials past the diagonal (off by default until measured).
-      echo "==== VLM_FLASH_DEAD_EXPS=1" >>"$OUT/tests.log"
-      VLM_FLASH_DEAD_EXPS=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
-      # And with the d=128 causal forward's mixed 128/160-key steps (off by default until measured).
+      # And with causal forward tiles computing every exponential (by default they skip those past the diagonal).
+      echo "==== VLM_FLASH_DEAD_EXPS=0" >>"$OUT/tests.log"
+      VLM_FLASH_DEAD_EXPS=0 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
+      # And with the d=128 causal forward's mixed 128/160-key steps on every causal shape (by default from 8k keys).
       echo "==== VLM_FLASH_CAUSAL_WIDE=1" >>"$OUT/tests.log"
       VLM_FLASH_CAUSAL_WIDE=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
-      # And with the d=128 causal backward's items from a counter (off by default until measured).
-      echo "==== VLM_FLASH_BWD_DYNAMIC=1" >>"$OUT/tests.log"
-      VLM_FLASH_BWD_DYNAMIC=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
       # And every kernel launched with programmatic dependent launch (off by default until measured), portable ones too.
       echo "==== VLM_PDL=1" >>"$OUT/tests.log"
       VLM_PDL=1 run "$BIN/flash_gpu_test" >>"$OUT/tests.log" 2>&1 || status=1
@@ -80,15 +76,13 @@ for step in "${steps[@]}"; do
       ;;
     sanitize)
       # The small cases as they run by default, then with every causal forward on the tile counter, then with the
-      # d=128 causal forward's mixed key steps, then with the d=128 causal backward's items from a counter, then
-      # (memcheck) with programmatic dependent launch.
-      for pass in memcheck racecheck memcheck:dynamic racecheck:dynamic memcheck:wide racecheck:wide memcheck:bwd \
-          racecheck:bwd memcheck:pdl; do
+      # d=128 causal forward's mixed key steps on every causal shape, then (memcheck) with programmatic dependent
+      # launch.
+      for pass in memcheck racecheck memcheck:dynamic racecheck:dynamic memcheck:wide racecheck:wide memcheck:pdl; do
         tool=${pass%%:*}
         envs=()
         [ "$pass" = "$tool:dynamic" ] && envs=(VLM_FLASH_DYNAMIC=1)
         [ "$pass" = "$tool:wide" ] && envs=(VLM_FLASH_CAUSAL_WIDE=1)
-        [ "$pass" = "$tool:bwd" ] && envs=(VLM_FLASH_BWD_DYNAMIC=1)
         [ "$pass" = "$tool:pdl" ] && envs=(VLM_PDL=1)
         note "compute-sanitizer $tool ($SAN_FILTER) ${envs[*]}"
         env "${envs[@]}" timeout -k 5 "$STEP_TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 3 \
@@ -126,10 +120,9 @@ for step in "${steps[@]}"; do
       # Each experimental switch against the default, one binary, alternating (scripts/gpu_ab.sh, AB_ROUNDS rounds),
       # summarized as medians and new/old per row (scripts/ab_summary.py). SWITCHES: "VAR=value@bench arguments"
       # entries separated by ';'.
-      default_switches="VLM_FLASH_CAUSAL_WIDE=1@--head-dims 128 --causal yes --seqlens 1024,2048,4096,8192,16384"
-      default_switches+=";VLM_FLASH_BWD_DYNAMIC=1@--head-dims 128 --causal yes --seqlens 512,1024,2048,4096,8192,16384"
-      default_switches+=";VLM_FLASH_DEAD_EXPS=1@--head-dims 64 --causal yes --seqlens 1024,2048,4096,8192"
-      default_switches+=";VLM_FLASH_DEAD_EXPS=1@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
+      default_switches="VLM_FLASH_CAUSAL_WIDE=1@--head-dims 128 --causal yes --seqlens 2048,4096,6144"
+      default_switches+=";VLM_FLASH_CAUSAL_WIDE=0@--head-dims 128 --causal yes --seqlens 8192,12288,16384"
+      default_switches+=";VLM_FLASH_DEAD_EXPS=0@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
       default_switches+=" --causal yes"
       IFS=';' read -r -a entries <<<"${SWITCHES:-$default_switches}"
       n=0

@@ -63,8 +63,7 @@ struct HopperBwdShape {
   static constexpr bool kDeferDq = kHeadDim == 128;
   static constexpr int kDsSlots = kDeferDq ? 3 : 2;
   static constexpr int kSmemBytes = 1024 + 2 * (2 * kKvElems + 2 * kStages * kQElems + kDsSlots * kDsElems) +
-                                    4 * 2 * kDqElems + 4 * 2 * kStages * kStatStride + 8 * (2 + 3 * kStages) +
-                                    2 * 4 /* the dynamic schedule's two item slots */;
+                                    4 * 2 * kDqElems + 4 * 2 * kStages * kStatStride + 8 * (2 + 3 * kStages);
   static_assert(kBlockN == 128, "two consumer warpgroups x 64 keys");
   static_assert(kStages == 2, "the lse/D buffers are indexed by iteration parity, like the Q/dO stages");
 };
@@ -95,13 +94,13 @@ __device__ __forceinline__ void pack_frags(uint32_t (&f)[kSteps][4], const float
     for (int i = 0; i < 4; ++i) f[kk][i] = pack2<__nv_bfloat16>(acc[8 * kk + 2 * i], acc[8 * kk + 2 * i + 1]);
 }
 
-template <int kHeadDim, bool kCausal, bool kDynamic = false>
+template <int kHeadDim, bool kCausal>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                           const __grid_constant__ CUtensorMap tm_dq, const __grid_constant__ CUtensorMap tm_lse,
                           const __grid_constant__ CUtensorMap tm_dsum, const FlashBwdParams p,
-                          bool key_block_slowest, int* item_counter) {
+                          bool key_block_slowest) {
   pdl::grid_begin();
 #if VLM_FLASH_SM90A
   using Shape = HopperBwdShape<kHeadDim>;
@@ -125,14 +124,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* full_q = bars + 2;
   uint64_t* full_do = full_q + kStages;
   uint64_t* empty = full_do + kStages;
-  int* item_slot = reinterpret_cast<int*>(empty + kStages);  // [2]
-  // With kDynamic (causal d=128 only; VLM_FLASH_BWD_DYNAMIC=1) and item_counter, the producer takes item indices
-  // from a global counter and hands each to the consumers through two slots (item r in slot r % 2), as the forward
-  // does with its tiles: per item, the producer and every consumer thread meet once on named barrier kSlotBar (the
-  // producer has written the slot before it, the consumers read it right after and keep the index in a register; the
-  // producer writes that slot again only after the next meeting). Otherwise every warp walks the CTA's fixed list.
-  const bool dynamic = kDynamic && item_counter != nullptr;  // a separate kernel: its producer spills (ptxas)
-  constexpr int kSlotBar = 14, kSlotThreads = 32 + 256;
 
   // Item idx, heaviest key blocks first (under a causal mask the first key blocks are seen by the most queries): with
   // key_block_slowest (persistent causal rows, where the snake schedule balances the costs) the key block is the
@@ -176,16 +167,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Steps are counted over all of this CTA's items (git): they give the Q/dO stage and its parity; items with work
     // (kv) give the K/V buffer's parity.
     for (int r = 0, git = 0, kv = 0;
-         warp == 0 && lane == 0 && (dynamic || r * static_cast<int>(gridDim.x) < num_items); ++r) {
-      const int idx = producer_work_index(dynamic, item_counter, item_slot, r);
-      if (!dynamic && idx >= num_items) continue;
-      Item w{};  // n_iters 0 past the end
-      if (idx < num_items) w = item_at(idx);
-      if (w.n_iters == 0 && !dynamic) continue;
-      // The slot's hand-over (dynamic): once this item's K, V and first kStages steps are on their way.
-      auto hand_over = [&] {
-        if (dynamic) sm90::named_barrier_sync_divergent(kSlotBar, kSlotThreads);
-      };
+         warp == 0 && lane == 0 && r * static_cast<int>(gridDim.x) < num_items; ++r) {
+      const int idx = snake_index(r, blockIdx.x, gridDim.x);
+      if (idx >= num_items) continue;
+      const Item w = item_at(idx);
+      if (w.n_iters == 0) continue;
       const SeqBounds sb = w.sb;
       const int hk = w.hk, m_first = w.m_first, m_count = w.m_count;
       if (w.n_iters > 0) {
@@ -199,7 +185,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       for (int it = 0; it < w.n_iters; ++it, ++git) {
-        if (it == kStages) hand_over();
         const int h = hk * group + it / m_count, m0 = (m_first + it % m_count) * kM, s = git % kStages;
         sm90::mbar_wait(&empty[s], ((git / kStages) & 1) ^ 1);
         // Q with this step's lse (log2 units) and D rows; rows past total_q arrive as zeros (masked in the step).
@@ -213,11 +198,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int c = 0; c < kCB; ++c)
           sm90::tma_load_3d(sdO + s * Shape::kQElems + c * kM * 64, &tm_do, &full_do[s], c * 64, h, sb.q_start + m0);
-      }
-      if (w.n_iters <= kStages) hand_over();
-      if (dynamic && idx >= num_items) {
-        finish_tile_counter(item_counter);
-        break;
       }
     }
   } else {
@@ -274,13 +254,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // every wgmma), and warpgroup 0 takes warpgroup 1's last hand-over after the loop.
     constexpr int kSoloBar = 15;
     if (kTurns) sm90::named_barrier_arrive(cw == 1 ? kTurnBar : kSoloBar, cw == 1 ? 256 : 128);
-    for (int r = 0, git = 0, kv = 0; dynamic || r * static_cast<int>(gridDim.x) < num_items; ++r) {  // its walk
-      if (dynamic) sm90::named_barrier_sync(kSlotBar, kSlotThreads);
-      const int idx = consumer_work_index(dynamic, item_slot, r);
-      if (idx >= num_items) {
-        if (dynamic) break;  // the producer's stop
-        continue;
-      }
+    for (int r = 0, git = 0, kv = 0; r * static_cast<int>(gridDim.x) < num_items; ++r) {  // the producer's walk
+      const int idx = snake_index(r, blockIdx.x, gridDim.x);
+      if (idx >= num_items) continue;
       const Item w = item_at(idx);
       if (w.n0 >= w.sb.k_len) continue;  // no key here (keys no query sees still get their zero gradients below)
       const SeqBounds sb = w.sb;
@@ -493,22 +469,14 @@ void run_hopper_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaS
   // Persistent causal items are walked heaviest key block first over all heads and sequences (snake_index); with a
   // plain stride they were 5-19% slower (2026-12-04), the stride handing all heavy items to the same CTAs.
   const bool persistent = flash_persistent(p.max_seqlen_k <= (p.causal ? kBwdPersistentCausalMaxKeys : 2048));
-  // VLM_FLASH_BWD_DYNAMIC=1 (not yet measured; off by default): causal rows over the persistent limit take their
-  // items from a global counter, heaviest key block first over all heads and sequences, in persistent CTAs. (A
-  // first version, seventh session, measured +2-4% at 512-2k keys and -1% at 8k-16k, but kept the item index in
-  // its slot through the epilogue, which racecheck reported.)
-  const bool dynamic = kHeadDim == 128 && p.causal && !persistent && flash_bwd_dynamic(false);
-  const dim3 grid(static_cast<unsigned>(persistent || dynamic ? std::min<int64_t>(items, sm_count()) : items));
+  const dim3 grid(static_cast<unsigned>(persistent ? std::min<int64_t>(items, sm_count()) : items));
   auto kernel = p.causal ? flash_bwd_sm90_kernel<kHeadDim, true> : flash_bwd_sm90_kernel<kHeadDim, false>;
-  if constexpr (kHeadDim == 128) {
-    if (dynamic) kernel = flash_bwd_sm90_kernel<kHeadDim, true, true>;
-  }
   VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
   const CUtensorMap tdq = make_f32_reduce_map(dq_accum, p.total_q, p.n_heads_q, kHeadDim, 64);
   const CUtensorMap tlse = make_f32_stats_map(lse_log2, p.total_q, p.n_heads_q, stats_stride, Shape::kStatRows);
   const CUtensorMap tdsum = make_f32_stats_map(dsum, p.total_q, p.n_heads_q, stats_stride, Shape::kStatRows);
   pdl::launch(kernel, grid, kThreads, Shape::kSmemBytes, stream, tq, tk, tv, tdo, tdq, tlse, tdsum, p,
-              (persistent || dynamic) && p.causal, dynamic ? flash_tile_counter(stream) : nullptr);
+              persistent && p.causal);
   VLM_CUDA_CHECK_LAUNCH();
   launch_convert_dq<__nv_bfloat16>(p, dq_accum, kHeadDim, stream);
 }

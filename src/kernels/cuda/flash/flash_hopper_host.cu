@@ -112,11 +112,6 @@ bool flash_causal_wide(bool automatic) {
   return forced < 0 ? automatic : forced == 1;
 }
 
-bool flash_bwd_dynamic(bool automatic) {
-  static const int forced = env_int("VLM_FLASH_BWD_DYNAMIC", -1, 0, 1);  // -1: unset
-  return forced < 0 ? automatic : forced == 1;
-}
-
 int flash_causal_group(int automatic) {
   static const int forced = env_int("VLM_FLASH_CAUSAL_GROUP", 0, 0, 1 << 30);  // 0: unset
   return forced > 0 ? forced : automatic;

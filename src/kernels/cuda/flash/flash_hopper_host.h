@@ -47,10 +47,6 @@ bool flash_dead_exps(bool automatic);
 // VLM_FLASH_CAUSAL_WIDE is 0 or 1, for tests and A/B runs. Read once.
 bool flash_causal_wide(bool automatic);
 
-// Whether the Hopper backward's causal items over the persistent limit come from a global counter (persistent CTAs):
-// `automatic` unless VLM_FLASH_BWD_DYNAMIC is 0 or 1, for tests and A/B runs. Read once.
-bool flash_bwd_dynamic(bool automatic);
-
 // The (head, sequence) pairs per group in the forward's dynamic causal order: `automatic` unless
 // VLM_FLASH_CAUSAL_GROUP is set to a positive count, for A/B runs. Read once.
 int flash_causal_group(int automatic);

@@ -66,7 +66,7 @@ struct HopperFwdTile {
   // 80 KB K/V = 192 KB smem): +7-10% at s >= 2k, -3% at 1k (176, FA3's choice, spilled 40 bytes in ptxas). d=64: 192
   // keys (S 96, P 48, O 32 regs; 16 KB Q + 2 x 48 KB K/V): +3% at 8k-16k, even at 2k-4k, -8% at 1k. Causal rows keep
   // 128: 160 there was 1-6% slower at 1k-4k (the diagonal's masked work).
-  // Causal with kWideKeys (d=128 only; VLM_FLASH_CAUSAL_WIDE=1, not yet measured): mixed key steps, the diagonal's
+  // Causal with kWideKeys (d=128 only, rows of at least hopper_fwd_causal_wide_min_keys keys): mixed key steps, the diagonal's
   // 128 keys, then 160-key steps in fours (4 x 160 = 5 x 128, so none is partial) over the blocks below it, then
   // 128-key steps for the rest (kBlockN = 160 is the stages' capacity): the wide step's per-key gain without its
   // masked work. Only where the mask ends in the diagonal's block (diag a multiple of 128), so wide steps never mask.
@@ -85,6 +85,10 @@ constexpr int hopper_fwd_dynamic_min_queries = 257;
 // group: 8, 16 and 32 MB within 2% of each other (8 MB the best at 8k); one pair at a time 2-7% slower at 2k-8k,
 // all pairs at once 5-12% slower at 2k-4k (measured 2026-12-04, seventh session).
 constexpr long long hopper_fwd_causal_group_bytes = 8ll << 20;
+// Causal d=128 rows of at least this many keys take the mixed 128/160-key steps (HopperFwdTile): forward on an H100,
+// same binary, 2 rounds (2026-12-05): 1k -7.5%, 2k -5%, 4k -2%, 8k +2.8%, 16k +2.7% (per-tile costs of the
+// transitions outweigh the wide steps' gain on short rows).
+constexpr int hopper_fwd_causal_wide_min_keys = 8192;
 
 template <int kHeadDim>
 struct HopperBwdTile {
