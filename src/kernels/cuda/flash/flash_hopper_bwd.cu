@@ -421,20 +421,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       const Item e = item_at(static_cast<int>(sm90::opaque_u32(idx)));
       const SeqBounds eb = e.sb;
       const int etid = sm90::opaque_u32(threadIdx.x), elane = etid % 32;
-      const int ekey = e.n0 + (etid / 128 - 1) * 64 + ((etid / 32) % 4) * 16 + elane / 4, et = elane % 4;
+      const int ekey = e.n0 + (etid / 128 - 1) * 64 + ((etid / 32) % 4) * 16 + elane / 4;
     #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int key = ekey + 8 * r;
-        if (key >= eb.k_len) continue;
-        const int64_t row = eb.k_start + key;
+        const bool valid = key < eb.k_len;  // the same for the quad; every lane goes on to the shuffles
+        const int64_t row = eb.k_start + (valid ? key : 0);
         bf16* dkr = static_cast<bf16*>(p.dk) + row * p.dk_row_stride + e.hk * p.dk_head_stride;
         bf16* dvr = static_cast<bf16*>(p.dv) + row * p.dv_row_stride + e.hk * p.dv_head_stride;
-    #pragma unroll
-        for (int j = 0; j < kHeadDim / 8; ++j) {
-          *reinterpret_cast<uint32_t*>(dkr + 8 * j + 2 * et) =
-              pack2<bf16>(dk[4 * j + 2 * r] * p.scale, dk[4 * j + 2 * r + 1] * p.scale);
-          *reinterpret_cast<uint32_t*>(dvr + 8 * j + 2 * et) = pack2<bf16>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
-        }
+        store_row_pairs<kHeadDim / 8>(
+            dkr, [&](int j) { return pack2<bf16>(dk[4 * j + 2 * r] * p.scale, dk[4 * j + 2 * r + 1] * p.scale); },
+            valid);
+        store_row_pairs<kHeadDim / 8>(
+            dvr, [&](int j) { return pack2<bf16>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]); }, valid);
       }
     }
     if (kTurns) sm90::named_barrier_sync(cw == 0 ? kTurnBar : kSoloBar, cw == 0 ? 256 : 128);

@@ -470,23 +470,30 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
       }
       it0 += n_steps;
 
-      // Epilogue: normalize, write O and the lse.
+      // Epilogue: normalize, write O and the lse. O's rows go out as 16-byte stores (store_row_pairs), except in
+      // the d=128 160-key kernel, whose consumers are at their 240-register budget: there ptxas spilled (12 bytes
+      // stored, 44 loaded) with every lane kept on for the quad's shuffles, so it keeps 4-byte stores.
+      constexpr bool kQuadStores = !(kHeadDim == 128 && kN == 160 && !kCausal);
     #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const float sum = quad_sum(row_sum[r]);
         const int row = row_lo + 8 * r;
-        if (row >= sb.q_len) continue;
+        const bool valid = row < sb.q_len;  // the same for the quad
+        if (!kQuadStores && !valid) continue;
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        if (t == 0) {
+        if (valid && t == 0) {
           const float lse = sum > 0.f ? (row_max[r] * scale_log2 + log2f(sum)) * static_cast<float>(M_LN2) : -kInf;
           p.lse[h * p.lse_head_stride + sb.q_start + row] = lse;
         }
-        bf16* orow = static_cast<bf16*>(p.out) + static_cast<int64_t>(sb.q_start + row) * p.out_row_stride +
-                     h * p.out_head_stride;
+        bf16* orow = static_cast<bf16*>(p.out) + static_cast<int64_t>(sb.q_start + (valid ? row : 0)) *
+                     p.out_row_stride + h * p.out_head_stride;
+        auto pair_of = [&](int j) { return pack2<bf16>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv); };
+        if constexpr (kQuadStores) {
+          store_row_pairs<kHeadDim / 8>(orow, pair_of, valid);  // every lane: the shuffles
+        } else {
     #pragma unroll
-        for (int j = 0; j < kHeadDim / 8; ++j)
-          *reinterpret_cast<uint32_t*>(orow + 8 * j + 2 * t) =
-              pack2<bf16>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+          for (int j = 0; j < kHeadDim / 8; ++j) *reinterpret_cast<uint32_t*>(orow + 8 * j + 2 * t) = pair_of(j);
+        }
       }
     }
   }
