@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_kn,
                           const __grid_constant__ CUtensorMap tm_vn, const FlashFwdParams p,
-                          int group_heads, int* tile_counter, int skip_dead_exps) {
+                          int group_heads, int* tile_counter, int skip_dead_exps, int turns) {
   pdl::grid_begin();
 #if VLM_FLASH_SM90A
   using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys>;
@@ -292,14 +292,14 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
         if (n_steps > 0) {
           sm90::mbar_wait(bar_q, q_loads & 1);
           ++q_loads;
-          if (last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
+          if (turns && last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
         }
         for (int i = 0; i < n_steps; ++i) {
           const int s = (it0 + i) % kStages;
           const uint32_t phase = ((it0 + i) / kStages) & 1;
           sm90::mbar_wait(&full_k[s], phase);
-          sm90::named_barrier_sync(kTurnBar + cw, 256);
-          if (!last_wg || i + 1 < n_steps) sm90::named_barrier_arrive(next_turn, 256);
+          if (turns) sm90::named_barrier_sync(kTurnBar + cw, 256);
+          if (turns && (!last_wg || i + 1 < n_steps)) sm90::named_barrier_arrive(next_turn, 256);
           release(&empty_k[s]);
           if (i + 1 == n_steps) release(empty_q);
           sm90::mbar_wait(&full_v[s], phase);
@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
       if (n_steps > 0) {
         sm90::mbar_wait(bar_q, q_loads & 1);
         ++q_loads;
-        if (last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
+        if (turns && last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
       }
       uint32_t pf[kN / 16][4];      // P of the previous key step (bf16, the A operand of its P V GEMM)
       float corr[2] = {1.f, 1.f};   // O's rescale before that P V GEMM
@@ -396,12 +396,12 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
         rescale_o(corr);  // P_{i-2} V_{i-2} retired at the end of step i - 1
         sm90::mbar_wait(&full_k[s], phase_of(i));
         sm90::mbar_wait(&full_v[ps], phase_of(i - 1));  // here: a wait loop between two wgmmas serializes them
-        sm90::named_barrier_sync(kTurnBar + cw, 256);
+        if (turns) sm90::named_barrier_sync(kTurnBar + cw, 256);
         sm90::fence_regs(o);
         sm90::wgmma_fence();
         issue_s(sacc, s);
         issue_pv(wp, ps);
-        if (!last_wg || i + 1 < n_steps) sm90::named_barrier_arrive(next_turn, 256);
+        if (turns && (!last_wg || i + 1 < n_steps)) sm90::named_barrier_arrive(next_turn, 256);
         sm90::wgmma_wait<1>();
         sm90::fence_regs(sacc);
         release(&empty_k[s]);
@@ -432,10 +432,10 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
     #pragma unroll
           for (int j = 0; j < kNn / 2; ++j) sacc[j] = 0.f;
           sm90::mbar_wait(&full_k[stage_of(0)], phase_of(0));
-          sm90::named_barrier_sync(kTurnBar + cw, 256);
+          if (turns) sm90::named_barrier_sync(kTurnBar + cw, 256);
           sm90::wgmma_fence();
           issue_s(sacc, stage_of(0));
-          if (!last_wg || n_steps > 1) sm90::named_barrier_arrive(next_turn, 256);
+          if (turns && (!last_wg || n_steps > 1)) sm90::named_barrier_arrive(next_turn, 256);
           sm90::wgmma_wait<0>();
           sm90::fence_regs(sacc);
           release(&empty_k[stage_of(0)]);
@@ -556,8 +556,11 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   // Causal tiles skip the exponentials past the diagonal on their first step (the same results; on an H100,
   // 2026-12-05: the text model's 177-token forward +4.6%, d=64 causal 1k-8k +0.4-1.6%). VLM_FLASH_DEAD_EXPS=0: off.
   const int skip_dead = kCausal && flash_dead_exps(true) ? 1 : 0;
+  // The consumer warpgroups take turns issuing their products (VLM_FLASH_FWD_TURNS=0, experimental, lets each issue
+  // as soon as its operands are in, to measure at rows of one or two key steps, where a turn has nothing to overlap).
+  const int turns = flash_fwd_turns(true) ? 1 : 0;
   pdl::launch(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, tq, tk, tv, tkn, tvn, p, group,
-              dynamic ? flash_tile_counter(stream) : nullptr, skip_dead);
+              dynamic ? flash_tile_counter(stream) : nullptr, skip_dead, turns);
   VLM_CUDA_CHECK_LAUNCH();
 }
 
