@@ -5,8 +5,9 @@
 // a polynomial on the FMA pipes (flash_utils.cuh). Head dims 64 and 128, bf16; anything else takes the portable path.
 // Each consumer warpgroup is software-pipelined: step i issues S_i = Q K_i^T together with O += P_{i-1} V_{i-1}, and
 // the softmax of S_i runs while that P V product is in flight. The consumer warpgroups take turns issuing (round
-// robin on one named barrier each), so the others' softmax overlaps one's GEMMs. A warpgroup whose 64 rows all lie
-// past its sequence's end (the last tile of a short sequence) skips the products and only keeps the barriers' count.
+// robin on one named barrier each), so the others' softmax overlaps one's GEMMs; not on rows of one or two key
+// steps. A warpgroup whose 64 rows all lie past its sequence's end (the last tile of a short sequence) skips the
+// products and only keeps the barriers' count.
 // K and V stages are released separately (K after its S GEMM, V after its P V GEMM), so the producer refills K a
 // whole step before V.
 // The kernel walks (query block, head, sequence) tiles, heaviest query blocks first, persistent: one CTA per SM, the
@@ -556,9 +557,10 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   // Causal tiles skip the exponentials past the diagonal on their first step (the same results; on an H100,
   // 2026-12-05: the text model's 177-token forward +4.6%, d=64 causal 1k-8k +0.4-1.6%). VLM_FLASH_DEAD_EXPS=0: off.
   const int skip_dead = kCausal && flash_dead_exps(true) ? 1 : 0;
-  // The consumer warpgroups take turns issuing their products (VLM_FLASH_FWD_TURNS=0, experimental, lets each issue
-  // as soon as its operands are in, to measure at rows of one or two key steps, where a turn has nothing to overlap).
-  const int turns = flash_fwd_turns(true) ? 1 : 0;
+  // The consumer warpgroups take turns issuing their products, so one's softmax overlaps the other's GEMMs, except on
+  // rows of at most hopper_fwd_no_turns_max_keys keys (one or two key steps a tile: nothing to overlap, and the turns'
+  // barriers cost). VLM_FLASH_FWD_TURNS=0/1 forces the choice.
+  const int turns = flash_fwd_turns(p.max_seqlen_k > hopper_fwd_no_turns_max_keys) ? 1 : 0;
   pdl::launch(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, tq, tk, tv, tkn, tvn, p, group,
               dynamic ? flash_tile_counter(stream) : nullptr, skip_dead, turns);
   VLM_CUDA_CHECK_LAUNCH();
