@@ -17,8 +17,7 @@
 # both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step, VLM_FLASH_DYNAMIC=0/1 its causal tile counter (tests and
 # sanitize run them with 1 too), VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 0 too),
 # VLM_FLASH_CAUSAL_WIDE=0/1 the d=128 causal forward's mixed 128/160-key steps (by default from 8k keys; tests and
-# sanitize: 1 too), VLM_FLASH_FWD_TURNS=0/1 whether the forward's consumers take turns (by default over 256 keys;
-# tests: both), VLM_PDL=0/1 programmatic dependent launch (tests and memcheck: 1 too).
+# sanitize: 1 too), VLM_PDL=0/1 programmatic dependent launch (tests and memcheck: 1 too).
 # To prepare the binaries on the build machine:
 #   cmake --build build-flash --target flash_gpu_test flash_reference_test bench_attention
 #   mkdir -p .carry/flash/lib && cp build-flash/tests/kernels/flash/flash_{gpu,reference}_test \
@@ -66,12 +65,6 @@ for step in "${steps[@]}"; do
       # And with causal forward tiles computing every exponential (by default they skip those past the diagonal).
       echo "==== VLM_FLASH_DEAD_EXPS=0" >>"$OUT/tests.log"
       VLM_FLASH_DEAD_EXPS=0 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
-      # And with the forward's consumer warpgroups taking turns on every shape (by default over 256 keys), then on none.
-      for turns in 1 0; do
-        echo "==== VLM_FLASH_FWD_TURNS=$turns" >>"$OUT/tests.log"
-        VLM_FLASH_FWD_TURNS=$turns run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 \
-          || status=1
-      done
       # And with the d=128 causal forward's mixed 128/160-key steps on every causal shape (by default from 8k keys).
       echo "==== VLM_FLASH_CAUSAL_WIDE=1" >>"$OUT/tests.log"
       VLM_FLASH_CAUSAL_WIDE=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1

@@ -5,9 +5,8 @@
 // a polynomial on the FMA pipes (flash_utils.cuh). Head dims 64 and 128, bf16; anything else takes the portable path.
 // Each consumer warpgroup is software-pipelined: step i issues S_i = Q K_i^T together with O += P_{i-1} V_{i-1}, and
 // the softmax of S_i runs while that P V product is in flight. The consumer warpgroups take turns issuing (round
-// robin on one named barrier each), so the others' softmax overlaps one's GEMMs; not on rows of one or two key
-// steps. A warpgroup whose 64 rows all lie past its sequence's end (the last tile of a short sequence) skips the
-// products and only keeps the barriers' count.
+// robin on one named barrier each), so the others' softmax overlaps one's GEMMs. A warpgroup whose 64 rows all lie
+// past its sequence's end (the last tile of a short sequence) skips the products and only keeps the barriers' count.
 // K and V stages are released separately (K after its S GEMM, V after its P V GEMM), so the producer refills K a
 // whole step before V.
 // The kernel walks (query block, head, sequence) tiles, heaviest query blocks first, persistent: one CTA per SM, the
@@ -89,7 +88,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_kn,
                           const __grid_constant__ CUtensorMap tm_vn, const FlashFwdParams p,
-                          int group_heads, int* tile_counter, int skip_dead_exps, int turns) {
+                          int group_heads, int* tile_counter, int skip_dead_exps) {
   pdl::grid_begin();
 #if VLM_FLASH_SM90A
   using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys>;
@@ -293,14 +292,14 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
         if (n_steps > 0) {
           sm90::mbar_wait(bar_q, q_loads & 1);
           ++q_loads;
-          if (turns && last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
+          if (last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
         }
         for (int i = 0; i < n_steps; ++i) {
           const int s = (it0 + i) % kStages;
           const uint32_t phase = ((it0 + i) / kStages) & 1;
           sm90::mbar_wait(&full_k[s], phase);
-          if (turns) sm90::named_barrier_sync(kTurnBar + cw, 256);
-          if (turns && (!last_wg || i + 1 < n_steps)) sm90::named_barrier_arrive(next_turn, 256);
+          sm90::named_barrier_sync(kTurnBar + cw, 256);
+          if (!last_wg || i + 1 < n_steps) sm90::named_barrier_arrive(next_turn, 256);
           release(&empty_k[s]);
           if (i + 1 == n_steps) release(empty_q);
           sm90::mbar_wait(&full_v[s], phase);
@@ -316,7 +315,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
       if (n_steps > 0) {
         sm90::mbar_wait(bar_q, q_loads & 1);
         ++q_loads;
-        if (turns && last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
+        if (last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
       }
       uint32_t pf[kN / 16][4];      // P of the previous key step (bf16, the A operand of its P V GEMM)
       float corr[2] = {1.f, 1.f};   // O's rescale before that P V GEMM
@@ -397,12 +396,12 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
         rescale_o(corr);  // P_{i-2} V_{i-2} retired at the end of step i - 1
         sm90::mbar_wait(&full_k[s], phase_of(i));
         sm90::mbar_wait(&full_v[ps], phase_of(i - 1));  // here: a wait loop between two wgmmas serializes them
-        if (turns) sm90::named_barrier_sync(kTurnBar + cw, 256);
+        sm90::named_barrier_sync(kTurnBar + cw, 256);
         sm90::fence_regs(o);
         sm90::wgmma_fence();
         issue_s(sacc, s);
         issue_pv(wp, ps);
-        if (turns && (!last_wg || i + 1 < n_steps)) sm90::named_barrier_arrive(next_turn, 256);
+        if (!last_wg || i + 1 < n_steps) sm90::named_barrier_arrive(next_turn, 256);
         sm90::wgmma_wait<1>();
         sm90::fence_regs(sacc);
         release(&empty_k[s]);
@@ -433,10 +432,10 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
     #pragma unroll
           for (int j = 0; j < kNn / 2; ++j) sacc[j] = 0.f;
           sm90::mbar_wait(&full_k[stage_of(0)], phase_of(0));
-          if (turns) sm90::named_barrier_sync(kTurnBar + cw, 256);
+          sm90::named_barrier_sync(kTurnBar + cw, 256);
           sm90::wgmma_fence();
           issue_s(sacc, stage_of(0));
-          if (turns && (!last_wg || n_steps > 1)) sm90::named_barrier_arrive(next_turn, 256);
+          if (!last_wg || n_steps > 1) sm90::named_barrier_arrive(next_turn, 256);
           sm90::wgmma_wait<0>();
           sm90::fence_regs(sacc);
           release(&empty_k[stage_of(0)]);
@@ -557,12 +556,8 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   // Causal tiles skip the exponentials past the diagonal on their first step (the same results; on an H100,
   // 2026-12-05: the text model's 177-token forward +4.6%, d=64 causal 1k-8k +0.4-1.6%). VLM_FLASH_DEAD_EXPS=0: off.
   const int skip_dead = kCausal && flash_dead_exps(true) ? 1 : 0;
-  // The consumer warpgroups take turns issuing their products, so one's softmax overlaps the other's GEMMs, except on
-  // rows of at most hopper_fwd_no_turns_max_keys keys (one or two key steps a tile: nothing to overlap, and the turns'
-  // barriers cost). VLM_FLASH_FWD_TURNS=0/1 forces the choice.
-  const int turns = flash_fwd_turns(p.max_seqlen_k > hopper_fwd_no_turns_max_keys) ? 1 : 0;
   pdl::launch(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, tq, tk, tv, tkn, tvn, p, group,
-              dynamic ? flash_tile_counter(stream) : nullptr, skip_dead, turns);
+              dynamic ? flash_tile_counter(stream) : nullptr, skip_dead);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

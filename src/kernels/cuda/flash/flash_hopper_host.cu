@@ -107,11 +107,6 @@ bool flash_dead_exps(bool automatic) {
   return forced < 0 ? automatic : forced == 1;
 }
 
-bool flash_fwd_turns(bool automatic) {
-  static const int forced = env_int("VLM_FLASH_FWD_TURNS", -1, 0, 1);  // -1: unset
-  return forced < 0 ? automatic : forced == 1;
-}
-
 bool flash_causal_wide(bool automatic) {
   static const int forced = env_int("VLM_FLASH_CAUSAL_WIDE", -1, 0, 1);  // -1: unset
   return forced < 0 ? automatic : forced == 1;

@@ -43,10 +43,6 @@ bool flash_dynamic(bool automatic);
 // their masked first step: `automatic` unless VLM_FLASH_DEAD_EXPS is 0 or 1, for tests and A/B runs. Read once.
 bool flash_dead_exps(bool automatic);
 
-// Whether the Hopper forward's consumer warpgroups take turns issuing their products: `automatic` unless
-// VLM_FLASH_FWD_TURNS is 0 or 1, for tests and A/B runs. Read once.
-bool flash_fwd_turns(bool automatic);
-
 // Whether the Hopper forward's causal d=128 rows take mixed 128/160-key steps (HopperFwdTile): `automatic` unless
 // VLM_FLASH_CAUSAL_WIDE is 0 or 1, for tests and A/B runs. Read once.
 bool flash_causal_wide(bool automatic);

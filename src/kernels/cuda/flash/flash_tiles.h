@@ -89,10 +89,6 @@ constexpr long long hopper_fwd_causal_group_bytes = 8ll << 20;
 // same binary, 2 rounds (2026-12-05): 1k -7.5%, 2k -5%, 4k -2%, 8k +2.8%, 16k +2.7% (per-tile costs of the
 // transitions outweigh the wide steps' gain on short rows).
 constexpr int hopper_fwd_causal_wide_min_keys = 8192;
-// Rows of at most this many keys run the forward's consumer warpgroups without turns (H100, same binary, 3 rounds,
-// 2026-12-05: the text model's 177-token causal forward +3.4%, the vision tower's 196 +2.2%; with 1k-4k keys the
-// turns are worth 2-10%).
-constexpr int hopper_fwd_no_turns_max_keys = 256;
 
 template <int kHeadDim>
 struct HopperBwdTile {
