@@ -23,6 +23,24 @@
 
 namespace vlm::flash {
 
+// One thread's part of rowsum(dO ∘ O) for row (tok, h): the 8-column chunks from column `first` on, every `step`
+// columns (16-byte loads); the callers' shuffles over the threads sharing the row give the sum.
+template <class Element>
+__device__ __forceinline__ float partial_dot_do_o(const FlashBwdParams& p, int64_t tok, int h, int first, int step) {
+  const Element* dor = static_cast<const Element*>(p.dout) + tok * p.dout_row_stride + h * p.dout_head_stride;
+  const Element* orow = static_cast<const Element*>(p.out) + tok * p.out_row_stride + h * p.out_head_stride;
+  float acc = 0.f;
+  for (int c = first; c < p.head_dim; c += step) {
+    const uint4 a = *reinterpret_cast<const uint4*>(dor + c);
+    const uint4 o = *reinterpret_cast<const uint4*>(orow + c);
+    const Element* ae = reinterpret_cast<const Element*>(&a);
+    const Element* oe = reinterpret_cast<const Element*>(&o);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc += to_float<Element>(ae[i]) * to_float<Element>(oe[i]);
+  }
+  return acc;
+}
+
 // D[h, t] = rowsum(dO ∘ O) into dsum[h * stats_stride + t], 8 threads per (token, head) row, 16-byte loads; with
 // lse_log2, also lse * log2(e) at the same place of that array (the Hopper backward loads both with TMA); with
 // dq_accum, also zeroes that row's accum_dim floats of the dQ accumulator (one launch instead of a memset more).
@@ -37,19 +55,7 @@ __global__ void __launch_bounds__(256)
   const bool valid = row < n_rows;
   const int64_t tok = valid ? row / p.n_heads_q : 0;
   const int h = valid ? static_cast<int>(row % p.n_heads_q) : 0;
-  float acc = 0.f;
-  if (valid) {
-    const Element* dor = static_cast<const Element*>(p.dout) + tok * p.dout_row_stride + h * p.dout_head_stride;
-    const Element* orow = static_cast<const Element*>(p.out) + tok * p.out_row_stride + h * p.out_head_stride;
-    for (int c = sub * 8; c < p.head_dim; c += 64) {
-      const uint4 a = *reinterpret_cast<const uint4*>(dor + c);
-      const uint4 o = *reinterpret_cast<const uint4*>(orow + c);
-      const Element* ae = reinterpret_cast<const Element*>(&a);
-      const Element* oe = reinterpret_cast<const Element*>(&o);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc += to_float<Element>(ae[i]) * to_float<Element>(oe[i]);
-    }
-  }
+  float acc = valid ? partial_dot_do_o<Element>(p, tok, h, sub * 8, 64) : 0.f;
   if (dq_accum != nullptr && valid) {  // the 8 threads of a row write 128 contiguous bytes per step
     float4* z = reinterpret_cast<float4*>(dq_accum + row * accum_dim);
     for (int c = sub; c < accum_dim / 4; c += 8) z[c] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -379,19 +385,7 @@ struct DqKernelShape {
 // the quad's shuffles give every thread the sum. A row past the sequence gives 0.
 template <class Element>
 __device__ __forceinline__ float quad_row_dot_do_o(const FlashBwdParams& p, int64_t tok, int h, bool in, int t) {
-  float acc = 0.f;
-  if (in) {
-    const Element* dor = static_cast<const Element*>(p.dout) + tok * p.dout_row_stride + h * p.dout_head_stride;
-    const Element* orow = static_cast<const Element*>(p.out) + tok * p.out_row_stride + h * p.out_head_stride;
-    for (int c = t * 8; c < p.head_dim; c += 32) {
-      const uint4 a = *reinterpret_cast<const uint4*>(dor + c);
-      const uint4 o = *reinterpret_cast<const uint4*>(orow + c);
-      const Element* ae = reinterpret_cast<const Element*>(&a);
-      const Element* oe = reinterpret_cast<const Element*>(&o);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc += to_float<Element>(ae[i]) * to_float<Element>(oe[i]);
-    }
-  }
+  float acc = in ? partial_dot_do_o<Element>(p, tok, h, t * 8, 32) : 0.f;
   acc += __shfl_xor_sync(0xffffffffu, acc, 1);
   acc += __shfl_xor_sync(0xffffffffu, acc, 2);
   return acc;

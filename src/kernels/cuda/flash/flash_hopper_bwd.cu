@@ -174,15 +174,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (w.n_iters == 0) continue;
       const SeqBounds sb = w.sb;
       const int hk = w.hk, m_first = w.m_first, m_count = w.m_count;
-      if (w.n_iters > 0) {
-        sm90::mbar_wait(empty_kv, (kv & 1) ^ 1);  // the previous item's last products have read K and V
-        ++kv;
-        sm90::mbar_arrive_expect_tx(full_kv, 2 * Shape::kKvElems * 2);
+      sm90::mbar_wait(empty_kv, (kv & 1) ^ 1);  // the previous item's last products have read K and V
+      ++kv;
+      sm90::mbar_arrive_expect_tx(full_kv, 2 * Shape::kKvElems * 2);
 #pragma unroll
-        for (int c = 0; c < kCB; ++c) {
-          sm90::tma_load_3d(sK + c * kN * 64, &tm_k, full_kv, c * 64, hk, sb.k_start + w.n0);
-          sm90::tma_load_3d(sV + c * kN * 64, &tm_v, full_kv, c * 64, hk, sb.k_start + w.n0);
-        }
+      for (int c = 0; c < kCB; ++c) {
+        sm90::tma_load_3d(sK + c * kN * 64, &tm_k, full_kv, c * 64, hk, sb.k_start + w.n0);
+        sm90::tma_load_3d(sV + c * kN * 64, &tm_v, full_kv, c * 64, hk, sb.k_start + w.n0);
       }
       for (int it = 0; it < w.n_iters; ++it, ++git) {
         const int h = hk * group + it / m_count, m0 = (m_first + it % m_count) * kM, s = git % kStages;

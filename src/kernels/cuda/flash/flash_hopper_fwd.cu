@@ -562,8 +562,8 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
 }
 
 // The kernel for this problem at one head dim: causal (at d=128 with mixed 128/160-key steps for rows of at least
-// hopper_fwd_causal_wide_min_keys keys; VLM_FLASH_CAUSAL_WIDE=0/1 forces the choice), or non-causal with wide key steps for long rows (flash_tiles.h;
-// VLM_FLASH_WIDE_KEYS=0/1 forces the choice), or non-causal with 128-key steps.
+// hopper_fwd_causal_wide_min_keys keys; VLM_FLASH_CAUSAL_WIDE=0/1 forces the choice), or non-causal with wide key
+// steps for long rows (flash_tiles.h; VLM_FLASH_WIDE_KEYS=0/1 forces the choice), or non-causal with 128-key steps.
 template <int kHeadDim>
 void run_hopper_fwd_for(const FlashFwdParams& p, cudaStream_t stream) {
   if (p.causal) {

@@ -66,10 +66,11 @@ struct HopperFwdTile {
   // 80 KB K/V = 192 KB smem): +7-10% at s >= 2k, -3% at 1k (176, FA3's choice, spilled 40 bytes in ptxas). d=64: 192
   // keys (S 96, P 48, O 32 regs; 16 KB Q + 2 x 48 KB K/V): +3% at 8k-16k, even at 2k-4k, -8% at 1k. Causal rows keep
   // 128: 160 there was 1-6% slower at 1k-4k (the diagonal's masked work).
-  // Causal with kWideKeys (d=128 only, rows of at least hopper_fwd_causal_wide_min_keys keys): mixed key steps, the diagonal's
-  // 128 keys, then 160-key steps in fours (4 x 160 = 5 x 128, so none is partial) over the blocks below it, then
-  // 128-key steps for the rest (kBlockN = 160 is the stages' capacity): the wide step's per-key gain without its
-  // masked work. Only where the mask ends in the diagonal's block (diag a multiple of 128), so wide steps never mask.
+  // Causal with kWideKeys (d=128 only, rows of at least hopper_fwd_causal_wide_min_keys keys): mixed key steps,
+  // the diagonal's 128 keys, then 160-key steps in fours (4 x 160 = 5 x 128, so none is partial) over the blocks
+  // below it, then 128-key steps for the rest (kBlockN = 160 is the stages' capacity): the wide step's per-key gain
+  // without its masked work. Only where the mask ends in the diagonal's block (diag a multiple of 128), so wide steps
+  // never mask.
   static_assert(!(kCausal && kWideKeys) || kHeadDim == 128, "mixed causal key steps at d=128 only");
   static constexpr int kBlockM = 128, kBlockN = !kWideKeys ? 128 : kHeadDim == 128 ? 160 : 192, kStages = 2,
                        kConsumers = 2;
