@@ -35,9 +35,9 @@ namespace vlm::flash {
 
 namespace {
 
-template <int kHeadDim, bool kCausal, bool kWideKeys>
+template <int kHeadDim, bool kCausal, bool kWideKeys, int kGroups>
 struct HopperFwdShape {
-  using Tile = HopperFwdTile<kHeadDim, kCausal, kWideKeys>;
+  using Tile = HopperFwdTile<kHeadDim, kCausal, kWideKeys, kGroups>;
   static constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
   // Mixed key steps (causal rows, HopperFwdTile): 128-key steps and wide ones (kBlockN, the stages' capacity).
   static constexpr bool kMixed = kCausal && kWideKeys;
@@ -49,17 +49,21 @@ struct HopperFwdShape {
   // dynamic schedule (it spilled in 24), and their consumers 232 (128-key steps fit without spills). Mixed kernels'
   // consumers need 240 (at 232 ptxas spilled 68 bytes, 216 loaded); their producer spills in 24 instead (ptxas: 84
   // bytes stored, 124 loaded), off the consumers' path: it waits on barriers between its copies.
+  // One consumer (64-row tiles, two CTAs per SM): each CTA's half of the pool, (40 + 216) * 128 or (24 + 232) * 128.
+  static constexpr int kCtasPerSm = Tile::kCtasPerSm;
   static constexpr int kProducerRegs = kCausal && !kWideKeys ? 40 : 24;
-  static constexpr int kConsumerRegs =
-      kConsumers == 2 ? (kCausal && !kWideKeys ? 232 : 240) : (kCausal ? 152 : 160);
+  static constexpr int kConsumerRegs = kConsumers == 1   ? 256 - kProducerRegs
+                                       : kConsumers == 2 ? (kCausal && !kWideKeys ? 232 : 240)
+                                                         : (kCausal ? 152 : 160);
   static constexpr int kColBlocks = kHeadDim / 64;  // 128-byte swizzle atoms are 64 bf16 wide
   static constexpr int kQElems = kBlockM * kHeadDim, kKvElems = kBlockN * kHeadDim;
   // mbarriers: Q full and empty, K and V full and empty per stage; then the dynamic schedule's two tile slots.
   static constexpr int kSmemBytes = 1024 /* alignment slack */ + 2 * (kQElems + 2 * kStages * kKvElems) +
                                     8 * (2 + 4 * kStages) + 2 * 4;
   static_assert(kBlockM == 64 * kConsumers && kHeadDim % 64 == 0, "consumer warpgroups x 64 rows; 64-wide blocks");
-  static_assert(kConsumers == 2 || kConsumers == 3, "register split defined for two or three consumers");
-  static_assert((kProducerRegs + kConsumerRegs * kConsumers) * 128 <= 65536 / kThreads / 8 * 8 * kThreads,
+  static_assert(kConsumers >= 1 && kConsumers <= 3, "register split defined for one to three consumers");
+  static_assert((kProducerRegs + kConsumerRegs * kConsumers) * 128 <=
+                    65536 / kCtasPerSm / kThreads / 8 * 8 * kThreads,
                 "register pool");
 };
 
@@ -83,15 +87,16 @@ __device__ __forceinline__ void issue_pv_keys(float (&o)[kHeadDim / 2], const ui
   sm90::wgmma_commit();
 }
 
-template <int kHeadDim, bool kCausal, bool kWideKeys>
-__global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::kThreads, 1)
+template <int kHeadDim, bool kCausal, bool kWideKeys, int kGroups>
+__global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, kGroups>::kThreads,
+                                  HopperFwdShape<kHeadDim, kCausal, kWideKeys, kGroups>::kCtasPerSm)
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_kn,
                           const __grid_constant__ CUtensorMap tm_vn, const FlashFwdParams p,
                           int group_heads, int* tile_counter, int skip_dead_exps) {
   pdl::grid_begin();
 #if VLM_FLASH_SM90A
-  using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys>;
+  using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys, kGroups>;
   using bf16 = __nv_bfloat16;
   constexpr int kM = Shape::kBlockM, kN = Shape::kBlockN, kStages = Shape::kStages, kCB = Shape::kColBlocks;
   constexpr int kWG = Shape::kConsumers, kConsumerWarps = Shape::kConsumerWarps;
@@ -274,6 +279,21 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
     constexpr int kTurnBar = 1;
     const int next_turn = kTurnBar + (cw + 1) % kWG;
     const bool last_wg = cw == kWG - 1;
+    // Turns: wait for this warpgroup's, pass it on (unless it is the tile's last pass of the last warpgroup), open a
+    // tile for warpgroup 0. One consumer warpgroup (64-row tiles) takes no turns.
+    auto turn_wait = [&] {
+      if constexpr (kWG > 1) sm90::named_barrier_sync(kTurnBar + cw, 256);
+    };
+    auto turn_pass = [&](bool more_in_tile) {
+      if constexpr (kWG > 1) {
+        if (!last_wg || more_in_tile) sm90::named_barrier_arrive(next_turn, 256);
+      }
+    };
+    auto turn_open = [&] {
+      if constexpr (kWG > 1) {
+        if (last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
+      }
+    };
     int it0 = 0, q_loads = 0;  // as the producer counts: key blocks and Q tiles consumed before this tile
     for (int r = 0; dynamic || r * static_cast<int>(gridDim.x) < num_tiles; ++r) {  // the producer's walk
       if (dynamic) sm90::named_barrier_sync(kSlotBar, kSlotThreads);
@@ -292,14 +312,14 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
         if (n_steps > 0) {
           sm90::mbar_wait(bar_q, q_loads & 1);
           ++q_loads;
-          if (last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
+          turn_open();
         }
         for (int i = 0; i < n_steps; ++i) {
           const int s = (it0 + i) % kStages;
           const uint32_t phase = ((it0 + i) / kStages) & 1;
           sm90::mbar_wait(&full_k[s], phase);
-          sm90::named_barrier_sync(kTurnBar + cw, 256);
-          if (!last_wg || i + 1 < n_steps) sm90::named_barrier_arrive(next_turn, 256);
+          turn_wait();
+          turn_pass(i + 1 < n_steps);
           release(&empty_k[s]);
           if (i + 1 == n_steps) release(empty_q);
           sm90::mbar_wait(&full_v[s], phase);
@@ -315,7 +335,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
       if (n_steps > 0) {
         sm90::mbar_wait(bar_q, q_loads & 1);
         ++q_loads;
-        if (last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
+        turn_open();
       }
       uint32_t pf[kN / 16][4];      // P of the previous key step (bf16, the A operand of its P V GEMM)
       float corr[2] = {1.f, 1.f};   // O's rescale before that P V GEMM
@@ -396,12 +416,12 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
         rescale_o(corr);  // P_{i-2} V_{i-2} retired at the end of step i - 1
         sm90::mbar_wait(&full_k[s], phase_of(i));
         sm90::mbar_wait(&full_v[ps], phase_of(i - 1));  // here: a wait loop between two wgmmas serializes them
-        sm90::named_barrier_sync(kTurnBar + cw, 256);
+        turn_wait();
         sm90::fence_regs(o);
         sm90::wgmma_fence();
         issue_s(sacc, s);
         issue_pv(wp, ps);
-        if (!last_wg || i + 1 < n_steps) sm90::named_barrier_arrive(next_turn, 256);
+        turn_pass(i + 1 < n_steps);
         sm90::wgmma_wait<1>();
         sm90::fence_regs(sacc);
         release(&empty_k[s]);
@@ -432,10 +452,10 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
     #pragma unroll
           for (int j = 0; j < kNn / 2; ++j) sacc[j] = 0.f;
           sm90::mbar_wait(&full_k[stage_of(0)], phase_of(0));
-          sm90::named_barrier_sync(kTurnBar + cw, 256);
+          turn_wait();
           sm90::wgmma_fence();
           issue_s(sacc, stage_of(0));
-          if (!last_wg || n_steps > 1) sm90::named_barrier_arrive(next_turn, 256);
+          turn_pass(n_steps > 1);
           sm90::wgmma_wait<0>();
           sm90::fence_regs(sacc);
           release(&empty_k[stage_of(0)]);
@@ -503,9 +523,9 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys>::
 
 // ---- host side ---------------------------------------------------------------------------------------------------
 
-template <int kHeadDim, bool kCausal, bool kWideKeys>
+template <int kHeadDim, bool kCausal, bool kWideKeys, int kGroups = 2>
 void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
-  using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys>;
+  using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys, kGroups>;
   const CUtensorMap tq = make_tensor_map(p.q, p.total_q, p.n_heads_q, kHeadDim, p.q_row_stride, p.q_head_stride,
                                          Shape::kBlockM);
   const CUtensorMap tk = make_tensor_map(p.k, p.total_k, p.n_heads_kv, kHeadDim, p.k_row_stride, p.k_head_stride,
@@ -522,7 +542,8 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   const int64_t tiles = static_cast<int64_t>((p.max_seqlen_q + Shape::kBlockM - 1) / Shape::kBlockM) * p.n_heads_q *
                         p.batch;
   // The dynamic schedule's counter runs one index past the end per CTA.
-  VLM_CHECK(tiles <= INT32_MAX - sm_count(), "flash: ", tiles, " forward tiles exceed the scheduler's int range");
+  const int64_t ctas_max = static_cast<int64_t>(sm_count()) * Shape::kCtasPerSm;  // persistent CTAs
+  VLM_CHECK(tiles <= INT32_MAX - ctas_max, "flash: ", tiles, " forward tiles exceed the scheduler's int range");
   // Non-causal tiles cost the same: persistent CTAs walk fixed lists, one (head, sequence) pair's query blocks
   // after another (CTAs running together share its K/V in L2). Causal rows of up to two query blocks (the text
   // model's 177 tokens): fixed lists too, heaviest query block first over all pairs, walked in a snake (snake_index).
@@ -550,9 +571,13 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
     group = heads_batch;
   }
   group = std::min(group, heads_batch);
-  const dim3 grid(static_cast<unsigned>(persistent ? std::min<int64_t>(tiles, sm_count()) : tiles));
-  auto kernel = flash_fwd_sm90_kernel<kHeadDim, kCausal, kWideKeys>;
+  const dim3 grid(static_cast<unsigned>(persistent ? std::min<int64_t>(tiles, ctas_max) : tiles));
+  auto kernel = flash_fwd_sm90_kernel<kHeadDim, kCausal, kWideKeys, kGroups>;
   VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
+  if (Shape::kCtasPerSm > 1) {  // shared memory for every CTA an SM is meant to hold, not the L1's default share
+    VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
+  }
   // Causal tiles skip the exponentials past the diagonal on their first step (the same results; on an H100,
   // 2026-12-05: the text model's 177-token forward +4.6%, d=64 causal 1k-8k +0.4-1.6%). VLM_FLASH_DEAD_EXPS=0: off.
   const int skip_dead = kCausal && flash_dead_exps(true) ? 1 : 0;
@@ -564,8 +589,20 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
 // The kernel for this problem at one head dim: causal (at d=128 with mixed 128/160-key steps for rows of at least
 // hopper_fwd_causal_wide_min_keys keys; VLM_FLASH_CAUSAL_WIDE=0/1 forces the choice), or non-causal with wide key
 // steps for long rows (flash_tiles.h; VLM_FLASH_WIDE_KEYS=0/1 forces the choice), or non-causal with 128-key steps.
+// VLM_FLASH_FWD_ROWS64=1 (experimental, off by default) gives d=64 rows without wide key steps the 64-row tiles of
+// one consumer warpgroup, two CTAs per SM (HopperFwdTile).
 template <int kHeadDim>
 void run_hopper_fwd_for(const FlashFwdParams& p, cudaStream_t stream) {
+  if constexpr (kHeadDim == 64) {
+    if (flash_fwd_rows64(false) && (p.causal || !flash_wide_keys(p.max_seqlen_k >= hopper_fwd_wide_min_keys(64)))) {
+      if (p.causal) {
+        run_hopper_fwd<64, true, false, 1>(p, stream);
+      } else {
+        run_hopper_fwd<64, false, false, 1>(p, stream);
+      }
+      return;
+    }
+  }
   if (p.causal) {
     if constexpr (kHeadDim == 128) {
       if (flash_causal_wide(p.max_seqlen_k >= hopper_fwd_causal_wide_min_keys)) {

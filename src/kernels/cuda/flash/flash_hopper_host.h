@@ -43,6 +43,10 @@ bool flash_dynamic(bool automatic);
 // their masked first step: `automatic` unless VLM_FLASH_DEAD_EXPS is 0 or 1, for tests and A/B runs. Read once.
 bool flash_dead_exps(bool automatic);
 
+// Whether the Hopper forward's d=64 rows (without wide key steps) take 64-row tiles of one consumer warpgroup, two
+// CTAs per SM (HopperFwdTile): `automatic` unless VLM_FLASH_FWD_ROWS64 is 0 or 1, for tests and A/B runs. Read once.
+bool flash_fwd_rows64(bool automatic);
+
 // Whether the Hopper forward's causal d=128 rows take mixed 128/160-key steps (HopperFwdTile): `automatic` unless
 // VLM_FLASH_CAUSAL_WIDE is 0 or 1, for tests and A/B runs. Read once.
 bool flash_causal_wide(bool automatic);
