@@ -18,7 +18,8 @@
 # sanitize run them with 1 too), VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 0 too),
 # VLM_FLASH_CAUSAL_WIDE=0/1 the d=128 causal forward's mixed 128/160-key steps (by default from 8k keys; tests and
 # sanitize: 1 too), VLM_PDL=0/1 programmatic dependent launch (tests and memcheck: 1 too), VLM_FLASH_FWD_ROWS64=0/1
-# the d=64 forward's 64-row tiles (tests and sanitize: 1 too).
+# the d=64 forward's 64-row tiles (tests and sanitize: 1 too), VLM_FLASH_EARLY_TURN=0/1 the forward's turn order
+# across tiles (tests and racecheck: 1 too).
 # To prepare the binaries on the build machine:
 #   cmake --build build-flash --target flash_gpu_test flash_reference_test bench_attention
 #   mkdir -p .carry/flash/lib && cp build-flash/tests/kernels/flash/flash_{gpu,reference}_test \
@@ -69,6 +70,12 @@ for step in "${steps[@]}"; do
       # And with the d=128 causal forward's mixed 128/160-key steps on every causal shape (by default from 8k keys).
       echo "==== VLM_FLASH_CAUSAL_WIDE=1" >>"$OUT/tests.log"
       VLM_FLASH_CAUSAL_WIDE=1 run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
+      # And with the forward's consumer turns kept in one order across tiles (experimental, off by default), with the
+      # causal counter on every shape too.
+      for e in "VLM_FLASH_EARLY_TURN=1" "VLM_FLASH_EARLY_TURN=1 VLM_FLASH_DYNAMIC=1"; do
+        echo "==== $e" >>"$OUT/tests.log"
+        env $e run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
+      done
       # And with the d=64 forward's 64-row tiles, two CTAs an SM (experimental, off by default), with the causal
       # counter on every shape too.
       for e in "VLM_FLASH_FWD_ROWS64=1" "VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1"; do
@@ -86,13 +93,14 @@ for step in "${steps[@]}"; do
       # d=128 causal forward's mixed key steps on every causal shape, then (memcheck) with programmatic dependent
       # launch.
       for pass in memcheck racecheck memcheck:dynamic racecheck:dynamic memcheck:wide racecheck:wide memcheck:pdl \
-        memcheck:rows64 racecheck:rows64; do
+        memcheck:rows64 racecheck:rows64 racecheck:turn; do
         tool=${pass%%:*}
         envs=()
         [ "$pass" = "$tool:dynamic" ] && envs=(VLM_FLASH_DYNAMIC=1)
         [ "$pass" = "$tool:wide" ] && envs=(VLM_FLASH_CAUSAL_WIDE=1)
         [ "$pass" = "$tool:pdl" ] && envs=(VLM_PDL=1)
         [ "$pass" = "$tool:rows64" ] && envs=(VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1)
+        [ "$pass" = "$tool:turn" ] && envs=(VLM_FLASH_EARLY_TURN=1 VLM_FLASH_DYNAMIC=1)
         note "compute-sanitizer $tool ($SAN_FILTER) ${envs[*]}"
         env "${envs[@]}" timeout -k 5 "$STEP_TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           "$BIN/flash_gpu_test" --gtest_filter="$SAN_FILTER" >"$OUT/sanitize_${pass/:/_}.log" 2>&1
@@ -132,6 +140,9 @@ for step in "${steps[@]}"; do
       default_switches="VLM_FLASH_CAUSAL_WIDE=1@--head-dims 128 --causal yes --seqlens 2048,4096,6144"
       default_switches+=";VLM_FLASH_CAUSAL_WIDE=0@--head-dims 128 --causal yes --seqlens 8192,12288,16384"
       default_switches+=";VLM_FLASH_DEAD_EXPS=0@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
+      default_switches+=" --causal yes"
+      default_switches+=";VLM_FLASH_EARLY_TURN=1@--head-dims 64,128 --causal both --seqlens 1024,2048,4096,8192"
+      default_switches+=";VLM_FLASH_EARLY_TURN=1@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
       default_switches+=" --causal yes"
       default_switches+=";VLM_FLASH_FWD_ROWS64=1@--head-dims 64 --causal both --seqlens 512,1024,2048,4096,8192"
       default_switches+=";VLM_FLASH_FWD_ROWS64=1@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"

@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_kn,
                           const __grid_constant__ CUtensorMap tm_vn, const FlashFwdParams p,
-                          int group_heads, int* tile_counter, int skip_dead_exps) {
+                          int group_heads, int* tile_counter, int skip_dead_exps, int early_turn) {
   pdl::grid_begin();
 #if VLM_FLASH_SM90A
   using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys, kGroups>;
@@ -127,7 +127,9 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
   // meeting, which the consumers reach after reading it. (A hand-over on mbarriers or with named-barrier arrives
   // was correct too, but compute-sanitizer's racecheck does not follow those orders and reported races.)
   const bool dynamic = kCausal && tile_counter != nullptr;
-  constexpr int kSlotBar = 1 + kWG, kSlotThreads = 32 + 128 * kWG;
+  // With early_turn (below) the producer meets each consumer warpgroup on its own barrier, kSlotBar + cw (the
+  // first warpgroup first, as it runs ahead), so the first can start the next tile while the last closes this one.
+  constexpr int kSlotBar = 1 + kWG, kSlotThreads = 32 + 128 * kWG, kWgSlotThreads = 32 + 128;
 
   // Tile idx: (head, sequence) pairs in groups of group_heads (the last group may be smaller); within a group the
   // query block is the slow index, heaviest first (the causal mask), and the pair the fast one. group_heads = 1: one
@@ -196,7 +198,12 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
         // The slot's hand-over (dynamic): after this tile's Q and first kStages key blocks are on their way, when
         // the consumers have finished the previous tile and freed those stages anyway.
         auto hand_over = [&] {
-          if (dynamic) sm90::named_barrier_sync_divergent(kSlotBar, kSlotThreads);
+          if (!dynamic) return;
+          if (early_turn) {
+            for (int w = 0; w < kWG; ++w) sm90::named_barrier_sync_divergent(kSlotBar + w, kWgSlotThreads);
+          } else {
+            sm90::named_barrier_sync_divergent(kSlotBar, kSlotThreads);
+          }
         };
         if (tl.n_blocks > 0) {
           sm90::mbar_wait(empty_q, (q_loads & 1) ^ 1);
@@ -276,27 +283,39 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
     // Round robin: warpgroup cw issues after bar.sync(kTurnBar + cw), then hands the turn to the next one with
     // bar.arrive(kTurnBar + next). Per tile, the last warpgroup's arrive lets warpgroup 0 start, and its last
     // hand-over is skipped: each barrier sees as many arrives as syncs, so nothing is left pending at exit.
-    constexpr int kTurnBar = 1;
+    // With early_turn, the order runs on across tiles instead (as in the backward): the last warpgroup hands over at
+    // every step, its last included, and once before the first tile, so warpgroup 0 starts a tile while the last one
+    // closes the previous tile; warpgroup 0 takes the last hand-over after its walk. Either way each barrier's
+    // arrives alternate with its syncs, as every warpgroup walks the same steps. (The others meet the unused barrier
+    // kSoloBar alone, count 128: a select, not a branch, as in the backward.)
+    constexpr int kTurnBar = 1, kSoloBar = 15;
     const int next_turn = kTurnBar + (cw + 1) % kWG;
     const bool last_wg = cw == kWG - 1;
-    // Turns: wait for this warpgroup's, pass it on (unless it is the tile's last pass of the last warpgroup), open a
-    // tile for warpgroup 0. One consumer warpgroup (64-row tiles) takes no turns.
+    const bool hand_last = !last_wg || early_turn;  // the tile's last step hands the turn over
+    const bool hand_at_q = last_wg && !early_turn;  // the tile's Q wait hands it over
+    // Turns: wait for this warpgroup's, pass it on, open a tile for warpgroup 0. One consumer warpgroup (64-row
+    // tiles) takes no turns.
     auto turn_wait = [&] {
       if constexpr (kWG > 1) sm90::named_barrier_sync(kTurnBar + cw, 256);
     };
     auto turn_pass = [&](bool more_in_tile) {
       if constexpr (kWG > 1) {
-        if (!last_wg || more_in_tile) sm90::named_barrier_arrive(next_turn, 256);
+        if (hand_last || more_in_tile) sm90::named_barrier_arrive(next_turn, 256);
       }
     };
     auto turn_open = [&] {
       if constexpr (kWG > 1) {
-        if (last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
+        if (hand_at_q) sm90::named_barrier_arrive(kTurnBar, 256);
       }
     };
+    if constexpr (kWG > 1) {
+      if (early_turn) sm90::named_barrier_arrive(last_wg ? kTurnBar : kSoloBar, last_wg ? 256 : 128);
+    }
     int it0 = 0, q_loads = 0;  // as the producer counts: key blocks and Q tiles consumed before this tile
     for (int r = 0; dynamic || r * static_cast<int>(gridDim.x) < num_tiles; ++r) {  // the producer's walk
-      if (dynamic) sm90::named_barrier_sync(kSlotBar, kSlotThreads);
+      if (dynamic) {
+        sm90::named_barrier_sync(early_turn ? kSlotBar + cw : kSlotBar, early_turn ? kWgSlotThreads : kSlotThreads);
+      }
       const int idx = consumer_work_index(dynamic, tile_slot, r);
       if (idx >= num_tiles) {
         if (dynamic) break;  // the producer's stop
@@ -516,6 +535,11 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
         }
       }
     }
+    if constexpr (kWG > 1) {
+      // (cw == 0 recomputed from threadIdx: with cw kept live to here, the d=128 160-key kernel spilled 12 bytes.)
+      const bool first_wg = threadIdx.x < 256;
+      if (early_turn) sm90::named_barrier_sync(first_wg ? kTurnBar : kSoloBar, first_wg ? 256 : 128);
+    }
   }
 #endif
 }
@@ -581,8 +605,10 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   // Causal tiles skip the exponentials past the diagonal on their first step (the same results; on an H100,
   // 2026-12-05: the text model's 177-token forward +4.6%, d=64 causal 1k-8k +0.4-1.6%). VLM_FLASH_DEAD_EXPS=0: off.
   const int skip_dead = kCausal && flash_dead_exps(true) ? 1 : 0;
+  // VLM_FLASH_EARLY_TURN=1: one turn order across tiles (flash_early_turn; not yet measured, off by default).
+  const int early_turn = flash_early_turn(false) ? 1 : 0;
   pdl::launch(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, tq, tk, tv, tkn, tvn, p, group,
-              dynamic ? flash_tile_counter(stream) : nullptr, skip_dead);
+              dynamic ? flash_tile_counter(stream) : nullptr, skip_dead, early_turn);
   VLM_CUDA_CHECK_LAUNCH();
 }
 
