@@ -18,7 +18,7 @@
 # sanitize run them with 1 too), VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 0 too),
 # VLM_FLASH_CAUSAL_WIDE=0/1 the d=128 causal forward's mixed 128/160-key steps (by default from 8k keys; tests and
 # sanitize: 1 too), VLM_PDL=0/1 programmatic dependent launch (tests and memcheck: 1 too), VLM_FLASH_FWD_ROWS64=0/1
-# the d=64 forward's 64-row tiles (tests and sanitize: 1 too), VLM_FLASH_EARLY_TURN=0/1 the forward's turn order
+# the forward's 64-row tiles (tests and sanitize: 1 too), VLM_FLASH_EARLY_TURN=0/1 the forward's turn order
 # across tiles (tests and racecheck: 1 too).
 # To prepare the binaries on the build machine:
 #   cmake --build build-flash --target flash_gpu_test flash_reference_test bench_attention
@@ -76,7 +76,7 @@ for step in "${steps[@]}"; do
         echo "==== $e" >>"$OUT/tests.log"
         env $e run "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
       done
-      # And with the d=64 forward's 64-row tiles, two CTAs an SM (experimental, off by default), with the causal
+      # And with the forward's 64-row tiles, two CTAs an SM (experimental, off by default), with the causal
       # counter on every shape too.
       for e in "VLM_FLASH_FWD_ROWS64=1" "VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1"; do
         echo "==== $e" >>"$OUT/tests.log"
@@ -144,7 +144,7 @@ for step in "${steps[@]}"; do
       default_switches+=";VLM_FLASH_EARLY_TURN=1@--head-dims 64,128 --causal both --seqlens 1024,2048,4096,8192"
       default_switches+=";VLM_FLASH_EARLY_TURN=1@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
       default_switches+=" --causal yes"
-      default_switches+=";VLM_FLASH_FWD_ROWS64=1@--head-dims 64 --causal both --seqlens 512,1024,2048,4096,8192"
+      default_switches+=";VLM_FLASH_FWD_ROWS64=1@--head-dims 64,128 --causal both --seqlens 512,1024,2048,4096,8192"
       default_switches+=";VLM_FLASH_FWD_ROWS64=1@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
       default_switches+=" --causal yes"
       default_switches+=";VLM_FLASH_FWD_ROWS64=1@--head-dims 64 --seqlens 196 --tokens 12544 --hidden 768 --causal no"

@@ -615,19 +615,17 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
 // The kernel for this problem at one head dim: causal (at d=128 with mixed 128/160-key steps for rows of at least
 // hopper_fwd_causal_wide_min_keys keys; VLM_FLASH_CAUSAL_WIDE=0/1 forces the choice), or non-causal with wide key
 // steps for long rows (flash_tiles.h; VLM_FLASH_WIDE_KEYS=0/1 forces the choice), or non-causal with 128-key steps.
-// VLM_FLASH_FWD_ROWS64=1 (experimental, off by default) gives d=64 rows without wide key steps the 64-row tiles of
-// one consumer warpgroup, two CTAs per SM (HopperFwdTile).
+// VLM_FLASH_FWD_ROWS64=1 (experimental, off by default) gives every problem the 64-row tiles of one consumer
+// warpgroup, two CTAs per SM, with 128-key steps (HopperFwdTile).
 template <int kHeadDim>
 void run_hopper_fwd_for(const FlashFwdParams& p, cudaStream_t stream) {
-  if constexpr (kHeadDim == 64) {
-    if (flash_fwd_rows64(false) && (p.causal || !flash_wide_keys(p.max_seqlen_k >= hopper_fwd_wide_min_keys(64)))) {
-      if (p.causal) {
-        run_hopper_fwd<64, true, false, 1>(p, stream);
-      } else {
-        run_hopper_fwd<64, false, false, 1>(p, stream);
-      }
-      return;
+  if (flash_fwd_rows64(false)) {
+    if (p.causal) {
+      run_hopper_fwd<kHeadDim, true, false, 1>(p, stream);
+    } else {
+      run_hopper_fwd<kHeadDim, false, false, 1>(p, stream);
     }
+    return;
   }
   if (p.causal) {
     if constexpr (kHeadDim == 128) {

@@ -49,8 +49,8 @@ bool flash_dead_exps(bool automatic);
 // 0 or 1, for tests and A/B runs. Read once.
 bool flash_early_turn(bool automatic);
 
-// Whether the Hopper forward's d=64 rows (without wide key steps) take 64-row tiles of one consumer warpgroup, two
-// CTAs per SM (HopperFwdTile): `automatic` unless VLM_FLASH_FWD_ROWS64 is 0 or 1, for tests and A/B runs. Read once.
+// Whether the Hopper forward takes 64-row tiles of one consumer warpgroup, two CTAs per SM, with 128-key steps
+// (HopperFwdTile): `automatic` unless VLM_FLASH_FWD_ROWS64 is 0 or 1, for tests and A/B runs. Read once.
 bool flash_fwd_rows64(bool automatic);
 
 // Whether the Hopper forward's causal d=128 rows take mixed 128/160-key steps (HopperFwdTile): `automatic` unless

@@ -72,13 +72,15 @@ struct HopperFwdTile {
   // without its masked work. Only where the mask ends in the diagonal's block (diag a multiple of 128), so wide steps
   // never mask.
   static_assert(!(kCausal && kWideKeys) || kHeadDim == 128, "mixed causal key steps at d=128 only");
-  // kGroups = 1 (fourteenth session, VLM_FLASH_FWD_ROWS64, experimental, d=64 with 128-key steps only): 64-query
-  // tiles of one consumer warpgroup, two CTAs per SM (8 KB Q + 2 x 32 KB K/V each; the warpgroups of the two CTAs
-  // interleave without turns), as cuDNN's 64x128 forward does: a tile's fixed costs are halved, and a short row's
-  // last tile wastes at most 63 rows of one warpgroup instead of a whole idle second warpgroup.
-  static_assert(kGroups == 2 || (kGroups == 1 && kHeadDim == 64 && !kWideKeys), "64-row tiles: d=64, 128 keys");
-  static constexpr int kBlockM = 64 * kGroups, kBlockN = !kWideKeys ? 128 : kHeadDim == 128 ? 160 : 192, kStages = 2,
-                       kConsumers = kGroups, kCtasPerSm = kGroups == 1 ? 2 : 1;
+  // kGroups = 1 (fourteenth session, VLM_FLASH_FWD_ROWS64, experimental, 128-key steps only): 64-query tiles of one
+  // consumer warpgroup, two CTAs per SM (the warpgroups of the two CTAs interleave without turns), as cuDNN's 64x128
+  // forward does: a tile's fixed costs are halved, and a short row's last tile wastes at most 63 rows of one
+  // warpgroup instead of a whole idle second warpgroup. d=64: 8 KB Q + 2 x 32 KB K/V; d=128: 16 KB Q + one 64 KB K/V
+  // stage (two would not fit two CTAs), the other CTA's work covering the loads.
+  static_assert(kGroups == 2 || (kGroups == 1 && !kWideKeys), "64-row tiles: 128-key steps");
+  static constexpr int kBlockM = 64 * kGroups, kBlockN = !kWideKeys ? 128 : kHeadDim == 128 ? 160 : 192,
+                       kStages = kGroups == 1 && kHeadDim == 128 ? 1 : 2, kConsumers = kGroups,
+                       kCtasPerSm = kGroups == 1 ? 2 : 1;
 };
 // Non-causal rows of at least this many keys (max_seqlen_k) take the wide key steps (measured 2026-12-04, above).
 constexpr int hopper_fwd_wide_min_keys(int head_dim) { return head_dim == 128 ? 2048 : 8192; }
