@@ -11,8 +11,9 @@
 # "--head-dims 128 --seqlens 4096"), SAN_FILTER (gtest filter for the sanitizer runs, default the "san" cases),
 # STEP_TIMEOUT (seconds per program, default 300), KEEP_LOGS=1 (keep every log even when all passed), KERNEL_SHAPES
 # (the kernels step's "d causal seqlen" triples, comma-separated; default "128 yes 2048,128 yes 8192,128 no 2048,
-# 128 no 8192,64 yes 4096"), SWITCHES and AB_ROUNDS (the switches step's "VAR=value@bench arguments" entries,
-# ';'-separated, default the experimental switches below at their shapes; rounds per A/B, default 3).
+# 128 no 8192,64 yes 4096"), SWITCHES and AB_ROUNDS (the switches step's "VAR=value[,VAR=value...]@bench arguments"
+# entries, ';'-separated, default the undecided switches below at the model's shapes and the sweep; rounds per A/B,
+# default 3).
 # VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs the Hopper cases under
 # both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step, VLM_FLASH_DYNAMIC=0/1 its causal tile counter (tests and
 # sanitize run them with 1 too), VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 0 too),
@@ -117,28 +118,26 @@ for step in "${steps[@]}"; do
       sed -n '/^| d |/,$p' "$OUT/bench.log"
       ;;
     switches)
-      # Each experimental switch against the default, one binary, alternating (scripts/gpu_ab.sh, AB_ROUNDS rounds),
-      # summarized as medians and new/old per row (scripts/ab_summary.py). SWITCHES: "VAR=value@bench arguments"
-      # entries separated by ';'.
-      default_switches="VLM_FLASH_CAUSAL_WIDE=1@--head-dims 128 --causal yes --seqlens 2048,4096,6144"
-      default_switches+=";VLM_FLASH_CAUSAL_WIDE=0@--head-dims 128 --causal yes --seqlens 8192,12288,16384"
-      default_switches+=";VLM_FLASH_DEAD_EXPS=0@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
+      # The experimental switches against the default, one binary, alternating (scripts/gpu_ab.sh, AB_ROUNDS rounds):
+      # per shape set one A/B whose old side is the default and whose new side is the default again (its ratio is
+      # the call's noise), plus one variant per switch (AB_VARIANTS), summarized as medians and new/old per row
+      # (scripts/ab_summary.py). SWITCHES: "VAR=value[,VAR=value...]@bench arguments" entries separated by ';' (a
+      # comma-separated list measures each setting as its own variant; a variant of several words, e.g.
+      # "VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1", sets them together). By default the switches no run has
+      # decided yet at the model's shapes and the sweep's short and middle rows.
+      open_switches="VLM_FLASH_FWD_ROWS64=1,VLM_FLASH_EARLY_TURN=1"
+      default_switches="$open_switches@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
       default_switches+=" --causal yes"
-      default_switches+=";VLM_FLASH_EARLY_TURN=1@--head-dims 64,128 --causal both --seqlens 1024,2048,4096,8192"
-      default_switches+=";VLM_FLASH_EARLY_TURN=1@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
-      default_switches+=" --causal yes"
-      default_switches+=";VLM_FLASH_FWD_ROWS64=1@--head-dims 64,128 --causal both --seqlens 512,1024,2048,4096,8192"
-      default_switches+=";VLM_FLASH_FWD_ROWS64=1@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
-      default_switches+=" --causal yes"
-      default_switches+=";VLM_FLASH_FWD_ROWS64=1@--head-dims 64 --seqlens 196 --tokens 12544 --hidden 768 --causal no"
+      default_switches+=";$open_switches@--head-dims 64 --seqlens 196 --tokens 12544 --hidden 768 --causal no"
+      default_switches+=";$open_switches@--head-dims 64,128 --causal both --seqlens 512,1024,2048,4096,8192"
       IFS=';' read -r -a entries <<<"${SWITCHES:-$default_switches}"
       n=0
       for entry in "${entries[@]}"; do
-        var=${entry%%@*}
+        vars=${entry%%@*}
         read -r -a args <<<"${entry#*@}"
         n=$((n + 1))
-        note "switch $var against the default: ${args[*]}"
-        AB_ENV_NEW="$var" AB_GREP='^d=' ROUNDS="${AB_ROUNDS:-3}" AB_TIMEOUT="$STEP_TIMEOUT" \
+        note "switches ${vars//,/ | } against the default (and the default again): ${args[*]}"
+        AB_VARIANTS="${vars//,/;}" AB_GREP='^d=' ROUNDS="${AB_ROUNDS:-3}" AB_TIMEOUT="$STEP_TIMEOUT" \
           scripts/gpu_ab.sh "$BIN/bench_attention" "$BIN/bench_attention" "${args[@]}" >"$OUT/switch_$n.log" 2>&1 \
           || status=1
         python3 scripts/ab_summary.py "$OUT/switch_$n.log" | tee -a "$OUT/summary.log" || status=1
