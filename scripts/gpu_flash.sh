@@ -19,8 +19,7 @@
 # sanitize run them with 1 too), VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 0 too),
 # VLM_FLASH_CAUSAL_WIDE=0/1 the d=128 causal forward's mixed 128/160-key steps (by default from 8k keys; tests and
 # sanitize: 1 too), VLM_PDL=0/1 programmatic dependent launch (tests and memcheck: 1 too), VLM_FLASH_FWD_ROWS64=0/1
-# the forward's 64-row tiles (tests and sanitize: 1 too), VLM_FLASH_EARLY_TURN=0/1 the forward's turn order
-# across tiles (tests and racecheck: 1 too).
+# the d=64 causal forward's 64-row tiles (by default rows of at most 256 queries; tests: 0 and 1 too, sanitize: 1).
 # To prepare the binaries on the build machine:
 #   cmake --build build-flash --target flash_gpu_test flash_reference_test bench_attention
 #   mkdir -p .carry/flash/lib && cp build-flash/tests/kernels/flash/flash_{gpu,reference}_test \
@@ -56,12 +55,11 @@ for step in "${steps[@]}"; do
       # on every non-causal shape (by default only long rows, which few test shapes have); every causal forward on
       # the tile counter (by default rows over 256 queries); causal tiles computing every exponential (by default they
       # skip those past the diagonal); the d=128 causal forward's mixed 128/160-key steps on every causal shape (by
-      # default from 8k keys); and the experimental switches, off by default: the consumer turns in one order across
-      # tiles and the 64-row tiles (two CTAs an SM), each also with the causal counter on every shape.
+      # default from 8k keys); the d=64 causal forward's 64-row tiles (two CTAs an SM) on no shape, and on every
+      # shape, also with the causal counter (by default rows of at most 256 queries, on fixed lists).
       # (`run env ...`: run is a shell function, which env cannot start.)
       for e in "VLM_FLASH_PERSISTENT=0" "VLM_FLASH_PERSISTENT=1" "VLM_FLASH_WIDE_KEYS=1" "VLM_FLASH_DYNAMIC=1" \
-        "VLM_FLASH_DEAD_EXPS=0" "VLM_FLASH_CAUSAL_WIDE=1" "VLM_FLASH_EARLY_TURN=1" \
-        "VLM_FLASH_EARLY_TURN=1 VLM_FLASH_DYNAMIC=1" "VLM_FLASH_FWD_ROWS64=1" \
+        "VLM_FLASH_DEAD_EXPS=0" "VLM_FLASH_CAUSAL_WIDE=1" "VLM_FLASH_FWD_ROWS64=0" "VLM_FLASH_FWD_ROWS64=1" \
         "VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1"; do
         echo "==== $e" >>"$OUT/tests.log"
         run env $e "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
@@ -75,16 +73,15 @@ for step in "${steps[@]}"; do
     sanitize)
       # The small cases as they run by default, then with every causal forward on the tile counter, then with the
       # d=128 causal forward's mixed key steps on every causal shape, then (memcheck) with programmatic dependent
-      # launch.
+      # launch, then with the d=64 causal forward's 64-row tiles on every causal shape, with the counter.
       for pass in memcheck racecheck memcheck:dynamic racecheck:dynamic memcheck:wide racecheck:wide memcheck:pdl \
-        memcheck:rows64 racecheck:rows64 racecheck:turn; do
+        memcheck:rows64 racecheck:rows64; do
         tool=${pass%%:*}
         envs=()
         [ "$pass" = "$tool:dynamic" ] && envs=(VLM_FLASH_DYNAMIC=1)
         [ "$pass" = "$tool:wide" ] && envs=(VLM_FLASH_CAUSAL_WIDE=1)
         [ "$pass" = "$tool:pdl" ] && envs=(VLM_PDL=1)
         [ "$pass" = "$tool:rows64" ] && envs=(VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1)
-        [ "$pass" = "$tool:turn" ] && envs=(VLM_FLASH_EARLY_TURN=1 VLM_FLASH_DYNAMIC=1)
         note "compute-sanitizer $tool ($SAN_FILTER) ${envs[*]}"
         env "${envs[@]}" timeout -k 5 "$STEP_TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           "$BIN/flash_gpu_test" --gtest_filter="$SAN_FILTER" >"$OUT/sanitize_${pass/:/_}.log" 2>&1
@@ -123,13 +120,11 @@ for step in "${steps[@]}"; do
       # the call's noise), plus one variant per switch (AB_VARIANTS), summarized as medians and new/old per row
       # (scripts/ab_summary.py). SWITCHES: "VAR=value[,VAR=value...]@bench arguments" entries separated by ';' (a
       # comma-separated list measures each setting as its own variant; a variant of several words, e.g.
-      # "VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1", sets them together). By default the switches no run has
-      # decided yet at the model's shapes and the sweep's short and middle rows.
-      open_switches="VLM_FLASH_FWD_ROWS64=1,VLM_FLASH_EARLY_TURN=1"
-      default_switches="$open_switches@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
+      # "VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1", sets them together). By default the last decided threshold:
+      # the d=64 causal forward's 64-row tiles at the text model's shape and around the 256-query bound.
+      default_switches="VLM_FLASH_FWD_ROWS64=0@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
       default_switches+=" --causal yes"
-      default_switches+=";$open_switches@--head-dims 64 --seqlens 196 --tokens 12544 --hidden 768 --causal no"
-      default_switches+=";$open_switches@--head-dims 64,128 --causal both --seqlens 512,1024,2048,4096,8192"
+      default_switches+=";VLM_FLASH_FWD_ROWS64=0,VLM_FLASH_FWD_ROWS64=1@--head-dims 64 --causal yes --seqlens 256,512,1024"
       IFS=';' read -r -a entries <<<"${SWITCHES:-$default_switches}"
       n=0
       for entry in "${entries[@]}"; do

@@ -13,7 +13,8 @@
 // producer loading the next tile's Q and K/V while the consumers finish the current one, so a tile's start and end
 // (a vision tower's 196-token rows are one or two key blocks) overlap other work. Tiles come from a fixed list per
 // CTA, or, for causal rows of more than two query blocks, whose tiles differ in cost, from a global counter (see
-// run_hopper_fwd).
+// run_hopper_fwd). Short causal d=64 rows (the text model's) take 64-row tiles of one consumer warpgroup instead,
+// two CTAs per SM (HopperFwdTile).
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -49,7 +50,7 @@ struct HopperFwdShape {
   // dynamic schedule (it spilled in 24), and their consumers 232 (128-key steps fit without spills). Mixed kernels'
   // consumers need 240 (at 232 ptxas spilled 68 bytes, 216 loaded); their producer spills in 24 instead (ptxas: 84
   // bytes stored, 124 loaded), off the consumers' path: it waits on barriers between its copies.
-  // One consumer (64-row tiles, two CTAs per SM): each CTA's half of the pool, (40 + 216) * 128 or (24 + 232) * 128.
+  // One consumer (64-row tiles, two CTAs per SM, causal): each CTA's half of the pool, (40 + 216) * 128.
   static constexpr int kCtasPerSm = Tile::kCtasPerSm;
   static constexpr int kProducerRegs = kCausal && !kWideKeys ? 40 : 24;
   static constexpr int kConsumerRegs = kConsumers == 1   ? 256 - kProducerRegs
@@ -93,7 +94,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_kn,
                           const __grid_constant__ CUtensorMap tm_vn, const FlashFwdParams p,
-                          int group_heads, int* tile_counter, int skip_dead_exps, int early_turn) {
+                          int group_heads, int* tile_counter, int skip_dead_exps) {
   pdl::grid_begin();
 #if VLM_FLASH_SM90A
   using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys, kGroups>;
@@ -127,9 +128,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
   // meeting, which the consumers reach after reading it. (A hand-over on mbarriers or with named-barrier arrives
   // was correct too, but compute-sanitizer's racecheck does not follow those orders and reported races.)
   const bool dynamic = kCausal && tile_counter != nullptr;
-  // With early_turn (below) the producer meets each consumer warpgroup on its own barrier, kSlotBar + cw (the
-  // first warpgroup first, as it runs ahead), so the first can start the next tile while the last closes this one.
-  constexpr int kSlotBar = 1 + kWG, kSlotThreads = 32 + 128 * kWG, kWgSlotThreads = 32 + 128;
+  constexpr int kSlotBar = 1 + kWG, kSlotThreads = 32 + 128 * kWG;
 
   // Tile idx: (head, sequence) pairs in groups of group_heads (the last group may be smaller); within a group the
   // query block is the slow index, heaviest first (the causal mask), and the pair the fast one. group_heads = 1: one
@@ -198,12 +197,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
         // The slot's hand-over (dynamic): after this tile's Q and first kStages key blocks are on their way, when
         // the consumers have finished the previous tile and freed those stages anyway.
         auto hand_over = [&] {
-          if (!dynamic) return;
-          if (early_turn) {
-            for (int w = 0; w < kWG; ++w) sm90::named_barrier_sync_divergent(kSlotBar + w, kWgSlotThreads);
-          } else {
-            sm90::named_barrier_sync_divergent(kSlotBar, kSlotThreads);
-          }
+          if (dynamic) sm90::named_barrier_sync_divergent(kSlotBar, kSlotThreads);
         };
         if (tl.n_blocks > 0) {
           sm90::mbar_wait(empty_q, (q_loads & 1) ^ 1);
@@ -283,39 +277,27 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
     // Round robin: warpgroup cw issues after bar.sync(kTurnBar + cw), then hands the turn to the next one with
     // bar.arrive(kTurnBar + next). Per tile, the last warpgroup's arrive lets warpgroup 0 start, and its last
     // hand-over is skipped: each barrier sees as many arrives as syncs, so nothing is left pending at exit.
-    // With early_turn, the order runs on across tiles instead (as in the backward): the last warpgroup hands over at
-    // every step, its last included, and once before the first tile, so warpgroup 0 starts a tile while the last one
-    // closes the previous tile; warpgroup 0 takes the last hand-over after its walk. Either way each barrier's
-    // arrives alternate with its syncs, as every warpgroup walks the same steps. (The others meet the unused barrier
-    // kSoloBar alone, count 128: a select, not a branch, as in the backward.)
-    constexpr int kTurnBar = 1, kSoloBar = 15;
+    constexpr int kTurnBar = 1;
     const int next_turn = kTurnBar + (cw + 1) % kWG;
     const bool last_wg = cw == kWG - 1;
-    const bool hand_last = !last_wg || early_turn;  // the tile's last step hands the turn over
-    const bool hand_at_q = last_wg && !early_turn;  // the tile's Q wait hands it over
-    // Turns: wait for this warpgroup's, pass it on, open a tile for warpgroup 0. One consumer warpgroup (64-row
-    // tiles) takes no turns.
+    // Turns: wait for this warpgroup's, pass it on (unless it is the tile's last pass of the last warpgroup), open a
+    // tile for warpgroup 0. One consumer warpgroup (64-row tiles) takes no turns.
     auto turn_wait = [&] {
       if constexpr (kWG > 1) sm90::named_barrier_sync(kTurnBar + cw, 256);
     };
     auto turn_pass = [&](bool more_in_tile) {
       if constexpr (kWG > 1) {
-        if (hand_last || more_in_tile) sm90::named_barrier_arrive(next_turn, 256);
+        if (!last_wg || more_in_tile) sm90::named_barrier_arrive(next_turn, 256);
       }
     };
     auto turn_open = [&] {
       if constexpr (kWG > 1) {
-        if (hand_at_q) sm90::named_barrier_arrive(kTurnBar, 256);
+        if (last_wg) sm90::named_barrier_arrive(kTurnBar, 256);
       }
     };
-    if constexpr (kWG > 1) {
-      if (early_turn) sm90::named_barrier_arrive(last_wg ? kTurnBar : kSoloBar, last_wg ? 256 : 128);
-    }
     int it0 = 0, q_loads = 0;  // as the producer counts: key blocks and Q tiles consumed before this tile
     for (int r = 0; dynamic || r * static_cast<int>(gridDim.x) < num_tiles; ++r) {  // the producer's walk
-      if (dynamic) {
-        sm90::named_barrier_sync(early_turn ? kSlotBar + cw : kSlotBar, early_turn ? kWgSlotThreads : kSlotThreads);
-      }
+      if (dynamic) sm90::named_barrier_sync(kSlotBar, kSlotThreads);
       const int idx = consumer_work_index(dynamic, tile_slot, r);
       if (idx >= num_tiles) {
         if (dynamic) break;  // the producer's stop
@@ -535,11 +517,6 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
         }
       }
     }
-    if constexpr (kWG > 1) {
-      // (cw == 0 recomputed from threadIdx: with cw kept live to here, the d=128 160-key kernel spilled 12 bytes.)
-      const bool first_wg = threadIdx.x < 256;
-      if (early_turn) sm90::named_barrier_sync(first_wg ? kTurnBar : kSoloBar, first_wg ? 256 : 128);
-    }
   }
 #endif
 }
@@ -605,27 +582,23 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   // Causal tiles skip the exponentials past the diagonal on their first step (the same results; on an H100,
   // 2026-12-05: the text model's 177-token forward +4.6%, d=64 causal 1k-8k +0.4-1.6%). VLM_FLASH_DEAD_EXPS=0: off.
   const int skip_dead = kCausal && flash_dead_exps(true) ? 1 : 0;
-  // VLM_FLASH_EARLY_TURN=1: one turn order across tiles (flash_early_turn; not yet measured, off by default).
-  const int early_turn = flash_early_turn(false) ? 1 : 0;
   pdl::launch(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, tq, tk, tv, tkn, tvn, p, group,
-              dynamic ? flash_tile_counter(stream) : nullptr, skip_dead, early_turn);
+              dynamic ? flash_tile_counter(stream) : nullptr, skip_dead);
   VLM_CUDA_CHECK_LAUNCH();
 }
 
-// The kernel for this problem at one head dim: causal (at d=128 with mixed 128/160-key steps for rows of at least
-// hopper_fwd_causal_wide_min_keys keys; VLM_FLASH_CAUSAL_WIDE=0/1 forces the choice), or non-causal with wide key
-// steps for long rows (flash_tiles.h; VLM_FLASH_WIDE_KEYS=0/1 forces the choice), or non-causal with 128-key steps.
-// VLM_FLASH_FWD_ROWS64=1 (experimental, off by default) gives every problem the 64-row tiles of one consumer
-// warpgroup, two CTAs per SM, with 128-key steps (HopperFwdTile).
+// The kernel for this problem at one head dim: causal (d=64 rows of at most hopper_fwd_rows64_max_queries queries in
+// 64-row tiles, two CTAs per SM; VLM_FLASH_FWD_ROWS64=0/1 forces the choice for every d=64 causal problem; at d=128
+// with mixed 128/160-key steps for rows of at least hopper_fwd_causal_wide_min_keys keys; VLM_FLASH_CAUSAL_WIDE=0/1
+// forces that choice), or non-causal with wide key steps for long rows (flash_tiles.h; VLM_FLASH_WIDE_KEYS=0/1 forces
+// the choice), or non-causal with 128-key steps.
 template <int kHeadDim>
 void run_hopper_fwd_for(const FlashFwdParams& p, cudaStream_t stream) {
-  if (flash_fwd_rows64(false)) {
-    if (p.causal) {
+  if constexpr (kHeadDim == 64) {
+    if (p.causal && flash_fwd_rows64(p.max_seqlen_q <= hopper_fwd_rows64_max_queries)) {
       run_hopper_fwd<kHeadDim, true, false, 1>(p, stream);
-    } else {
-      run_hopper_fwd<kHeadDim, false, false, 1>(p, stream);
+      return;
     }
-    return;
   }
   if (p.causal) {
     if constexpr (kHeadDim == 128) {

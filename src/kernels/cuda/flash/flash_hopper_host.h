@@ -43,14 +43,9 @@ bool flash_dynamic(bool automatic);
 // their masked first step: `automatic` unless VLM_FLASH_DEAD_EXPS is 0 or 1, for tests and A/B runs. Read once.
 bool flash_dead_exps(bool automatic);
 
-// Whether the Hopper forward's consumer warpgroups keep one turn order across tiles (the last warpgroup hands the
-// turn to the first at every step, tile ends included, as the backward and FlashAttention-3 do), instead of the first
-// waiting, at each tile's start, for the last to finish the previous tile: `automatic` unless VLM_FLASH_EARLY_TURN is
-// 0 or 1, for tests and A/B runs. Read once.
-bool flash_early_turn(bool automatic);
-
-// Whether the Hopper forward takes 64-row tiles of one consumer warpgroup, two CTAs per SM, with 128-key steps
-// (HopperFwdTile): `automatic` unless VLM_FLASH_FWD_ROWS64 is 0 or 1, for tests and A/B runs. Read once.
+// Whether the Hopper forward's d=64 causal rows take 64-row tiles of one consumer warpgroup, two CTAs per SM
+// (HopperFwdTile; `automatic`: rows of at most hopper_fwd_rows64_max_queries queries) unless VLM_FLASH_FWD_ROWS64 is 0
+// or 1, for tests and A/B runs. Read once.
 bool flash_fwd_rows64(bool automatic);
 
 // Whether the Hopper forward's causal d=128 rows take mixed 128/160-key steps (HopperFwdTile): `automatic` unless

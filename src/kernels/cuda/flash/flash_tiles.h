@@ -72,15 +72,17 @@ struct HopperFwdTile {
   // without its masked work. Only where the mask ends in the diagonal's block (diag a multiple of 128), so wide steps
   // never mask.
   static_assert(!(kCausal && kWideKeys) || kHeadDim == 128, "mixed causal key steps at d=128 only");
-  // kGroups = 1 (fourteenth session, VLM_FLASH_FWD_ROWS64, experimental, 128-key steps only): 64-query tiles of one
-  // consumer warpgroup, two CTAs per SM (the warpgroups of the two CTAs interleave without turns), as cuDNN's 64x128
-  // forward does: a tile's fixed costs are halved, and a short row's last tile wastes at most 63 rows of one
-  // warpgroup instead of a whole idle second warpgroup. d=64: 8 KB Q + 2 x 32 KB K/V; d=128: 16 KB Q + one 64 KB K/V
-  // stage (two would not fit two CTAs), the other CTA's work covering the loads.
-  static_assert(kGroups == 2 || (kGroups == 1 && !kWideKeys), "64-row tiles: 128-key steps");
+  // kGroups = 1 (d=64 causal, 128-key steps): 64-query tiles of one consumer warpgroup, two CTAs per SM (the
+  // warpgroups of the two CTAs interleave without turns; 8 KB Q + 2 x 32 KB K/V each), as cuDNN's 64x128 forward
+  // does: a 177-token row's last tile wastes at most 63 rows of one warpgroup instead of leaving a second warpgroup
+  // idle. Forward on an H100 (2026-12-06, same binary, 2 rounds, the default's own run-to-run ratio 0.98-1.03):
+  // the text model's 177-token rows +15.5%; d=64 causal 512 -0.5%, 1k -8%, 2k -6%, 4k-8k -1.5 to -2.5%; non-causal
+  // (the vision tower's 196) even, 2k-8k -3 to -8%; d=128 with one 64 KB K/V stage -7 to -18%. So only short causal
+  // d=64 rows take it (hopper_fwd_rows64_max_queries).
+  static_assert(kGroups == 2 || (kGroups == 1 && kHeadDim == 64 && kCausal && !kWideKeys),
+                "64-row tiles: d=64 causal, 128-key steps");
   static constexpr int kBlockM = 64 * kGroups, kBlockN = !kWideKeys ? 128 : kHeadDim == 128 ? 160 : 192,
-                       kStages = kGroups == 1 && kHeadDim == 128 ? 1 : 2, kConsumers = kGroups,
-                       kCtasPerSm = kGroups == 1 ? 2 : 1;
+                       kStages = 2, kConsumers = kGroups, kCtasPerSm = kGroups == 1 ? 2 : 1;
 };
 // Non-causal rows of at least this many keys (max_seqlen_k) take the wide key steps (measured 2026-12-04, above).
 constexpr int hopper_fwd_wide_min_keys(int head_dim) { return head_dim == 128 ? 2048 : 8192; }
@@ -97,6 +99,9 @@ constexpr long long hopper_fwd_causal_group_bytes = 8ll << 20;
 // same binary, 2 rounds (2026-12-05): 1k -7.5%, 2k -5%, 4k -2%, 8k +2.8%, 16k +2.7% (per-tile costs of the
 // transitions outweigh the wide steps' gain on short rows).
 constexpr int hopper_fwd_causal_wide_min_keys = 8192;
+// Causal d=64 rows of at most this many queries (max_seqlen_q) take the 64-row tiles (HopperFwdTile, kGroups = 1):
+// +15.5% at the text model's 177 tokens, -0.5% at 512 and -8% at 1k (H100, 2026-12-06).
+constexpr int hopper_fwd_rows64_max_queries = 256;
 
 template <int kHeadDim>
 struct HopperBwdTile {
