@@ -13,7 +13,8 @@
 # (the kernels step's "d causal seqlen" triples, comma-separated; default "128 yes 2048,128 yes 8192,128 no 2048,
 # 128 no 8192,64 yes 4096"), SWITCHES and AB_ROUNDS (the switches step's "VAR=value[,VAR=value...]@bench arguments"
 # entries, ';'-separated, default the undecided switches below at the model's shapes and the sweep; rounds per A/B,
-# default 3).
+# default 3), FLASH_TEST_ENVS and FLASH_SAN_PASSES (the tests step's forced-switch runs and the sanitize step's
+# passes, to shorten a call; see those steps).
 # VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs the Hopper cases under
 # both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step, VLM_FLASH_DYNAMIC=0/1 its causal tile counter (tests and
 # sanitize run them with 1 too), VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 0 too),
@@ -57,16 +58,20 @@ for step in "${steps[@]}"; do
       # skip those past the diagonal); the d=128 causal forward's mixed 128/160-key steps on every causal shape (by
       # default from 8k keys); the d=64 causal forward's 64-row tiles (two CTAs an SM) on no shape, and on every
       # shape, also with the causal counter (by default rows of at most 256 queries, on fixed lists).
+      # And every kernel launched with programmatic dependent launch (off by default until measured), portable ones
+      # too. FLASH_TEST_ENVS (';'-separated entries of VAR=value words) replaces the list, empty for none.
       # (`run env ...`: run is a shell function, which env cannot start.)
-      for e in "VLM_FLASH_PERSISTENT=0" "VLM_FLASH_PERSISTENT=1" "VLM_FLASH_WIDE_KEYS=1" "VLM_FLASH_DYNAMIC=1" \
-        "VLM_FLASH_DEAD_EXPS=0" "VLM_FLASH_CAUSAL_WIDE=1" "VLM_FLASH_FWD_ROWS64=0" "VLM_FLASH_FWD_ROWS64=1" \
-        "VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1"; do
+      default_test_envs="VLM_FLASH_PERSISTENT=0;VLM_FLASH_PERSISTENT=1;VLM_FLASH_WIDE_KEYS=1;VLM_FLASH_DYNAMIC=1"
+      default_test_envs+=";VLM_FLASH_DEAD_EXPS=0;VLM_FLASH_CAUSAL_WIDE=1;VLM_FLASH_FWD_ROWS64=0"
+      default_test_envs+=";VLM_FLASH_FWD_ROWS64=1;VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1;VLM_PDL=1"
+      IFS=';' read -r -a test_envs <<<"${FLASH_TEST_ENVS-$default_test_envs}"
+      for e in "${test_envs[@]}"; do
+        [ -n "$e" ] || continue
+        filter='-*portable*'
+        [[ $e == *VLM_PDL=1* ]] && filter='*'
         echo "==== $e" >>"$OUT/tests.log"
-        run env $e "$BIN/flash_gpu_test" --gtest_filter='-*portable*' >>"$OUT/tests.log" 2>&1 || status=1
+        run env $e "$BIN/flash_gpu_test" --gtest_filter="$filter" >>"$OUT/tests.log" 2>&1 || status=1
       done
-      # And every kernel launched with programmatic dependent launch (off by default until measured), portable ones too.
-      echo "==== VLM_PDL=1" >>"$OUT/tests.log"
-      VLM_PDL=1 run "$BIN/flash_gpu_test" >>"$OUT/tests.log" 2>&1 || status=1
       grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|err |bound|was written|differs" "$OUT/tests.log" \
         | grep -v "^\[       OK" | tail -40 | tee -a "$OUT/summary.log"
       ;;
@@ -74,8 +79,10 @@ for step in "${steps[@]}"; do
       # The small cases as they run by default, then with every causal forward on the tile counter, then with the
       # d=128 causal forward's mixed key steps on every causal shape, then (memcheck) with programmatic dependent
       # launch, then with the d=64 causal forward's 64-row tiles on every causal shape, with the counter.
-      for pass in memcheck racecheck memcheck:dynamic racecheck:dynamic memcheck:wide racecheck:wide memcheck:pdl \
-        memcheck:rows64 racecheck:rows64; do
+      # FLASH_SAN_PASSES (space-separated TOOL[:SETTING] words) replaces the list.
+      read -r -a san_passes <<<"${FLASH_SAN_PASSES:-memcheck racecheck memcheck:dynamic racecheck:dynamic memcheck:wide \
+racecheck:wide memcheck:pdl memcheck:rows64 racecheck:rows64}"
+      for pass in "${san_passes[@]}"; do
         tool=${pass%%:*}
         envs=()
         [ "$pass" = "$tool:dynamic" ] && envs=(VLM_FLASH_DYNAMIC=1)

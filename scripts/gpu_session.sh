@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# One device call's worth of GPU validation, run on the GPU machine from the repo root, steps in priority order under a
+# deadline so that a call cut short still returns what it reached:
+#   flash   scripts/gpu_flash.sh tests sanitize on NEW's flash binaries (every forced switch, racecheck, memcheck)
+#   gtests  every test_* binary in NEW (op layer, model, training on the GPU)
+#   ab      scripts/gpu_ab.sh OLD NEW bench_attention at the model's two shapes and the 1k-8k sweep (needs OLD)
+#   fbench  scripts/gpu_flash.sh bench: the ANCHORS sweep with the PyTorch SDPA peers
+#   train   the PyTorch training peer (eager, torch.compile), then NEW's `vlm bench train --peer`
+#   scripts/gpu_session.sh [step...]          (default: flash gtests ab fbench train)
+# Environment: NEW (a folder packed by scripts/gpu_pack.sh, or its .tar.xz; default .carry/next), OLD (the same, for
+# ab; unset: ab is skipped), DEADLINE (seconds from the start after which no step starts, default 500), TRAIN_MIN
+# (seconds the train step needs, torch.compile included, default 240: with less left it is skipped, not cut),
+# AB_ROUNDS (default 2), OUT (default ./gpu_session_out).
+# Why: the device tool returns only the last 12,000 characters of output and a few files. Each step's full log stays in
+# $OUT/logs (dropped when the step passed, unless KEEP_LOGS=1), its summary lines go to $OUT/session.log, and
+# session.log is printed once more at the very end, so the tail holds every step's result.
+set -uo pipefail
+t0=$(date +%s)
+DEADLINE=${DEADLINE:-500}
+TRAIN_MIN=${TRAIN_MIN:-240}
+OUT=${OUT:-gpu_session_out}
+mkdir -p "$OUT/logs"
+session="$OUT/session.log"
+: >"$session"
+elapsed() { echo $(($(date +%s) - t0)); }
+left() { echo $((DEADLINE + 60 - $(elapsed))); }  # a step started before the deadline may run a minute past it
+say() { printf '%s\n' "$*" | tee -a "$session"; }
+
+# A pack folder, unpacking NAME.tar.xz into /tmp when that is what exists (the GPU machine may lack xz).
+unpack() {
+  local p=${1%.tar.xz}
+  if [ -d "$p" ]; then echo "$p"; return; fi
+  [ -f "$p.tar.xz" ] || { echo "gpu_session: no pack at $p or $p.tar.xz" >&2; return 1; }
+  python3 -c "import tarfile, sys; tarfile.open(sys.argv[1]).extractall('/tmp')" "$p.tar.xz" || return 1
+  echo "/tmp/$(basename "$p")"
+}
+NEW_DIR=$(unpack "${NEW:-.carry/next}") || exit 2
+OLD_DIR=""
+if [ -n "${OLD:-}" ]; then OLD_DIR=$(unpack "$OLD") || exit 2; fi
+export LD_LIBRARY_PATH="$NEW_DIR/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.limit --format=csv,noheader 2>&1 \
+  | sed 's/^/gpu: /' | tee -a "$session"
+
+status=0
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(flash gtests ab fbench train)
+for step in "${steps[@]}"; do
+  if [ "$(elapsed)" -gt "$DEADLINE" ]; then
+    say "== $step: not started (deadline ${DEADLINE} s reached)"
+    continue
+  fi
+  say "== $step [$(elapsed) s]"
+  log="$OUT/logs/$step.log"
+  rc=0
+  case $step in
+    flash)
+      FLASH_BIN=$NEW_DIR OUT="$OUT/logs/flash" STEP_TIMEOUT=$(($(left) / 4 > 60 ? $(left) / 4 : 60)) \
+        scripts/gpu_flash.sh tests sanitize >"$log" 2>&1 || rc=$?
+      sed -n '/^==== summary/,$p' "$log" | grep -vE '^==== summary|^$' | tee -a "$session" >/dev/null ;;
+    gtests)
+      for t in "$NEW_DIR"/test_*; do
+        [ -x "$t" ] || continue
+        timeout -k 5 "$(($(left) > 30 ? $(left) : 30))" "$t" >"$OUT/logs/$(basename "$t").log" 2>&1 || rc=1
+        say "$(basename "$t"): $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/logs/$(basename "$t").log" | tr '\n' ' ')"
+      done ;;
+    ab)
+      if [ -z "$OLD_DIR" ]; then say "(no OLD pack: skipped)"; continue; fi
+      shapes=("--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3 --causal yes"
+              "--head-dims 64 --seqlens 196 --tokens 12544 --hidden 768 --causal no"
+              "--head-dims 64,128 --causal both --seqlens 1024,2048,4096,8192")
+      for args in "${shapes[@]}"; do
+        # shellcheck disable=SC2086  # the shape's words are separate arguments
+        AB_GREP='^d=' ROUNDS=${AB_ROUNDS:-2} AB_TIMEOUT=120 scripts/gpu_ab.sh "$OLD_DIR/bench_attention" \
+          "$NEW_DIR/bench_attention" $args >>"$log" 2>&1 || rc=1
+      done
+      python3 scripts/ab_summary.py "$log" | tee -a "$session" >/dev/null || rc=1 ;;
+    fbench)
+      FLASH_BIN=$NEW_DIR OUT="$OUT/fbench" STEP_TIMEOUT=$(($(left) / 2 > 60 ? $(left) / 2 : 60)) \
+        scripts/gpu_flash.sh bench >"$log" 2>&1 || rc=$?
+      sed -n '/^==== summary/,$p' "$log" | grep -E '^\||SM clock|Error|error' | tee -a "$session" >/dev/null ;;
+    train)
+      if [ "$(left)" -lt "$TRAIN_MIN" ]; then say "(only $(left) s left, TRAIN_MIN $TRAIN_MIN: skipped)"; continue; fi
+      timeout -k 5 $(($(left) - 60)) python3 bench/peers/train_nanovlm.py --modes eager,compile --steps 20 \
+        --warmup 5 >"$OUT/peer.jsonl" 2>"$OUT/logs/peer.log"
+      peer_rc=$?
+      if [ "$peer_rc" -ne 0 ]; then
+        rc=1
+        say "peer: exit $peer_rc$([ "$peer_rc" = 124 ] && echo ', cut by the time limit') (logs/peer.log)"
+      fi
+      timeout -k 5 90 "$NEW_DIR/vlm" bench train --steps 20 --warmup 5 --peer "$OUT/peer.jsonl" \
+        --json "$OUT/bench_train.json" >"$log" 2>&1 || rc=1
+      grep -E "samples/s|ours / peer|^vlm\.cpp|^pytorch|breakdown|\(gaps" "$log" | tee -a "$session" >/dev/null ;;
+    *)
+      say "unknown step $step"
+      rc=2 ;;
+  esac
+  say "-- $step: exit $rc [$(elapsed) s]"
+  if [ "$rc" -ne 0 ]; then
+    status=1
+  elif [ "${KEEP_LOGS:-0}" != 1 ]; then  # a passed step's logs: its summary lines are in session.log
+    rm -f "$log"
+    [ "$step" = flash ] && rm -rf "$OUT/logs/flash"
+    [ "$step" = gtests ] && rm -f "$OUT/logs"/test_*.log
+  fi
+done
+printf '\n==== session summary (%s)\n' "$session"
+cat "$session"
+exit $status
