@@ -30,8 +30,8 @@ note() { printf '\n==== %s\n' "$*" | tee -a "$OUT/summary.log"; }
 gpu_sets=()
 for s in "${GPU_EXTRA[@]}"; do gpu_sets+=(--set "$s"); done
 
-data=data/shapes
-if [ ! -f "$data/.done-50000" ]; then
+data=data/shapes  # the curve and demo steps' dataset, made once (the tests and bench steps need none)
+if [[ " ${steps[*]} " =~ \ (curve|demo)\  ]] && [ ! -f "$data/.done-50000" ]; then
   note "making the shapes dataset"
   rm -rf "$data"
   "$VLM" data synth shapes --out "$data/train" --samples 50000 --seed 1 >>"$OUT/data.log" 2>&1
