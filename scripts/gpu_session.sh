@@ -15,6 +15,7 @@
 # $OUT/logs (dropped when the step passed, unless KEEP_LOGS=1), its summary lines go to $OUT/session.log, and
 # session.log is printed once more at the very end, so the tail holds every step's result.
 set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)  # the sibling scripts; bench/peers/ is read from the working directory
 t0=$(date +%s)
 DEADLINE=${DEADLINE:-500}
 TRAIN_MIN=${TRAIN_MIN:-240}
@@ -55,7 +56,7 @@ for step in "${steps[@]}"; do
   case $step in
     flash)
       FLASH_BIN=$NEW_DIR OUT="$OUT/logs/flash" STEP_TIMEOUT=$(($(left) / 4 > 60 ? $(left) / 4 : 60)) \
-        scripts/gpu_flash.sh tests sanitize >"$log" 2>&1 || rc=$?
+        "$here/gpu_flash.sh" tests sanitize >"$log" 2>&1 || rc=$?
       sed -n '/^==== summary/,$p' "$log" | grep -vE '^==== summary|^$' | tee -a "$session" >/dev/null ;;
     gtests)
       for t in "$NEW_DIR"/test_*; do
@@ -70,13 +71,13 @@ for step in "${steps[@]}"; do
               "--head-dims 64,128 --causal both --seqlens 1024,2048,4096,8192")
       for args in "${shapes[@]}"; do
         # shellcheck disable=SC2086  # the shape's words are separate arguments
-        AB_GREP='^d=' ROUNDS=${AB_ROUNDS:-2} AB_TIMEOUT=120 scripts/gpu_ab.sh "$OLD_DIR/bench_attention" \
+        AB_GREP='^d=' ROUNDS=${AB_ROUNDS:-2} AB_TIMEOUT=120 "$here/gpu_ab.sh" "$OLD_DIR/bench_attention" \
           "$NEW_DIR/bench_attention" $args >>"$log" 2>&1 || rc=1
       done
-      python3 scripts/ab_summary.py "$log" | tee -a "$session" >/dev/null || rc=1 ;;
+      python3 "$here/ab_summary.py" "$log" | tee -a "$session" >/dev/null || rc=1 ;;
     fbench)
       FLASH_BIN=$NEW_DIR OUT="$OUT/fbench" STEP_TIMEOUT=$(($(left) / 2 > 60 ? $(left) / 2 : 60)) \
-        scripts/gpu_flash.sh bench >"$log" 2>&1 || rc=$?
+        "$here/gpu_flash.sh" bench >"$log" 2>&1 || rc=$?
       sed -n '/^==== summary/,$p' "$log" | grep -E '^\||SM clock|Error|error' | tee -a "$session" >/dev/null ;;
     train)
       if [ "$(left)" -lt "$TRAIN_MIN" ]; then say "(only $(left) s left, TRAIN_MIN $TRAIN_MIN: skipped)"; continue; fi

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# scripts/gpu_session.sh with stub binaries (no GPU): a pack unpacked from its .tar.xz, the steps in order with their
+# summaries collected and printed again after the last step, a failing test binary's log kept and the exit status 1,
+# a passing step's logs dropped, steps past DEADLINE reported as not started, the A/B summarized per row, and a
+# missing pack refused with 2.
+set -uo pipefail
+session=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# Stubs: nvidia-smi on the PATH; the pack's tests (one passing, one failing) and bench_attention (one row per run: the
+# A/B's three shapes x 2 rounds fall into one row of 6 runs a side). The pack gets a name of its own, as it unpacks
+# into /tmp.
+pack=gpu_session_test_pack_$$
+mkdir -p "$dir/bin" "$dir/$pack/lib" "$dir/old"
+printf '#!/usr/bin/env bash\necho "Stub GPU, 1980 MHz"\n' >"$dir/bin/nvidia-smi"
+printf '#!/usr/bin/env bash\necho "[==========] 2 tests ran."\necho "[  PASSED  ] 2 tests."\n' >"$dir/$pack/test_good"
+printf '#!/usr/bin/env bash\necho "[  FAILED  ] 1 test, listed below:"\nexit 1\n' >"$dir/$pack/test_bad"
+for side in old "$pack"; do
+  cat >"$dir/$side/bench_attention" <<SCRIPT
+#!/usr/bin/env bash
+[ "$side" = old ] && v=100.0 || v=110.0
+echo "d= 64 causal=1 s=  177 b=64 h= 9 [hopper/hopper]  fwd  \$v  bwd   50.0  fwd+bwd   60.0 TFLOP/s  (its halves 1 / 2)"
+SCRIPT
+done
+chmod +x "$dir"/bin/* "$dir/$pack"/* "$dir"/old/*
+python3 -c "import sys, tarfile; tarfile.open(sys.argv[1], 'w:xz').add(sys.argv[2], arcname=sys.argv[3])" \
+  "$dir/$pack.tar.xz" "$dir/$pack" "$pack"  # as scripts/gpu_pack.sh packs (xz may be missing here)
+rm -rf "${dir:?}/$pack"  # only the .tar.xz is left: the script must unpack it (into /tmp, as on the GPU machine)
+
+out=$(PATH="$dir/bin:$PATH" NEW="$dir/$pack.tar.xz" OLD="$dir/old" OUT="$dir/out" bash "$session" gtests ab)
+rc=$?
+rm -rf "/tmp/${pack:?}"
+[ $rc -eq 1 ] || fail "a failing test binary gave exit status $rc, not 1"
+summary=$(sed -n '/^==== session summary/,$p' <<<"$out")
+grep -q "^gpu: Stub GPU" <<<"$summary" || fail "no GPU line in the summary: $out"
+grep -q "^test_good: \[  PASSED  \] 2 tests." <<<"$summary" || fail "no passing test line: $out"
+grep -q "^test_bad: \[  FAILED  \] 1 test" <<<"$summary" || fail "no failing test line: $out"
+grep -q "^-- gtests: exit 1" <<<"$summary" || fail "gtests not reported failed: $out"
+grep -qE "^d=64 causal=1 s=177 +fwd +100.0 +110.0 +1.100x +6/6" <<<"$summary" || fail "no A/B row: $out"
+grep -q "^-- ab: exit 0" <<<"$summary" || fail "ab not reported passed: $out"
+[ -f "$dir/out/logs/test_bad.log" ] || fail "the failing step's logs were dropped"
+[ -f "$dir/out/logs/ab.log" ] && fail "the passing A/B's log was kept"
+[ "$(grep -n '^== gtests' <<<"$summary" | cut -d: -f1)" -lt "$(grep -n '^== ab' <<<"$summary" | cut -d: -f1)" ] \
+  || fail "steps out of order: $out"
+
+# The deadline: the slow step starts, the ones after it do not; no OLD pack skips the A/B.
+mkdir -p "$dir/slow"
+printf '#!/usr/bin/env bash\nsleep 2\necho "[  PASSED  ] 1 test."\n' >"$dir/slow/test_slow"
+chmod +x "$dir/slow/test_slow"
+out=$(PATH="$dir/bin:$PATH" NEW="$dir/slow" OUT="$dir/out2" DEADLINE=1 bash "$session" ab gtests train)
+rc=$?
+[ $rc -eq 0 ] || fail "deadline run: exit status $rc"
+summary=$(sed -n '/^==== session summary/,$p' <<<"$out")
+grep -q "(no OLD pack: skipped)" <<<"$summary" || fail "ab without OLD not skipped: $out"
+grep -q "^test_slow: \[  PASSED  \] 1 test." <<<"$summary" || fail "the slow step did not run: $out"
+grep -q "^== train: not started (deadline 1 s reached)" <<<"$summary" || fail "train started past the deadline: $out"
+
+PATH="$dir/bin:$PATH" NEW="$dir/missing" OUT="$dir/out3" bash "$session" gtests >/dev/null 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "a missing pack gave exit status $rc, not 2"
+echo "gpu_session_test: ok"
