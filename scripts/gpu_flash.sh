@@ -80,8 +80,9 @@ for step in "${steps[@]}"; do
       # d=128 causal forward's mixed key steps on every causal shape, then (memcheck) with programmatic dependent
       # launch, then with the d=64 causal forward's 64-row tiles on every causal shape, with the counter.
       # FLASH_SAN_PASSES (space-separated TOOL[:SETTING] words) replaces the list.
-      read -r -a san_passes <<<"${FLASH_SAN_PASSES:-memcheck racecheck memcheck:dynamic racecheck:dynamic memcheck:wide \
-racecheck:wide memcheck:pdl memcheck:rows64 racecheck:rows64}"
+      default_san_passes="memcheck racecheck memcheck:dynamic racecheck:dynamic memcheck:wide racecheck:wide"
+      default_san_passes+=" memcheck:pdl memcheck:rows64 racecheck:rows64"
+      read -r -a san_passes <<<"${FLASH_SAN_PASSES:-$default_san_passes}"
       for pass in "${san_passes[@]}"; do
         tool=${pass%%:*}
         envs=()
@@ -131,7 +132,8 @@ racecheck:wide memcheck:pdl memcheck:rows64 racecheck:rows64}"
       # the d=64 causal forward's 64-row tiles at the text model's shape and around the 256-query bound.
       default_switches="VLM_FLASH_FWD_ROWS64=0@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
       default_switches+=" --causal yes"
-      default_switches+=";VLM_FLASH_FWD_ROWS64=0,VLM_FLASH_FWD_ROWS64=1@--head-dims 64 --causal yes --seqlens 256,512,1024"
+      default_switches+=";VLM_FLASH_FWD_ROWS64=0,VLM_FLASH_FWD_ROWS64=1@--head-dims 64 --causal yes"
+      default_switches+=" --seqlens 256,512,1024"
       IFS=';' read -r -a entries <<<"${SWITCHES:-$default_switches}"
       n=0
       for entry in "${entries[@]}"; do

@@ -5,7 +5,8 @@
 #   gtests  every test_* binary in NEW (op layer, model, training on the GPU)
 #   ab      scripts/gpu_ab.sh OLD NEW bench_attention at the model's two shapes and the 1k-8k sweep (needs OLD)
 #   fbench  scripts/gpu_flash.sh bench: the ANCHORS sweep with the PyTorch SDPA peers
-#   train   the PyTorch training peer (eager, torch.compile), then NEW's `vlm bench train --peer`
+#   train   scripts/gpu_train_check.sh bench: the PyTorch training peer (eager, torch.compile), then NEW's
+#           `vlm bench train --peer`, the peer cut a minute before the deadline's end
 #   scripts/gpu_session.sh [step...]          (default: flash gtests ab fbench train)
 # Environment: NEW (a folder packed by scripts/gpu_pack.sh, or its .tar.xz; default .carry/next), OLD (the same, for
 # ab; unset: ab is skipped), DEADLINE (seconds from the start after which no step starts, default 500), TRAIN_MIN
@@ -81,16 +82,10 @@ for step in "${steps[@]}"; do
       sed -n '/^==== summary/,$p' "$log" | grep -E '^\||SM clock|Error|error' | tee -a "$session" >/dev/null ;;
     train)
       if [ "$(left)" -lt "$TRAIN_MIN" ]; then say "(only $(left) s left, TRAIN_MIN $TRAIN_MIN: skipped)"; continue; fi
-      timeout -k 5 $(($(left) - 60)) python3 bench/peers/train_nanovlm.py --modes eager,compile --steps 20 \
-        --warmup 5 >"$OUT/peer.jsonl" 2>"$OUT/logs/peer.log"
-      peer_rc=$?
-      if [ "$peer_rc" -ne 0 ]; then
-        rc=1
-        say "peer: exit $peer_rc$([ "$peer_rc" = 124 ] && echo ', cut by the time limit') (logs/peer.log)"
-      fi
-      timeout -k 5 90 "$NEW_DIR/vlm" bench train --steps 20 --warmup 5 --peer "$OUT/peer.jsonl" \
-        --json "$OUT/bench_train.json" >"$log" 2>&1 || rc=1
-      grep -E "samples/s|ours / peer|^vlm\.cpp|^pytorch|breakdown|\(gaps" "$log" | tee -a "$session" >/dev/null ;;
+      VLM_BIN=$NEW_DIR OUT="$OUT/train" PEER_TIMEOUT=$(($(left) - 60)) BENCH_TIMEOUT=90 \
+        "$here/gpu_train_check.sh" bench >"$log" 2>&1 || rc=1
+      grep -E "^peer: exit|samples/s|ours / peer|^vlm\.cpp|^pytorch|breakdown|\(gaps" "$OUT/train/summary.log" \
+        | tee -a "$session" >/dev/null ;;
     *)
       say "unknown step $step"
       rc=2 ;;

@@ -10,7 +10,9 @@
 #   scripts/gpu_train_check.sh [curve] [demo] [tests] [bench]        (default: curve demo)
 # Environment: VLM_BIN (default .carry/train: vlm and lib/), OUT (default ./gpu_train_out), STEPS (default 20),
 # GPU_SET (extra --set arguments for the GPU runs, e.g. "train.precision=bf16"), TEST_ENVS (VAR=value words: the tests
-# step runs every binary once more under each; default VLM_PDL=1, empty for none).
+# step runs every binary once more under each; default VLM_PDL=1, empty for none), PEER_TIMEOUT and BENCH_TIMEOUT
+# (seconds for the bench step's PyTorch peer and for `vlm bench train`, default 3600 and 600: a run cut by its limit
+# is reported, and the peer's finished modes stay in peer.jsonl).
 # To prepare the binary on the build machine:
 #   cmake --preset cuda && cmake --build build-cuda --target vlm
 #   mkdir -p .carry/train/lib && cp build-cuda/apps/vlm/vlm .carry/train/ && \
@@ -90,11 +92,18 @@ PY
       ;;
     bench)
       note "bench: PyTorch peer, then vlm bench train ${BENCH_ARGS:-}"
-      python3 bench/peers/train_nanovlm.py --modes "${PEER_MODES:-eager,compile}" --steps 20 --warmup 5 \
-        >"$OUT/peer.jsonl" 2>"$OUT/peer.log" || status=1
+      timeout -k 5 "${PEER_TIMEOUT:-3600}" python3 bench/peers/train_nanovlm.py --modes "${PEER_MODES:-eager,compile}" \
+        --steps 20 --warmup 5 >"$OUT/peer.jsonl" 2>"$OUT/peer.log"
+      rc=$?
+      if [ $rc -ne 0 ]; then
+        status=1
+        echo "peer: exit $rc$([ $rc = 124 ] && echo ', cut by PEER_TIMEOUT') ($OUT/peer.log)" \
+          | tee -a "$OUT/summary.log"
+      fi
       read -r -a bench_extra <<<"${BENCH_ARGS:-}"
-      "$VLM" bench train --steps 20 --warmup 5 --peer "$OUT/peer.jsonl" --json "$OUT/bench_train.json" \
-        "${bench_extra[@]}" 2>&1 | tee "$OUT/bench_train.log" | head -60 | tee -a "$OUT/summary.log" || status=1
+      timeout -k 5 "${BENCH_TIMEOUT:-600}" "$VLM" bench train --steps 20 --warmup 5 --peer "$OUT/peer.jsonl" \
+        --json "$OUT/bench_train.json" "${bench_extra[@]}" 2>&1 | tee "$OUT/bench_train.log" | head -60 \
+        | tee -a "$OUT/summary.log" || status=1
       ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
