@@ -4,10 +4,12 @@
 #   flash   scripts/gpu_flash.sh tests sanitize on NEW's flash binaries (every forced switch, racecheck, memcheck)
 #   gtests  every test_* binary in NEW (op layer, model, training on the GPU)
 #   ab      scripts/gpu_ab.sh OLD NEW bench_attention at the model's two shapes and the 1k-8k sweep (needs OLD)
+#   ibench  bench/peers/attention_interleaved.py: NEW's libvlm_flash_c.so and cuDNN in one process, the sides
+#           alternating row by row (s >= 2k of the ANCHORS sweep; IBENCH_ARGS replaces the arguments)
 #   fbench  scripts/gpu_flash.sh bench: the ANCHORS sweep with the PyTorch SDPA peers
 #   train   scripts/gpu_train_check.sh bench: the PyTorch training peer (eager, torch.compile), then NEW's
 #           `vlm bench train --peer`, the peer cut a minute before the deadline's end
-#   scripts/gpu_session.sh [step...]          (default: flash gtests ab fbench train)
+#   scripts/gpu_session.sh [step...]          (default: flash gtests ab ibench fbench train)
 # Environment: NEW (a folder packed by scripts/gpu_pack.sh, or its .tar.xz; default .carry/next), OLD (the same, for
 # ab; unset: ab is skipped), DEADLINE (seconds from the start after which no step starts, default 500), TRAIN_MIN
 # (seconds the train step needs, torch.compile included, default 240: with less left it is skipped, not cut),
@@ -45,7 +47,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.limit 
 
 status=0
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(flash gtests ab fbench train)
+[ ${#steps[@]} -eq 0 ] && steps=(flash gtests ab ibench fbench train)
 for step in "${steps[@]}"; do
   if [ "$(elapsed)" -gt "$DEADLINE" ]; then
     say "== $step: not started (deadline ${DEADLINE} s reached)"
@@ -76,6 +78,12 @@ for step in "${steps[@]}"; do
           "$NEW_DIR/bench_attention" $args >>"$log" 2>&1 || rc=1
       done
       python3 "$here/ab_summary.py" "$log" | tee -a "$session" >/dev/null || rc=1 ;;
+    ibench)
+      if [ ! -f "$NEW_DIR/libvlm_flash_c.so" ]; then say "(no libvlm_flash_c.so in NEW: skipped)"; continue; fi
+      read -r -a iargs <<<"${IBENCH_ARGS:---seqlens 2048,4096,8192,16384}"
+      PYTHONUNBUFFERED=1 timeout -k 5 "$(($(left) > 60 ? $(left) : 60))" python3 bench/peers/attention_interleaved.py \
+        --lib "$NEW_DIR/libvlm_flash_c.so" "${iargs[@]}" >"$log" 2>&1 || rc=1
+      grep -E '^\||^#' "$log" | tee -a "$session" >/dev/null ;;
     fbench)
       FLASH_BIN=$NEW_DIR OUT="$OUT/fbench" STEP_TIMEOUT=$(($(left) / 2 > 60 ? $(left) / 2 : 60)) \
         "$here/gpu_flash.sh" bench >"$log" 2>&1 || rc=$?

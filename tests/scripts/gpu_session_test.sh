@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/gpu_session.sh with stub binaries (no GPU): a pack unpacked from its .tar.xz, the steps in order with their
 # summaries collected and printed again after the last step, a failing test binary's log kept and the exit status 1,
-# a passing step's logs dropped, steps past DEADLINE reported as not started, the A/B summarized per row, and a
-# missing pack refused with 2.
+# a passing step's logs dropped, steps past DEADLINE reported as not started, the A/B summarized per row, the
+# interleaved benchmark skipped without the C library, and a missing pack refused with 2.
 set -uo pipefail
 session=$1
 dir=$(mktemp -d)
@@ -49,11 +49,12 @@ grep -q "^-- ab: exit 0" <<<"$summary" || fail "ab not reported passed: $out"
 mkdir -p "$dir/slow"
 printf '#!/usr/bin/env bash\nsleep 2\necho "[  PASSED  ] 1 test."\n' >"$dir/slow/test_slow"
 chmod +x "$dir/slow/test_slow"
-out=$(PATH="$dir/bin:$PATH" NEW="$dir/slow" OUT="$dir/out2" DEADLINE=1 bash "$session" ab gtests train)
+out=$(PATH="$dir/bin:$PATH" NEW="$dir/slow" OUT="$dir/out2" DEADLINE=1 bash "$session" ab ibench gtests train)
 rc=$?
 [ $rc -eq 0 ] || fail "deadline run: exit status $rc"
 summary=$(sed -n '/^==== session summary/,$p' <<<"$out")
 grep -q "(no OLD pack: skipped)" <<<"$summary" || fail "ab without OLD not skipped: $out"
+grep -q "(no libvlm_flash_c.so in NEW: skipped)" <<<"$summary" || fail "ibench without the library not skipped: $out"
 grep -q "^test_slow: \[  PASSED  \] 1 test." <<<"$summary" || fail "the slow step did not run: $out"
 grep -q "^== train: not started (deadline 1 s reached)" <<<"$summary" || fail "train started past the deadline: $out"
 
