@@ -2,7 +2,8 @@
 # One device call's worth of GPU validation, run on the GPU machine from the repo root, steps in priority order under a
 # deadline so that a call cut short still returns what it reached:
 #   flash   scripts/gpu_flash.sh tests sanitize on NEW's flash binaries (every forced switch, racecheck, memcheck)
-#   gtests  every test_* binary in NEW (op layer, model, training on the GPU)
+#   gtests  every test_* binary in NEW (op layer, model, training on the GPU), and tests/python/test_vlm_flash.py
+#           when NEW has libvlm_flash_c.so
 #   ab      scripts/gpu_ab.sh OLD NEW bench_attention at the model's two shapes and the 1k-8k sweep (needs OLD)
 #   ibench  bench/peers/attention_interleaved.py: NEW's libvlm_flash_c.so and cuDNN in one process, the sides
 #           alternating row by row (s >= 2k of the ANCHORS sweep; IBENCH_ARGS replaces the arguments)
@@ -66,7 +67,12 @@ for step in "${steps[@]}"; do
         [ -x "$t" ] || continue
         timeout -k 5 "$(($(left) > 30 ? $(left) : 30))" "$t" >"$OUT/logs/$(basename "$t").log" 2>&1 || rc=1
         say "$(basename "$t"): $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/logs/$(basename "$t").log" | tr '\n' ' ')"
-      done ;;
+      done
+      if [ -f "$NEW_DIR/libvlm_flash_c.so" ]; then  # the PyTorch binding against PyTorch's attention
+        timeout -k 5 120 python3 "$here/../tests/python/test_vlm_flash.py" --lib "$NEW_DIR/libvlm_flash_c.so" \
+          >"$OUT/logs/test_vlm_flash.log" 2>&1 || rc=1
+        say "test_vlm_flash.py: $(tail -1 "$OUT/logs/test_vlm_flash.log")"
+      fi ;;
     ab)
       if [ -z "$OLD_DIR" ]; then say "(no OLD pack: skipped)"; continue; fi
       shapes=("--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3 --causal yes"

@@ -3,11 +3,12 @@
 
 bench_attention and attention_sdpa.py each time their side in their own process, the peer's whole sweep first: on a
 GPU that holds its power cap for part of a sweep, a slow spell then lands on one side's rows only. Here our kernels
-run through their C ABI (libvlm_flash_c.so, src/kernels/cuda/flash/flash_c_api.h, via ctypes) on PyTorch's tensors,
-and every row is timed in rounds that alternate the sides (peer, ours, ours, peer, ...), each sample a window of
-back-to-back calls long enough to hide the host's time per call (about --window-ms), both sides measured with the
-same CUDA events. nvidia-smi is sampled meanwhile, and each side's mean SM clock and power are printed per row, so a
-difference in clocks shows. Before timing, our outputs and gradients are compared with the peer's (max abs error).
+run through their C ABI (libvlm_flash_c.so, src/kernels/cuda/flash/flash_c_api.h; python/vlm_flash.py's
+ctypes binding) on PyTorch's tensors, and every row is timed in rounds that alternate the sides (peer, ours, ours,
+peer, ...), each sample a window of back-to-back calls long enough to hide the host's time per call (about
+--window-ms), both sides measured with the same CUDA events. nvidia-smi is sampled meanwhile, and each side's mean
+SM clock and power are printed per row, so a difference in clocks shows. Before timing, our outputs and gradients
+are compared with the peer's (max abs error).
 
 FLOP convention as bench_attention (flash-attention's benchmark, ANCHORS.md): fwd = 4 b h s^2 d, halved when
 causal; bwd = 2.5 fwd; fwd+bwd = 3.5 fwd. batch = --tokens / seqlen, heads = --hidden / d.
@@ -15,8 +16,8 @@ causal; bwd = 2.5 fwd; fwd+bwd = 3.5 fwd. batch = --tokens / seqlen, heads = --h
   python3 bench/peers/attention_interleaved.py --lib build/.../libvlm_flash_c.so [--head-dims 64,128] [--json F]
 """
 import argparse
-import ctypes
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -27,25 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import vlm_flash  # noqa: E402  (the ctypes binding of libvlm_flash_c.so)
+
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
-
-
-class Dense(ctypes.Structure):
-    _fields_ = [("batch", ctypes.c_int), ("seqlen_q", ctypes.c_int), ("seqlen_k", ctypes.c_int),
-                ("heads_q", ctypes.c_int), ("heads_kv", ctypes.c_int), ("head_dim", ctypes.c_int),
-                ("causal", ctypes.c_int), ("scale", ctypes.c_float),
-                ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p)]
-
-
-def load_lib(path):
-    lib = ctypes.CDLL(path)
-    vp, sp = ctypes.c_void_p, ctypes.POINTER(Dense)
-    lib.vlm_flash_fwd_dense.argtypes = [sp, vp, vp, vp, vp, vp, vp]
-    lib.vlm_flash_bwd_workspace_bytes.argtypes = [sp]
-    lib.vlm_flash_bwd_workspace_bytes.restype = ctypes.c_size_t
-    lib.vlm_flash_bwd_dense.argtypes = [sp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, ctypes.c_size_t, vp]
-    lib.vlm_flash_last_error.restype = ctypes.c_char_p
-    return lib
 
 
 class Smi:
@@ -94,7 +80,7 @@ def timed_window(fn, calls):
     return start.elapsed_time(end) / calls, (t0, time.time())
 
 
-def measure_row(lib, backend, d, causal, s, args, smi):
+def measure_row(backend, d, causal, s, args, smi):
     b, h = max(1, args.tokens // s), args.hidden // d
     dev = torch.device("cuda")
     rnd = lambda: torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
@@ -103,25 +89,16 @@ def measure_row(lib, backend, d, causal, s, args, smi):
     qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_(True) for x in (q, k, v))
     dout_t = dout.transpose(1, 2)
     cu = torch.arange(0, b + 1, dtype=torch.int32, device=dev) * s
-    shape = Dense(b, s, s, h, h, d, int(causal), 0.0, cu.data_ptr(), cu.data_ptr())
+    shape = vlm_flash.Dense(b, s, s, h, h, d, int(causal), 0.0, cu.data_ptr(), cu.data_ptr())
     out, lse = torch.empty_like(q), torch.empty(h, b * s, device=dev, dtype=torch.float32)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    ws_bytes = lib.vlm_flash_bwd_workspace_bytes(ctypes.byref(shape))
-    ws = torch.empty(max(ws_bytes, 256), device=dev, dtype=torch.uint8)
-    stream = torch.cuda.current_stream().cuda_stream
-
-    def check(rc):
-        if rc != 0:
-            raise RuntimeError(lib.vlm_flash_last_error().decode())
+    ws = torch.empty(max(vlm_flash.bwd_workspace_bytes(shape), 256), device=dev, dtype=torch.uint8)
 
     def ours_fwd():
-        check(lib.vlm_flash_fwd_dense(ctypes.byref(shape), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                      out.data_ptr(), lse.data_ptr(), stream))
+        vlm_flash.fwd(shape, q, k, v, out, lse)
 
     def ours_bwd():
-        check(lib.vlm_flash_bwd_dense(ctypes.byref(shape), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                                      dout.data_ptr(), lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-                                      ws.data_ptr(), ws_bytes, stream))
+        vlm_flash.bwd(shape, q, k, v, out, dout, lse, dq, dk, dv, ws)
 
     def ours_fwdbwd():
         ours_fwd()
@@ -194,7 +171,7 @@ def main():
     if not torch.cuda.is_available():
         print("attention_interleaved: no CUDA device", file=sys.stderr)
         return 2
-    lib = load_lib(args.lib)
+    vlm_flash.load(args.lib)
     causals = {"yes": [True], "no": [False], "both": [False, True]}[args.causal]
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
           f"peer backend {args.backend}, {args.rounds} alternating rounds of ~{args.window_ms:.0f} ms windows",
@@ -207,7 +184,7 @@ def main():
         for d in args.head_dims:
             for c in causals:
                 for s in args.seqlens:
-                    row = measure_row(lib, args.backend, d, c, s, args, smi)
+                    row = measure_row(args.backend, d, c, s, args, smi)
                     rows.append(row)
                     for pas in ("fwd", "bwd", "fwdbwd"):
                         cp = lambda side: (f"{row[f'{side}_{pas}_mhz']:.0f}, {row[f'{side}_{pas}_watts']:.0f}"
