@@ -26,6 +26,7 @@
 #include "core/cuda_check.h"
 #include "kernels/cuda/flash/flash_dispatch.h"
 #include "kernels/cuda/flash/flash_hopper_host.h"
+#include "kernels/cuda/flash/flash_reduce.h"
 #include "kernels/cuda/flash/flash_schedule.h"
 #include "kernels/cuda/flash/flash_tiles.h"
 #include "kernels/cuda/flash/flash_utils.cuh"
@@ -361,9 +362,19 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
         }
     #pragma unroll
         for (int r = 0; r < 2; ++r) {
+          // The row's max as a tree (flash_reduce.h) rather than a W / 8-deep chain, except in the d=128 160-key
+          // steps, whose consumers are at their register budget (ptxas: the tree's temporaries spilled 12 bytes in
+          // the non-causal kernel and 4 more in the mixed one).
           float mx = row_max[r];
+          if constexpr (kHeadDim == 128 && W == 160) {
     #pragma unroll
-          for (int j = 0; j < W / 8; ++j) mx = fmaxf(mx, fmaxf(sacc[4 * j + 2 * r], sacc[4 * j + 2 * r + 1]));
+            for (int j = 0; j < W / 8; ++j) mx = fmaxf(mx, fmaxf(sacc[4 * j + 2 * r], sacc[4 * j + 2 * r + 1]));
+          } else {
+            float pair_max[W / 8];
+    #pragma unroll
+            for (int j = 0; j < W / 8; ++j) pair_max[j] = fmaxf(sacc[4 * j + 2 * r], sacc[4 * j + 2 * r + 1]);
+            mx = fmaxf(mx, tree_max(pair_max));
+          }
           mx = quad_max(mx);
           const float m_scaled = mx == -kInf ? 0.f : mx * scale_log2;
           corr[r] = exp2_ftz(row_max[r] * scale_log2 - m_scaled);
