@@ -51,6 +51,9 @@ for step in "${steps[@]}"; do
       note "tests"
       run "$BIN/flash_reference_test" >"$OUT/tests.log" 2>&1 || status=1
       run "$BIN/flash_gpu_test" >>"$OUT/tests.log" 2>&1 || status=1
+      if [ -x "$BIN/flash_c_api_test" ]; then  # the C ABI (libvlm_flash_c.so), where the pack has it
+        run "$BIN/flash_c_api_test" >>"$OUT/tests.log" 2>&1 || status=1
+      fi
       # The Hopper kernels once more under each forced switch, so every path sees every shape whichever the automatic
       # choice picks: every problem one item per CTA (PERSISTENT=0) and persistent (1); the forward's wide key steps
       # on every non-causal shape (by default only long rows, which few test shapes have); every causal forward on
