@@ -52,10 +52,11 @@ class VlmFlashAgainstTorch(unittest.TestCase):
         q, k, v = make(sq, hq), make(sk, hkv), make(sk, hkv)
         dout = make(sq, hq)
         results = {}
-        for name, fn in (("ours", lambda a, b_, c: self.vf.attention(a, b_, c, causal=causal)),
-                         ("bf16", lambda a, b_, c: reference(a, b_, c, causal, torch.bfloat16).to(torch.bfloat16)),
-                         ("fp32", lambda a, b_, c: reference(a, b_, c, causal, torch.float32))):
-            xs = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+        for name, fn, leaf in (("ours", lambda a, b_, c: self.vf.attention(a, b_, c, causal=causal), torch.bfloat16),
+                               ("bf16", lambda a, b_, c: reference(a, b_, c, causal, torch.bfloat16), torch.bfloat16),
+                               ("fp32", lambda a, b_, c: reference(a, b_, c, causal, torch.float32), torch.float32)):
+            # fp32 leaves for the reference, so that its gradients are not rounded back to bf16
+            xs = [x.detach().to(leaf).requires_grad_(True) for x in (q, k, v)]
             out = fn(*xs)
             out.backward(dout.to(out.dtype))
             results[name] = [out.detach().float()] + [x.grad.float() for x in xs]
