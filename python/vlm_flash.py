@@ -7,7 +7,7 @@ CUDA tensors, through the C ABI of libvlm_flash_c.so (src/kernels/cuda/flash/fla
 
 The same sequence length within a batch (dense); causal masks are bottom-right aligned when s_q != s_k; scale
 defaults to 1/sqrt(d). Inputs are made contiguous; gradients come back in the inputs' shapes. Runs on the current
-CUDA stream. The low-level calls (Dense, fwd, bwd, bwd_workspace_bytes) are public for benchmarks that time the
+CUDA stream. The low-level calls (dense, workspace, fwd, bwd) are public for benchmarks that time the
 kernels without autograd (bench/peers/attention_interleaved.py).
 """
 import ctypes
@@ -15,7 +15,7 @@ import os
 
 import torch
 
-__all__ = ["load", "attention", "Dense", "fwd", "bwd", "bwd_workspace_bytes"]
+__all__ = ["load", "attention", "Dense", "dense", "workspace", "fwd", "bwd", "bwd_workspace_bytes"]
 
 
 class Dense(ctypes.Structure):
@@ -59,6 +59,22 @@ def _stream():
     return torch.cuda.current_stream().cuda_stream
 
 
+def dense(q, k, causal=False, scale=None):
+    """The Dense shape of contiguous (b, s_q, h_q, d) q and (b, s_k, h_kv, d) k, and the cu_seqlens tensors its
+    pointers refer to: keep them alive as long as the shape."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    cu_q = torch.arange(0, b + 1, dtype=torch.int32, device=q.device) * sq
+    cu_k = cu_q if sk == sq else torch.arange(0, b + 1, dtype=torch.int32, device=q.device) * sk
+    shape = Dense(b, sq, sk, hq, hkv, d, int(causal), float(scale or 0.0), cu_q.data_ptr(), cu_k.data_ptr())
+    return shape, (cu_q, cu_k)
+
+
+def workspace(shape, device):
+    """A backward workspace for this shape (at least 256 bytes, so that its pointer is a real allocation)."""
+    return torch.empty(max(bwd_workspace_bytes(shape), 256), device=device, dtype=torch.uint8)
+
+
 def fwd(shape, q, k, v, out, lse):
     """out [b*s_q, h_q, d] and lse [h_q, b*s_q] (f32) written from contiguous q, k, v."""
     _check(_library().vlm_flash_fwd_dense(ctypes.byref(shape), q.data_ptr(), k.data_ptr(), v.data_ptr(),
@@ -95,26 +111,21 @@ class _Attention(torch.autograd.Function):
     def forward(ctx, q, k, v, causal, scale):
         _validate(q, k, v)
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        b, sq, hq, d = q.shape
-        sk, hkv = k.shape[1], k.shape[2]
-        cu_q = torch.arange(0, b + 1, dtype=torch.int32, device=q.device) * sq
-        cu_k = cu_q if sk == sq else torch.arange(0, b + 1, dtype=torch.int32, device=q.device) * sk
-        shape = Dense(b, sq, sk, hq, hkv, d, int(causal), float(scale or 0.0), cu_q.data_ptr(), cu_k.data_ptr())
+        shape, cu = dense(q, k, causal, scale)
         out = torch.empty_like(q)
-        lse = torch.empty(hq, b * sq, device=q.device, dtype=torch.float32)
+        lse = torch.empty(shape.heads_q, shape.batch * shape.seqlen_q, device=q.device, dtype=torch.float32)
         fwd(shape, q, k, v, out, lse)
-        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+        ctx.save_for_backward(q, k, v, out, lse, *cu)
         ctx.shape = shape
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-        shape = ctx.shape  # its cu_seqlens pointers stay valid: cu_q, cu_k are saved with it
+        q, k, v, out, lse, _, _ = ctx.saved_tensors
+        shape = ctx.shape  # its cu_seqlens pointers stay valid: their tensors are saved with it
         dout = dout.contiguous()
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        ws = torch.empty(max(bwd_workspace_bytes(shape), 256), device=q.device, dtype=torch.uint8)
-        bwd(shape, q, k, v, out, dout, lse, dq, dk, dv, ws)
+        bwd(shape, q, k, v, out, dout, lse, dq, dk, dv, workspace(shape, q.device))
         return dq, dk, dv, None, None
 
 

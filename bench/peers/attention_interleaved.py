@@ -88,11 +88,10 @@ def measure_row(backend, d, causal, s, args, smi):
     # The peer's view: (b, h, s, d) over the same (b, s, h, d) memory.
     qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_(True) for x in (q, k, v))
     dout_t = dout.transpose(1, 2)
-    cu = torch.arange(0, b + 1, dtype=torch.int32, device=dev) * s
-    shape = vlm_flash.Dense(b, s, s, h, h, d, int(causal), 0.0, cu.data_ptr(), cu.data_ptr())
+    shape, cu = vlm_flash.dense(q, k, causal)  # cu keeps the shape's cu_seqlens alive
     out, lse = torch.empty_like(q), torch.empty(h, b * s, device=dev, dtype=torch.float32)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    ws = torch.empty(max(vlm_flash.bwd_workspace_bytes(shape), 256), device=dev, dtype=torch.uint8)
+    ws = vlm_flash.workspace(shape, dev)
 
     def ours_fwd():
         vlm_flash.fwd(shape, q, k, v, out, lse)
