@@ -80,12 +80,13 @@ __device__ __forceinline__ void wgmma_pv<128>(float (&o)[64], const uint32_t (&a
   sm90::wgmma_m64n128k16_rs_tnsp_b(o, a, desc, acc);
 }
 
+// O += P V over a W-key step whose V tile starts at shared address v16 (16-byte units, see desc_sw128_from).
 template <int kHeadDim, int W, int kMaxSteps>
 __device__ __forceinline__ void issue_pv_keys(float (&o)[kHeadDim / 2], const uint32_t (&pf)[kMaxSteps][4],
-                                              const __nv_bfloat16* v_tile) {
+                                              uint32_t v16) {
 #pragma unroll
   for (int kk = 0; kk < W / 16; ++kk)
-    wgmma_pv<kHeadDim>(o, pf[kk], sm90::smem_desc_sw128(v_tile + kk * 16 * 64, W * 128, 1024), 1);
+    wgmma_pv<kHeadDim>(o, pf[kk], sm90::desc_sw128_from<W * 128>(v16, kk * 16 * 64 * 2), 1);
   sm90::wgmma_commit();
 }
 
@@ -248,19 +249,25 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
     // A step's width W (keys) from its score accumulator, float[W / 2] per thread.
   #define VLM_STEP_KEYS(sacc) (2 * static_cast<int>(std::extent_v<std::remove_reference_t<decltype(sacc)>>))
     // S = Q K^T for the key step in `stage`: 64 x W per warpgroup, accumulated over the head dim in k-steps of 16.
+    // Descriptors are one add from the 16-byte address of the shared tiles (desc_sw128_from), not rebuilt from
+    // pointers before every k-step. opaque_u32 keeps the compiler from hoisting them as 64-bit loop invariants.
+    const uint32_t smem16 = sm90::smem_base16(sQ);
     auto issue_s = [&](auto& sacc, int stage) {
       constexpr int W = VLM_STEP_KEYS(sacc);
-      const bf16* k_tile = sK + stage * Shape::kKvElems;
+      const uint32_t q16 = sm90::opaque_u32(smem16) + cw * (64 * 64 * 2 / 16);
+      const uint32_t k16 = q16 - cw * (64 * 64 * 2 / 16) + (Shape::kQElems + stage * Shape::kKvElems) * 2 / 16;
   #pragma unroll
       for (int kk = 0; kk < kHeadDim / 16; ++kk) {
         const int c = kk / 4, ko = (kk % 4) * 16;
-        const uint64_t da = sm90::smem_desc_sw128(sQ + c * kM * 64 + cw * 64 * 64 + ko, 16, 1024);
-        const uint64_t db = sm90::smem_desc_sw128(k_tile + c * W * 64 + ko, 16, 1024);
+        const uint64_t da = sm90::desc_sw128_from<16>(q16, (c * kM * 64 + ko) * 2);
+        const uint64_t db = sm90::desc_sw128_from<16>(k16, (c * W * 64 + ko) * 2);
         sm90::wgmma_ss<W>(sacc, da, db, kk > 0);
       }
       sm90::wgmma_commit();
     };
-    auto v_stage = [&](int stage) { return sV + stage * Shape::kKvElems; };
+    auto v_stage = [&](int stage) {
+      return sm90::opaque_u32(smem16) + (Shape::kQElems + (kStages + stage) * Shape::kKvElems) * 2 / 16;
+    };
     auto rescale_o = [&](const float (&corr)[2]) {
   #pragma unroll
       for (int r = 0; r < 2; ++r)
