@@ -147,7 +147,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     w.n_iters = w.n0 < w.sb.k_len ? w.m_count * group : 0;  // 0: nothing to do (no key, or no query sees them)
     return w;
   };
-  const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
+  // wg through a shuffle from lane 0: the compiler then knows it is warp-uniform, and the descriptors computed from it
+  // live in uniform registers (as in the forward).
+  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid / 128, 0), lane = tid % 32;
 
   if (tid == 0) {
     sm90::mbar_init(full_kv, 1);
@@ -271,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int m0 = (m_first + it % m_count) * kM, s = git % kStages;
         const uint32_t phase = (git / kStages) & 1;
         // Descriptors are built from element offsets to sK (see desc_sw128_from).
-        const uint32_t b16 = sm90::opaque_u32(base16);
+        const uint32_t b16 = base16;
         const int q_off = kOffQ + s * Shape::kQElems, do_off = kOffDo + s * Shape::kQElems;
         // lse and D of this thread's queries 8j + 2t, +1 (the stage's rows start at q_start & 3, see kStatRows).
         const float* lse_q = sLse + s * kSR + (sb.q_start & 3) + 2 * t;
@@ -403,7 +405,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           sm90::named_barrier_sync(ready_bar(1 - cw, git - 1), 256);
           float dq[32];
           sm90::wgmma_fence();
-          issue_dq(dq, sm90::opaque_u32(base16), git - 1);
+          issue_dq(dq, base16, git - 1);
           sm90::wgmma_commit();
           sm90::wgmma_wait<0>();
           sm90::fence_regs(dq);

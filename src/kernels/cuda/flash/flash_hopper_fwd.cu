@@ -168,7 +168,10 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
     if (!kMixed) return (n_blocks - 1 - i) * kN;
     return mixed_key_step(n_blocks, diag, i, kNn, kN, &wide);
   };
-  const int tid = threadIdx.x, wg = tid / 128;
+  const int tid = threadIdx.x;
+  // The warpgroup index through a shuffle from lane 0, so that the compiler knows it is warp-uniform: what is computed
+  // from it (the wgmma descriptors of this warpgroup's Q rows) can then live in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
 
   if (tid == 0) {
     sm90::mbar_init(bar_q, 1);
@@ -250,11 +253,12 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
   #define VLM_STEP_KEYS(sacc) (2 * static_cast<int>(std::extent_v<std::remove_reference_t<decltype(sacc)>>))
     // S = Q K^T for the key step in `stage`: 64 x W per warpgroup, accumulated over the head dim in k-steps of 16.
     // Descriptors are one add from the 16-byte address of the shared tiles (desc_sw128_from), not rebuilt from
-    // pointers before every k-step. opaque_u32 keeps the compiler from hoisting them as 64-bit loop invariants.
+    // pointers before every k-step; with cw known warp-uniform (wg above) they stay in uniform registers, where
+    // HGMMA reads them (SASS, 2026-12-06: the R2UR moves before the main loop's HGMMAs are gone).
     const uint32_t smem16 = sm90::smem_base16(sQ);
     auto issue_s = [&](auto& sacc, int stage) {
       constexpr int W = VLM_STEP_KEYS(sacc);
-      const uint32_t q16 = sm90::opaque_u32(smem16) + cw * (64 * 64 * 2 / 16);
+      const uint32_t q16 = smem16 + cw * (64 * 64 * 2 / 16);
       const uint32_t k16 = q16 - cw * (64 * 64 * 2 / 16) + (Shape::kQElems + stage * Shape::kKvElems) * 2 / 16;
   #pragma unroll
       for (int kk = 0; kk < kHeadDim / 16; ++kk) {
@@ -266,7 +270,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
       sm90::wgmma_commit();
     };
     auto v_stage = [&](int stage) {
-      return sm90::opaque_u32(smem16) + (Shape::kQElems + (kStages + stage) * Shape::kKvElems) * 2 / 16;
+      return smem16 + (Shape::kQElems + (kStages + stage) * Shape::kKvElems) * 2 / 16;
     };
     auto rescale_o = [&](const float (&corr)[2]) {
   #pragma unroll
