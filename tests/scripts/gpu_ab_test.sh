@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu_ab.sh: alternation order and labels, the AB_GREP filter, AB_ENV_NEW on the new side only, AB_VARIANTS
+# scripts/gpu_ab.sh: alternation order (reversed in even rounds) and labels, the AB_GREP filter, AB_ENV_NEW on the new side only, AB_VARIANTS
 # (extra new-side runs with their own labels), a run past
 # AB_TIMEOUT reported with exit status 1, and a missing binary refused with 2.
 set -uo pipefail
@@ -23,10 +23,10 @@ expected="== round 1, old: $dir/old
 row old tag=none args=--a 1
 == round 1, new: $dir/new AB_TEST_TAG=x
 row new tag=x args=--a 1
-== round 2, old: $dir/old 
-row old tag=none args=--a 1
 == round 2, new: $dir/new AB_TEST_TAG=x
-row new tag=x args=--a 1"
+row new tag=x args=--a 1
+== round 2, old: $dir/old 
+row old tag=none args=--a 1"
 [ "$out" = "$expected" ] || fail "unexpected output:
 $out"
 
