@@ -4,7 +4,8 @@
 // synchronizations (each step = zero grads + forward/backward + clipped AdamW; as in the trainer, the loss and the grad
 // norm are read back in the background and nothing in a step waits for the device). Peak memory: the device caching
 // allocator's counters over one more step. Then `profile_steps` steps with every op bracketed by CUDA events
-// (kernels/op_profile.h) for the per-op time breakdown.
+// (kernels/op_profile.h) for the per-op time breakdown, the host's enqueue time of one step against the device's, and
+// `trace_steps` steps under CUPTI for the per-kernel device time (kernel_trace_report.h).
 #include "bench/train/bench_train.h"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "bench/bench_options.h"
+#include "bench/train/kernel_trace_report.h"
 #include "bench/train/train_flops.h"
 #include "core/device.h"
 #include "core/env.h"
@@ -38,6 +41,7 @@ struct Options {
   int batch = 64, text_tokens = 128, steps = 20, warmup = 5;
   std::string precision = "bf16";
   int profile_steps = 3;
+  int trace_steps = 2;  // 0: no kernel trace
   bool gemm_autotune = true;
   bool deterministic = false;
   std::string recompute = "none";
@@ -50,6 +54,14 @@ bool positive_int(const std::string& v, int* out) {
   if (v.empty() || *end != '\0' || x <= 0 || x > 1 << 30) return false;
   *out = static_cast<int>(x);
   return true;
+}
+
+bool non_negative_int(const std::string& v, int* out) {
+  if (v == "0") {
+    *out = 0;
+    return true;
+  }
+  return positive_int(v, out);
 }
 
 const std::vector<OptionSpec<Options>>& option_specs() {
@@ -69,6 +81,10 @@ const std::vector<OptionSpec<Options>>& option_specs() {
        nullptr},
       {"--profile-steps", "steps recorded op by op for the time breakdown, after the timed ones (default 3)",
        [](Options& o, const std::string& v) { return positive_int(v, &o.profile_steps); }, nullptr},
+      {"--trace-steps",
+       "steps traced kernel by kernel with CUPTI after the profiled ones: device busy/idle/concurrent time and the "
+       "largest kernels (default 2; 0: none)",
+       [](Options& o, const std::string& v) { return non_negative_int(v, &o.trace_steps); }, nullptr},
       {"--recompute", "none or blocks: recompute each block's activations before its backward (default none)",
        [](Options& o, const std::string& v) { return parse_recompute(v).ok() && !(o.recompute = v).empty(); },
        nullptr},
@@ -174,6 +190,31 @@ nlohmann::json print_breakdown(const std::vector<ops::profile::OpTime>& times, i
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// How long the host takes to enqueue one step against how long the device takes to run it, from a synchronized
+// device: the host clock when step() returns (nothing in a step waits for the device) and once the device is done.
+// Medians of `reps`. Enqueue time near the device's means the device waits for the host (launch-bound), or that
+// something in the step waits for the device.
+struct EnqueueTime {
+  double host_ms = 0, device_ms = 0;
+};
+EnqueueTime time_enqueue(const std::function<void()>& step, Device dev, int reps) {
+  std::vector<double> host, device;
+  for (int i = 0; i < reps; ++i) {
+    sync(dev);
+    const double t0 = now();
+    step();
+    const double t1 = now();
+    sync(dev);
+    host.push_back((t1 - t0) * 1e3);
+    device.push_back((now() - t0) * 1e3);
+  }
+  auto median = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  return {median(host), median(device)};
+}
+
 }  // namespace
 
 int bench_train_main(int argc, char** argv) {
@@ -234,6 +275,8 @@ int bench_train_main(int argc, char** argv) {
   sync(dev);
   const double profiled_step_s = (now() - t_prof) / o.profile_steps;
   const std::vector<ops::profile::OpTime> times = ops::profile::profile_end();
+  const EnqueueTime enqueue = time_enqueue(step, dev, 5);
+  const KernelTraceReport trace = o.trace_steps > 0 ? trace_kernels(o.trace_steps, step) : KernelTraceReport{};
 
   const double flops = train_flops_per_sample(cfg, o.text_tokens);
   const double sps = o.batch / step_s, tflops = sps * flops / 1e12;
@@ -265,11 +308,23 @@ int bench_train_main(int argc, char** argv) {
     }
   }
   const nlohmann::json breakdown = print_breakdown(times, o.profile_steps, profiled_step_s, step_s);
+  std::printf("%s", trace.text.c_str());
+  std::printf("\nhost enqueue %.2f ms per step (device step %.2f ms): %s\n", enqueue.host_ms, enqueue.device_ms,
+              enqueue.host_ms < 0.9 * enqueue.device_ms ? "the host runs ahead of the device"
+                                                        : "the device waits for the host (launch-bound), or the step "
+                                                          "waits for the device");
   std::printf("\nmemory (one step): %s\n", mem.summary().c_str());
   std::printf("model FLOPs per sample: %.2f GFLOP (training; the peer's formula)\n", flops / 1e9);
   if (!o.json_out.empty()) {
     std::ofstream out(o.json_out);
-    out << nlohmann::json({{"ours", ours}, {"peers", peers}, {"breakdown", breakdown}}).dump(2) << "\n";
+    const nlohmann::json j_enqueue = {{"host_enqueue_ms", enqueue.host_ms}, {"device_step_ms", enqueue.device_ms}};
+    out << nlohmann::json({{"ours", ours},
+                           {"peers", peers},
+                           {"breakdown", breakdown},
+                           {"enqueue", j_enqueue},
+                           {"kernel_trace", trace.json}})
+               .dump(2)
+        << "\n";
   }
   return 0;
 }
