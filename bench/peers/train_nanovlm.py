@@ -5,13 +5,15 @@ SigLIP-B/16 at 224 px (196 patches, 12 layers, width 768, 12 heads, GELU-tanh ML
 shuffle 2 (49 tokens of 3072) -> linear to 576 -> SmolLM2-135M shape (30 layers, width 576, 9 heads / 3 KV heads,
 RoPE theta 1e5, RMSNorm, SwiGLU 1536, vocab 49152, tied embeddings). Each sample is 49 image tokens followed by 128
 text tokens; the LM head and the cross-entropy run on the text positions only. fp32 parameters, bf16 autocast,
-fused AdamW, SDPA (cuDNN / FlashAttention backends as PyTorch picks them), eager or torch.compile.
+fused AdamW after global-norm gradient clipping at --grad-clip (default 1.0, as `vlm bench train` and the trainer
+clip; 0 turns it off), SDPA (cuDNN / FlashAttention backends as PyTorch picks them), eager or torch.compile.
 
 Model FLOPs per sample (matmuls + attention; training = 3x forward) are computed by model_flops_per_sample() with the
 same formula as the C++ benchmark, so the TFLOP/s and MFU figures compare directly.
 
 Prints one JSON line per mode: {"mode", "samples_per_s", "step_ms", "tflops", "mfu", "peak_gb", "warmup_s", ...}.
 Usage: python3 bench/peers/train_nanovlm.py [--modes eager,compile] [--batch 64] [--steps 20] [--warmup 5]
+       [--grad-clip 1.0]
 """
 import argparse
 import json
@@ -170,6 +172,8 @@ def run(mode: str, args) -> dict:
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = fwd(images, ids, targets)
         loss.backward()
+        if args.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss
@@ -193,6 +197,7 @@ def run(mode: str, args) -> dict:
         "peer": "pytorch",
         "mode": mode,
         "batch": args.batch,
+        "grad_clip": args.grad_clip,
         "samples_per_s": round(sps, 1),
         "step_ms": round(step_ms, 2),
         "tflops": round(tflops, 1),
@@ -212,6 +217,8 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--grad-clip", type=float, default=1.0,
+                    help="global gradient-norm clipping before each AdamW step, as vlm bench train (0: off)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print(json.dumps({"peer": "pytorch", "error": "no CUDA device"}))

@@ -1,7 +1,7 @@
 // `vlm bench train` (see bench_train.h). Synthetic inputs in the shape of the peer's batch: every sample is the
 // preset's image tokens followed by `text_tokens` text tokens, one packed sequence per sample, the loss on the text
 // positions (the next token of each). Timing: `warmup` untimed steps, then `steps` steps between two device
-// synchronizations (each step = zero grads + forward/backward + clipped AdamW; as in the trainer, the loss and the grad
+// synchronizations (each step = zero grads + forward/backward + AdamW clipped at --grad-clip; as in the trainer, the loss and the grad
 // norm are read back in the background and nothing in a step waits for the device). Peak memory: the device caching
 // allocator's counters over one more step. Then `profile_steps` steps with every op bracketed by CUDA events
 // (kernels/op_profile.h) for the per-op time breakdown, the host's enqueue time of one step against the device's, and
@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -42,6 +43,7 @@ struct Options {
   std::string precision = "bf16";
   int profile_steps = 3;
   int trace_steps = 2;  // 0: no kernel trace
+  float grad_clip = AdamWConfig{}.grad_clip;  // as the trainer: global-norm clipping at 1 (0 = off)
   bool gemm_autotune = true;
   bool deterministic = false;
   std::string recompute = "none";
@@ -85,6 +87,17 @@ const std::vector<OptionSpec<Options>>& option_specs() {
        "steps traced kernel by kernel with CUPTI after the profiled ones: device busy/idle/concurrent time and the "
        "largest kernels (default 2; 0: none)",
        [](Options& o, const std::string& v) { return non_negative_int(v, &o.trace_steps); }, nullptr},
+      {"--grad-clip",
+       "global gradient-norm clipping threshold of the AdamW step, as train.grad_clip (default 1; 0: off). The "
+       "PyTorch peer takes the same option, so both steps do the same work",
+       [](Options& o, const std::string& v) {
+         char* end = nullptr;
+         const float x = std::strtof(v.c_str(), &end);
+         if (v.empty() || *end != '\0' || !(x >= 0.f) || !std::isfinite(x)) return false;
+         o.grad_clip = x;
+         return true;
+       },
+       nullptr},
       {"--recompute", "none or blocks: recompute each block's activations before its backward (default none)",
        [](Options& o, const std::string& v) { return parse_recompute(v).ok() && !(o.recompute = v).empty(); },
        nullptr},
@@ -237,7 +250,9 @@ int bench_train_main(int argc, char** argv) {
   VlmModel model(cfg, dev, dtype);
   model.init_weights(1);
   model.set_recompute(*parse_recompute(o.recompute));
-  AdamW opt(model.params(), AdamWConfig{});
+  AdamWConfig opt_config;
+  opt_config.grad_clip = o.grad_clip;
+  AdamW opt(model.params(), opt_config);
   const VlmInputs in = synthetic_batch(cfg, o.batch, o.text_tokens, dev);
   const float grad_scale = 1.f / static_cast<float>(o.batch * o.text_tokens);
   StepLoss last_loss;  // read once the timed steps are done
@@ -282,7 +297,7 @@ int bench_train_main(int argc, char** argv) {
   const double sps = o.batch / step_s, tflops = sps * flops / 1e12;
   nlohmann::json ours = {{"peer", "vlm.cpp"},        {"mode", o.precision},
                          {"gemm_autotune", o.gemm_autotune && !o.deterministic}, {"recompute", o.recompute},
-                         {"deterministic", o.deterministic},
+                         {"deterministic", o.deterministic}, {"grad_clip", o.grad_clip},
                          {"batch", o.batch},         {"samples_per_s", sps},
                          {"step_ms", step_s * 1e3},  {"tflops", tflops},
                          {"mfu", tflops / kPeakTflops}, {"peak_gb", static_cast<double>(mem.step_peak_bytes) / 1e9},
@@ -301,9 +316,13 @@ int bench_train_main(int argc, char** argv) {
       auto j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.contains("samples_per_s")) continue;
       const double psps = j["samples_per_s"].get<double>();
-      std::printf("%-26s %10.1f %9.2f %9.1f %6.1f%% %9.2f   ours / peer = %.2fx\n",
+      // The peer's clipping threshold (absent in files written before it had one: no clipping).
+      const double peer_clip = j.value("grad_clip", 0.0);
+      std::printf("%-26s %10.1f %9.2f %9.1f %6.1f%% %9.2f   ours / peer = %.2fx%s\n",
                   ("pytorch " + j.value("mode", std::string("?"))).c_str(), psps, j.value("step_ms", 0.0),
-                  j.value("tflops", 0.0), 100 * j.value("mfu", 0.0), j.value("peak_gb", 0.0), sps / psps);
+                  j.value("tflops", 0.0), 100 * j.value("mfu", 0.0), j.value("peak_gb", 0.0), sps / psps,
+                  peer_clip == static_cast<double>(o.grad_clip) ? ""
+                                                                : "   (the peer's gradient clipping differs from ours)");
       peers.push_back(j);
     }
   }

@@ -36,6 +36,20 @@ TEST(Cli, HelpIsGeneratedFromTheOptionDeclarations) {
   EXPECT_EQ(run("data synth --help").code, 0);
 }
 
+// `vlm bench train` parses its options before it looks for a GPU, so a bad value fails with exit code 2 anywhere.
+TEST(Cli, BenchTrainOptions) {
+  CliResult r = run("bench train --help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* s : {"--grad-clip", "--trace-steps", "--profile-steps", "--peer"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+  for (const char* bad : {"--grad-clip -1", "--grad-clip abc", "--grad-clip nan", "--grad-clip inf",
+                          "--trace-steps -1", "--batch 0"}) {
+    r = run(std::string("bench train ") + bad);
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find("bad or missing value"), std::string::npos) << bad << ": " << r.out;
+  }
+}
+
 TEST(Cli, BadConfigNamesFileKeyAndReason) {
   const std::string dir = vlm::testing::scratch_dir("cli_bad");
   std::ofstream(dir + "/bad.toml") << "[train]\nbatch_size = 0\n";
