@@ -101,9 +101,11 @@ PY
           | tee -a "$OUT/summary.log"
       fi
       read -r -a bench_extra <<<"${BENCH_ARGS:-}"
+      # The whole output to its log first, then its head to the summary: a `head` inside the pipe closed it early
+      # once the output grew past 60 lines (the kernel trace), cutting the log and failing the step with SIGPIPE.
       timeout -k 5 "${BENCH_TIMEOUT:-600}" "$VLM" bench train --steps 20 --warmup 5 --peer "$OUT/peer.jsonl" \
-        --json "$OUT/bench_train.json" "${bench_extra[@]}" 2>&1 | tee "$OUT/bench_train.log" | head -60 \
-        | tee -a "$OUT/summary.log" || status=1
+        --json "$OUT/bench_train.json" "${bench_extra[@]}" >"$OUT/bench_train.log" 2>&1 || status=1
+      head -60 "$OUT/bench_train.log" | tee -a "$OUT/summary.log"
       ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
