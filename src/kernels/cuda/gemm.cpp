@@ -8,9 +8,9 @@
 // epilogue, pointer alignments): one algorithm, cached, so a shape always runs the same algorithm and repeated calls
 // are bit-identical. The algorithm is the heuristic's first, or with autotuning on (set_gemm_autotune, or
 // VLM_GEMM_AUTOTUNE=1) the fastest of the heuristic's first kAutotuneCandidates (VLM_GEMM_CANDIDATES), timed on first
-// use into a scratch output (VLM_GEMM_AUTOTUNE_LOG=1 prints each choice and its split-K). Weight gradients run on a
-// side stream beside the input gradients (ops::WeightGradOverlap). Autotuned choices can differ between processes
-// (timing noise), and with them the rounding of results.
+// use into a scratch output (VLM_GEMM_AUTOTUNE_LOG=1 prints each choice and its split-K; VLM_GEMM_SPLITK=0 leaves
+// split-K candidates out). Weight gradients run on a side stream beside the input gradients (ops::WeightGradOverlap).
+// Autotuned choices can differ between processes (timing noise), and with them the rounding of results.
 // Compute type is always 32F (no TF32), so f32 GEMMs are fp32.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -55,6 +55,28 @@ int candidate_count() {
 bool autotune_log() {
   static const bool on = env_int("VLM_GEMM_AUTOTUNE_LOG", 0, 0, 1) == 1;
   return on;
+}
+
+// VLM_GEMM_SPLITK=0 leaves out the heuristic's split-K candidates (unless it offers nothing else). Each split-K
+// GEMM adds a reduction kernel over a workspace; the training step's kernel trace (2026-12-06) counted 73 such
+// reductions and 331 memsets a step, none issued by our ops but two. An A/B switch until measured in the step.
+bool splitk_allowed() {
+  static const bool on = env_int("VLM_GEMM_SPLITK", 1, 0, 1) == 1;
+  return on;
+}
+int splitk_of(const cublasLtMatmulAlgo_t& algo) {
+  int split = 1;
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split), &written);
+  return split;
+}
+// Drops the split-K entries of results[0, found) in place, keeping their order; returns how many are left (the
+// first entry alone when every one is split-K).
+int without_splitk(cublasLtMatmulHeuristicResult_t* results, int found) {
+  int kept = 0;
+  for (int i = 0; i < found; ++i)
+    if (splitk_of(results[i].algo) <= 1) results[kept++] = results[i];
+  return kept > 0 ? kept : std::min(found, 1);
 }
 
 std::atomic<int> g_autotune{-1};  // -1: not decided yet (VLM_GEMM_AUTOTUNE decides on first use)
@@ -202,10 +224,7 @@ cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t ha
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   if (autotune_log()) {
-    int split = 1;
-    size_t written = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&results[best].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split),
-                                         &written);
+    const int split = splitk_of(results[best].algo);
     std::fprintf(stderr, "gemm autotune: m=%lld n=%lld k=%lld batch=%lld ta=%d tb=%d beta=%g epilogue=%d: "
                  "candidate %d of %d (split-k %d) %.1f us, heuristic's first %.1f us\n",
                  static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
@@ -289,9 +308,12 @@ bool run_gemm(const Gemm& g, Device dev) {
       const bool tune = autotune_on();
       std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results{};
       int found = 0;
-      const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, desc.d, la.l, lb.l, lc.l, lc.l, pref.p,
-                                                                   tune ? candidate_count() : 1, results.data(),
-                                                                   &found);
+      const bool splitk = splitk_allowed();
+      const cublasStatus_t status =
+          cublasLtMatmulAlgoGetHeuristic(handle, desc.d, la.l, lb.l, lc.l, lc.l, pref.p,
+                                         tune || !splitk ? candidate_count() : 1, results.data(), &found);
+      if (status == CUBLAS_STATUS_SUCCESS && !splitk) found = without_splitk(results.data(), found);
+      if (!tune) found = std::min(found, 1);
       std::optional<cublasLtMatmulAlgo_t> entry;
       if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
         entry = found > 1 ? fastest_algo(g, dev, handle, desc.d, la.l, lb.l, lc.l, ws, results.data(), found)
