@@ -10,7 +10,9 @@
 #   fbench  scripts/gpu_flash.sh bench: the ANCHORS sweep with the PyTorch SDPA peers
 #   train   scripts/gpu_train_check.sh bench: the PyTorch training peer (eager, torch.compile), then NEW's
 #           `vlm bench train --peer`, the peer cut a minute before the deadline's end
-#   scripts/gpu_session.sh [step...]          (default: flash gtests ab ibench fbench train)
+#   trainab NEW's `vlm bench train` against itself and under each switch of TRAINAB_VARIANTS (gpu_ab.sh's
+#           AB_VARIANTS, default "VLM_GEMM_SPLITK=0;VLM_PDL=1"), AB_ROUNDS rounds, no peer: samples/s per switch
+#   scripts/gpu_session.sh [step...]          (default: flash gtests ab ibench fbench train; trainab on request)
 # Environment: NEW (a folder packed by scripts/gpu_pack.sh, or its .tar.xz; default .carry/next), OLD (the same, for
 # ab; unset: ab is skipped), DEADLINE (seconds from the start after which no step starts, default 500), TRAIN_MIN
 # (seconds the train step needs, torch.compile included, default 240: with less left it is skipped, not cut),
@@ -94,6 +96,13 @@ for step in "${steps[@]}"; do
       FLASH_BIN=$NEW_DIR OUT="$OUT/fbench" STEP_TIMEOUT=$(($(left) / 2 > 60 ? $(left) / 2 : 60)) \
         "$here/gpu_flash.sh" bench >"$log" 2>&1 || rc=$?
       sed -n '/^==== summary/,$p' "$log" | grep -E '^\||SM clock|Error|error' | tee -a "$session" >/dev/null ;;
+    trainab)
+      if [ ! -x "$NEW_DIR/vlm" ]; then say "(no vlm in NEW: skipped)"; continue; fi
+      variants=${TRAINAB_VARIANTS:-VLM_GEMM_SPLITK=0;VLM_PDL=1}
+      AB_GREP='^vlm\.cpp' ROUNDS=${AB_ROUNDS:-2} AB_TIMEOUT=180 AB_VARIANTS=$variants \
+        "$here/gpu_ab.sh" "$NEW_DIR/vlm" "$NEW_DIR/vlm" bench train --steps 20 --warmup 5 --profile-steps 1 \
+        --trace-steps 0 >>"$log" 2>&1 || rc=1
+      python3 "$here/ab_summary.py" "$log" | tee -a "$session" >/dev/null || rc=1 ;;
     train)
       if [ "$(left)" -lt "$TRAIN_MIN" ]; then say "(only $(left) s left, TRAIN_MIN $TRAIN_MIN: skipped)"; continue; fi
       VLM_BIN=$NEW_DIR OUT="$OUT/train" PEER_TIMEOUT=$(($(left) - 60)) BENCH_TIMEOUT=90 \

@@ -2,7 +2,8 @@
 # scripts/gpu_session.sh with stub binaries (no GPU): a pack unpacked from its .tar.xz, the steps in order with their
 # summaries collected and printed again after the last step, a failing test binary's log kept and the exit status 1,
 # a passing step's logs dropped, steps past DEADLINE reported as not started, the A/B summarized per row, the
-# interleaved benchmark skipped without the C library, and a missing pack refused with 2.
+# interleaved benchmark skipped without the C library, the training step's switches A/B'd against its default, and
+# a missing pack refused with 2.
 set -uo pipefail
 session=$1
 dir=$(mktemp -d)
@@ -57,6 +58,26 @@ grep -q "(no OLD pack: skipped)" <<<"$summary" || fail "ab without OLD not skipp
 grep -q "(no libvlm_flash_c.so in NEW: skipped)" <<<"$summary" || fail "ibench without the library not skipped: $out"
 grep -q "^test_slow: \[  PASSED  \] 1 test." <<<"$summary" || fail "the slow step did not run: $out"
 grep -q "^== train: not started (deadline 1 s reached)" <<<"$summary" || fail "train started past the deadline: $out"
+
+# trainab: the pack's vlm against itself and under each TRAINAB_VARIANTS switch, summarized per switch (the stub reads
+# its environment: 1000 samples/s, 1100 under VLM_STUB_FAST=1).
+mkdir -p "$dir/train"
+cat >"$dir/train/vlm" <<'SCRIPT'
+#!/usr/bin/env bash
+[ "$*" = "bench train --steps 20 --warmup 5 --profile-steps 1 --trace-steps 0" ] || { echo "args: $*"; exit 3; }
+[ "${VLM_STUB_FAST:-0}" = 1 ] && v=1100.0 || v=1000.0
+echo "vlm.cpp bf16                   $v     45.00     344.7   34.9%     15.44"
+SCRIPT
+chmod +x "$dir/train/vlm"
+out=$(PATH="$dir/bin:$PATH" NEW="$dir/train" OUT="$dir/out4" TRAINAB_VARIANTS="VLM_STUB_FAST=1" bash "$session" trainab)
+rc=$?
+[ $rc -eq 0 ] || fail "trainab: exit status $rc: $out"
+summary=$(sed -n '/^==== session summary/,$p' <<<"$out")
+grep -qE "^train bf16 +samples/s +1000.0 +1000.0 +1.000x +2/2" <<<"$summary" || fail "trainab: no self row: $out"
+grep -qE "^train bf16 \[VLM_STUB_FAST=1\] +samples/s +1000.0 +1100.0 +1.100x +2/2" <<<"$summary" \
+  || fail "trainab: no switch row: $out"
+out=$(PATH="$dir/bin:$PATH" NEW="$dir/slow" OUT="$dir/out5" bash "$session" trainab)
+grep -q "(no vlm in NEW: skipped)" <<<"$out" || fail "trainab without vlm not skipped: $out"
 
 PATH="$dir/bin:$PATH" NEW="$dir/missing" OUT="$dir/out3" bash "$session" gtests >/dev/null 2>&1
 rc=$?
