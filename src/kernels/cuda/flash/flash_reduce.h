@@ -15,7 +15,9 @@ struct TreeMax {
   // max of v[0 .. N), overwriting v: the upper half folds onto the lower (the middle one stays when N is odd).
   VLM_FLASH_HD static float run(float* v) {
     constexpr int kHalf = (N + 1) / 2;
+#ifdef __CUDACC__  // (host compilers warn on the pragma; the loop's bound is a constant, so they unroll it anyway)
 #pragma unroll
+#endif
     for (int j = 0; j < N - kHalf; ++j) v[j] = fmaxf(v[j], v[j + kHalf]);
     return TreeMax<kHalf>::run(v);
   }
