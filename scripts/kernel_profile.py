@@ -79,8 +79,9 @@ def read_launches(path):
 
 
 def short_name(name):
-    """The kernel's name without its parameter list, 'void ' and namespaces."""
-    name = re.sub(r"^void ", "", name)
+    """The kernel's name without its parameter list, 'void ' and namespaces (ncu's '<unnamed>' and c++filt's
+    '(anonymous namespace)' included). scripts/sass_stats.py uses it too."""
+    name = re.sub(r"^void ", "", name).replace("(anonymous namespace)::", "")
     depth, cut = 0, len(name)
     for i, ch in enumerate(name):  # the parameter list: the first '(' outside template brackets
         if ch == "<":

@@ -15,6 +15,8 @@ import re
 import subprocess
 import sys
 
+from kernel_profile import short_name  # (scripts/ is on the path when this runs as a script)
+
 FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 # "        /*0120*/                   R2UR UR55, R2 ;     /* 0x... */" (an optional predicate before the opcode)
 INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P(?:T|\d+)\s+)?([A-Z][A-Z0-9_]*)(?:\.[A-Z0-9_.]+)?")
@@ -27,21 +29,6 @@ def demangle(names):
         return out.splitlines()
     except (OSError, subprocess.CalledProcessError):
         return names
-
-
-def short_name(demangled):
-    s = re.sub(r"^void\s+", "", demangled)
-    s = re.sub(r"vlm::flash::(\(anonymous namespace\)::)?", "", s)
-    depth, cut = 0, len(s)
-    for i, ch in enumerate(s):  # the parameter list: the first '(' outside template brackets
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0 and not s.startswith("(anonymous", i):
-            cut = i
-            break
-    return s[:cut]
 
 
 def parse(text):
