@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
     auto issue_s = [&](auto& sacc, int stage) {
       constexpr int W = VLM_STEP_KEYS(sacc);
       const uint32_t q16 = smem16 + cw * (64 * 64 * 2 / 16);
-      const uint32_t k16 = q16 - cw * (64 * 64 * 2 / 16) + (Shape::kQElems + stage * Shape::kKvElems) * 2 / 16;
+      const uint32_t k16 = smem16 + (Shape::kQElems + stage * Shape::kKvElems) * 2 / 16;
   #pragma unroll
       for (int kk = 0; kk < kHeadDim / 16; ++kk) {
         const int c = kk / 4, ko = (kk % 4) * 16;
