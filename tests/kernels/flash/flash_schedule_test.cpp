@@ -1,7 +1,9 @@
-// The Hopper forward's mixed causal key steps (kernels/cuda/flash/flash_schedule.h), checked on the host over every
-// tile of many (q_len, k_len) pairs: the steps run from the diagonal's block down, cover the tile's keys exactly once
+// The Hopper forward's mixed key steps (kernels/cuda/flash/flash_schedule.h), checked on the host. Causal: over every
+// tile of many (q_len, k_len) pairs, the steps run from the diagonal's block down, cover the tile's keys exactly once
 // with no partial step, are wide exactly at steps 1 .. 4w (the kernel's loops assume it), and a wide step's keys are
-// visible to every row of the tile (the kernel skips their mask).
+// visible to every row of the tile (the kernel skips their mask). Non-causal rows: the steps run from the top down to
+// key 0, narrow first, then wide; only the first may reach past the keys' end (it has the mask), and by under 32 keys
+// whenever the row has wide steps.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -49,6 +51,46 @@ TEST(FlashMixedSchedule, StepsCoverEachTileOnceAndWideStepsNeverMask) {
       }
     }
   EXPECT_GT(tiles_with_wide_steps, 50);  // the shapes above do exercise the wide steps
+}
+
+TEST(FlashMixedSchedule, RowStepsCoverTheKeysWithOnlyTheFirstPartial) {
+  int rows_with_wide_steps = 0;
+  for (int k_len = 1; k_len <= 20000; k_len += k_len < 1200 ? 1 : 37) {
+    SCOPED_TRACE(::testing::Message() << "k_len " << k_len);
+    const int lead = row_mixed_lead(k_len, kNarrow, kWide), w = row_mixed_wide(k_len, kNarrow, kWide);
+    ASSERT_GE(lead, 1);
+    ASSERT_GE(w, 0);
+    rows_with_wide_steps += w > 0;
+    const int top = lead * kNarrow + w * kWide;
+    ASSERT_GE(top, k_len) << "the steps cover every key";
+    ASSERT_LT(top - k_len, kNarrow) << "the first step holds a key";
+    if (w > 0) {
+      EXPECT_LT(top - k_len, 32) << "rows with wide steps waste under 32 keys";
+      EXPECT_LE(lead, 5);
+    }
+    int next_end = top;
+    for (int i = 0; i < lead + w; ++i) {
+      bool wide = false;
+      const int n0 = row_mixed_key_step(k_len, i, kNarrow, kWide, &wide);
+      EXPECT_EQ(wide, i >= lead) << "step " << i;
+      const int width = wide ? kWide : kNarrow;
+      EXPECT_EQ(n0 + width, next_end) << "step " << i;
+      if (i > 0) {
+        EXPECT_LE(n0 + width, k_len) << "only step 0 may be partial: step " << i;
+      }
+      next_end = n0;
+    }
+    EXPECT_EQ(next_end, 0) << "the steps end at key 0";
+  }
+  EXPECT_EQ(row_mixed_lead(0, kNarrow, kWide), 0);
+  // The rows the forward's wide steps are for: one to five narrow steps, then wide ones, nothing partial.
+  for (int k_len : {2048, 4096, 8192, 16384}) {
+    const int lead = row_mixed_lead(k_len, kNarrow, kWide);
+    EXPECT_EQ(lead * kNarrow + row_mixed_wide(k_len, kNarrow, kWide) * kWide, k_len) << k_len;
+  }
+  EXPECT_EQ(row_mixed_lead(2048, kNarrow, kWide), 1);
+  EXPECT_EQ(row_mixed_lead(4096, kNarrow, kWide), 2);
+  EXPECT_GT(rows_with_wide_steps, 400);
 }
 
 }  // namespace

@@ -41,8 +41,9 @@ template <int kHeadDim, bool kCausal, bool kWideKeys, int kGroups>
 struct HopperFwdShape {
   using Tile = HopperFwdTile<kHeadDim, kCausal, kWideKeys, kGroups>;
   static constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kStages = Tile::kStages;
-  // Mixed key steps (causal rows, HopperFwdTile): 128-key steps and wide ones (kBlockN, the stages' capacity).
-  static constexpr bool kMixed = kCausal && kWideKeys;
+  // Mixed key steps (d=128, HopperFwdTile and flash_schedule.h): 128-key steps and wide ones (kBlockN, the stages'
+  // capacity); causal rows around the diagonal, non-causal rows so that no step but the first is partial.
+  static constexpr bool kMixed = kWideKeys && kHeadDim == 128;
   static constexpr int kNarrowN = kMixed ? 128 : kBlockN;
   static constexpr int kConsumers = Tile::kConsumers, kConsumerWarps = 4 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
   const int num_tiles = num_m * heads_batch;
   struct Tile {
     SeqBounds sb;
-    int m0, h, hk, diag, n_blocks, n_steps;  // n_blocks: 128-key (kN-key) blocks; n_steps: key steps (key_step)
+    int m0, h, hk, diag, n_blocks, n_steps;  // n_blocks: kNn-key blocks; n_steps: key steps (key_step)
     bool valid;
   };
   auto tile_at = [&](int idx) {
@@ -157,16 +158,23 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
     const int m_rows = min(kM, tl.sb.q_len - tl.m0);
     const int n_end = kCausal ? max(0, min(tl.sb.k_len, tl.m0 + m_rows + tl.diag)) : tl.sb.k_len;
     tl.n_blocks = tl.valid ? (n_end + kNn - 1) / kNn : 0;
-    tl.n_steps = kMixed ? mixed_steps(tl.n_blocks, tl.diag, kNn) : tl.n_blocks;
+    if constexpr (!kMixed) {
+      tl.n_steps = tl.n_blocks;
+    } else if constexpr (kCausal) {
+      tl.n_steps = mixed_steps(tl.n_blocks, tl.diag, kNn);
+    } else {
+      tl.n_steps = tl.valid ? row_mixed_lead(n_end, kNn, kN) + row_mixed_wide(n_end, kNn, kN) : 0;
+    }
     return tl;
   };
   // Key steps run from the last key block (the causal diagonal) down: n_blocks steps of kN, or in a mixed kernel the
-  // schedule of flash_schedule.h (narrow kNn = 128, wide kN = 160). Returns the step's first key; `wide` says whether
-  // it is kN keys or kNn.
-  auto key_step = [&](int n_blocks, int diag, int i, bool& wide) {
+  // schedule of flash_schedule.h (narrow kNn = 128, wide kN = 160; a non-causal row's from its k_len keys). Returns
+  // the step's first key; `wide` says whether it is kN keys or kNn.
+  auto key_step = [&](int n_blocks, int diag, int k_len, int i, bool& wide) {
     wide = true;
-    if (!kMixed) return (n_blocks - 1 - i) * kN;
-    return mixed_key_step(n_blocks, diag, i, kNn, kN, &wide);
+    if constexpr (!kMixed) return (n_blocks - 1 - i) * kN;
+    if constexpr (kCausal) return mixed_key_step(n_blocks, diag, i, kNn, kN, &wide);
+    return row_mixed_key_step(k_len, i, kNn, kN, &wide);
   };
   const int tid = threadIdx.x;
   // The warpgroup index through a shuffle from lane 0, so that the compiler knows it is warp-uniform: what is computed
@@ -215,7 +223,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
         for (int i = 0; i < tl.n_steps; ++i, ++it) {
           if (i == kStages) hand_over();
           bool wide;
-          const int s = it % kStages, k_row = tl.sb.k_start + key_step(tl.n_blocks, tl.diag, i, wide);
+          const int s = it % kStages, k_row = tl.sb.k_start + key_step(tl.n_blocks, tl.diag, tl.sb.k_len, i, wide);
           // A step of kNn keys (mixed kernels) fills the front of the stage, [kCB][kNn][64], from the narrow maps.
           const int rows = wide ? kN : kNn;
           const CUtensorMap* map_k = wide ? &tm_k : &tm_kn;
@@ -427,7 +435,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
       auto phase_of = [&](int i) { return static_cast<uint32_t>(((it0 + i) / kStages) & 1); };
       auto first_key = [&](int i) {
         bool wide;
-        return key_step(n_blocks, diag, i, wide);
+        return key_step(n_blocks, diag, sb.k_len, i, wide);
       };
       // Step i >= 1 of a tile: S_i over `ws` keys issued with P_{i-1} V_{i-1} over `wp` keys (the previous step's).
       auto step = [&](int i, auto ws, auto wp) {
@@ -504,7 +512,18 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
           softmax(sacc, n0, dead_from);
           pack_p(sacc);
         }
-        if constexpr (kMixed) {
+        if constexpr (kMixed && !kCausal) {
+          // Steps 1 .. lead - 1 are narrow, the rest wide (row_mixed_key_step); the first wide step multiplies the
+          // last narrow P. Loops of zero or one pass take the transition.
+          const int lead = row_mixed_lead(sb.k_len, kNn, kN);
+          int i = 1;
+          for (; i < lead; ++i) step(i, Narrow(), Narrow());
+          for (; i < n_steps && i == lead; ++i) step(i, Wide(), Narrow());
+          for (; i < n_steps; ++i) step(i, Wide(), Wide());
+          const int last_wide = n_steps > lead ? 1 : 0;
+          for (int c = 0; c < last_wide; ++c) close(Wide());
+          for (int c = last_wide; c < 1; ++c) close(Narrow());
+        } else if constexpr (kMixed) {
           // Steps 1 .. 4w are wide, the rest narrow (key_step); the first wide step multiplies the diagonal's P, the
           // first narrow one after them the last wide P. Loops of zero or one pass take the transitions.
           const int wide_steps = 4 * mixed_wide_groups(n_blocks, diag, kNn);

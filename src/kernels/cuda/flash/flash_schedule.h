@@ -6,6 +6,12 @@
 // steps (4 x wide = 5 x narrow with wide = 160, narrow = 128, so none is partial) and b % 5 narrow steps. Wide steps
 // are taken only where the causal mask ends inside the diagonal's block (diag a multiple of `narrow`), so they
 // never mask.
+//
+// Mixed non-causal key steps (HopperFwdTile<128, false, true>): `lead` narrow steps from the top of the row, then
+// wide steps down to key 0, with lead (1 to 5) chosen so that lead * narrow + wide * w is the row's length rounded up
+// to 32: no step is partial except perhaps the first (whose mask handles a length that is not a multiple of 32),
+// where a row of uniform wide steps wastes up to 128 keys of work on its last, partial one (1.5% at 2k-8k keys).
+// Rows too short for that (under 128 * lead keys) take narrow steps only.
 #pragma once
 
 #ifdef __CUDACC__
@@ -32,6 +38,28 @@ VLM_FLASH_HD int mixed_key_step(int n_blocks, int diag, int i, int narrow, int w
   *wide = i >= 1 && i <= 4 * w;
   if (i == 0) return b * narrow;
   return *wide ? b * narrow - wide_keys * i : (b - w - i) * narrow;
+}
+
+// Narrow steps at the top of a non-causal row of k_len keys (all of its steps when it has no wide ones).
+VLM_FLASH_HD int row_mixed_lead(int k_len, int narrow, int wide_keys) {
+  if (k_len <= 0) return 0;
+  const int keys = (k_len + 31) / 32 * 32;
+  for (int lead = 1; lead * narrow <= keys; ++lead)
+    if ((keys - lead * narrow) % wide_keys == 0) return lead;
+  return (k_len + narrow - 1) / narrow;
+}
+
+// Wide steps of such a row.
+VLM_FLASH_HD int row_mixed_wide(int k_len, int narrow, int wide_keys) {
+  const int lead = row_mixed_lead(k_len, narrow, wide_keys);
+  return lead * narrow >= k_len ? 0 : ((k_len + 31) / 32 * 32 - lead * narrow) / wide_keys;
+}
+
+// Step i's first key in such a row; *wide says whether it spans `wide_keys` keys (else `narrow`).
+VLM_FLASH_HD int row_mixed_key_step(int k_len, int i, int narrow, int wide_keys, bool* wide) {
+  const int lead = row_mixed_lead(k_len, narrow, wide_keys), w = row_mixed_wide(k_len, narrow, wide_keys);
+  *wide = i >= lead;
+  return *wide ? (w - 1 - (i - lead)) * wide_keys : w * wide_keys + (lead - 1 - i) * narrow;
 }
 
 }  // namespace vlm::flash
