@@ -9,7 +9,9 @@
 // are bit-identical. The algorithm is the heuristic's first, or with autotuning on (set_gemm_autotune, or
 // VLM_GEMM_AUTOTUNE=1) the fastest of the heuristic's first kAutotuneCandidates (VLM_GEMM_CANDIDATES), timed on first
 // use into a scratch output (VLM_GEMM_AUTOTUNE_LOG=1 prints each choice and its split-K; VLM_GEMM_SPLITK=0 leaves
-// split-K candidates out). Weight gradients run on a side stream beside the input gradients (ops::WeightGradOverlap).
+// split-K candidates out; VLM_GEMM_ENUMERATE=1 adds up to VLM_GEMM_ENUMERATE_MAX more configurations from outside the
+// heuristic's list, gemm_algos.h). Weight gradients run on a side stream beside the input gradients
+// (ops::WeightGradOverlap).
 // Autotuned choices can differ between processes (timing noise), and with them the rounding of results.
 // Compute type is always 32F (no TF32), so f32 GEMMs are fp32.
 #include <cublasLt.h>
@@ -28,6 +30,7 @@
 #include "core/env.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gemm_algos.h"
 
 #define VLM_CUBLASLT_CHECK(call)                                                                             \
   do {                                                                                                       \
@@ -77,6 +80,14 @@ int without_splitk(cublasLtMatmulHeuristicResult_t* results, int found) {
   for (int i = 0; i < found; ++i)
     if (splitk_of(results[i].algo) <= 1) results[kept++] = results[i];
   return kept > 0 ? kept : std::min(found, 1);
+}
+
+// VLM_GEMM_ENUMERATE=1 (with autotuning): the autotuner also times up to VLM_GEMM_ENUMERATE_MAX (default 512)
+// configurations outside the heuristic's list (gemm_algos.h). Off until measured in the step.
+int enumerate_count() {
+  static const int n = env_int("VLM_GEMM_ENUMERATE", 0, 0, 1) == 1 ? env_int("VLM_GEMM_ENUMERATE_MAX", 512, 1, 1 << 16)
+                                                                     : 0;
+  return n;
 }
 
 std::atomic<int> g_autotune{-1};  // -1: not decided yet (VLM_GEMM_AUTOTUNE decides on first use)
@@ -193,7 +204,8 @@ void* workspace(DeviceState& st, StreamHandle stream) {
 // output is written, and rewritten by the real call), and returns the fastest. Synchronizes the stream.
 cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                   cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
-                                  void* ws, const cublasLtMatmulHeuristicResult_t* results, int count) {
+                                  void* ws, const std::vector<cublasLtMatmulAlgo_t>& candidates, int heuristic) {
+  const int count = static_cast<int>(candidates.size());
   const auto stream = static_cast<cudaStream_t>(current_stream(dev));
   Tensor out = scratch({static_cast<int64_t>(type_size(g.out_type)) * g.m * g.n * g.batch}, DType::u8, dev);
   VLM_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, static_cast<size_t>(out.numel()), stream));
@@ -205,7 +217,7 @@ cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t ha
   for (int i = 0; i < count; ++i) {
     auto run = [&] {
       return cublasLtMatmul(handle, desc, &g.alpha, g.b, la, g.a, lb, &g.beta, out.raw_data(), lc, out.raw_data(),
-                            lc, &results[i].algo, ws, kWorkspaceBytes, stream);
+                            lc, &candidates[i], ws, kWorkspaceBytes, stream);
     };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate cuBLASLt cannot run after all: skip it
     VLM_CUDA_CHECK(cudaEventRecord(start, stream));
@@ -224,15 +236,16 @@ cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t ha
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   if (autotune_log()) {
-    const int split = splitk_of(results[best].algo);
+    const GemmAlgoConfig c = gemm_algo_config(candidates[best]);
     std::fprintf(stderr, "gemm autotune: m=%lld n=%lld k=%lld batch=%lld ta=%d tb=%d beta=%g epilogue=%d: "
-                 "candidate %d of %d (split-k %d) %.1f us, heuristic's first %.1f us\n",
+                 "candidate %d of %d (%s; algo %d tile %u stages %u swizzle %u split-k %d) %.1f us, "
+                 "heuristic's first %.1f us\n",
                  static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
                  static_cast<long long>(g.batch), g.trans_a ? 1 : 0, g.trans_b ? 1 : 0, static_cast<double>(g.beta),
-                 static_cast<int>(g.epilogue), best, count, split, 1e3 * best_ms / kAutotuneRuns,
-                 1e3 * first_ms / kAutotuneRuns);
+                 static_cast<int>(g.epilogue), best, count, best < heuristic ? "heuristic" : "enumerated", c.id,
+                 c.tile, c.stages, c.swizzle, c.splitk, 1e3 * best_ms / kAutotuneRuns, 1e3 * first_ms / kAutotuneRuns);
   }
-  return results[best].algo;
+  return candidates[best];
 }
 
 // Runs g on `dev`'s current stream; false (nothing launched) when cuBLASLt has no algorithm for it, which the
@@ -316,8 +329,15 @@ bool run_gemm(const Gemm& g, Device dev) {
       if (!tune) found = std::min(found, 1);
       std::optional<cublasLtMatmulAlgo_t> entry;
       if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
-        entry = found > 1 ? fastest_algo(g, dev, handle, desc.d, la.l, lb.l, lc.l, ws, results.data(), found)
-                          : results[0].algo;
+        std::vector<cublasLtMatmulAlgo_t> candidates;
+        for (int i = 0; i < found; ++i) candidates.push_back(results[i].algo);
+        if (tune && enumerate_count() > 0) {
+          const std::vector<cublasLtMatmulAlgo_t> more = enumerate_gemm_algos(
+              handle, desc.d, la.l, lb.l, lc.l, g.in_type, g.out_type, kWorkspaceBytes, enumerate_count(), candidates);
+          candidates.insert(candidates.end(), more.begin(), more.end());
+        }
+        entry = candidates.size() > 1 ? fastest_algo(g, dev, handle, desc.d, la.l, lb.l, lc.l, ws, candidates, found)
+                                      : candidates[0];
       } else if (status != CUBLAS_STATUS_NOT_SUPPORTED && !fused) {
         VLM_CUBLASLT_CHECK(status);
       }
