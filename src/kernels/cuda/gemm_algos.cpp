@@ -70,7 +70,7 @@ std::vector<cublasLtMatmulAlgo_t> enumerate_gemm_algos(cublasLtHandle_t handle, 
     const std::vector<uint32_t> tiles = cap_list(base, CUBLASLT_ALGO_CAP_TILE_IDS, CUBLASLT_MATMUL_TILE_UNDEFINED);
     const std::vector<uint32_t> stages =
         cap_list(base, CUBLASLT_ALGO_CAP_STAGES_IDS, CUBLASLT_MATMUL_STAGES_UNDEFINED);
-    int32_t swizzle_support = 0;
+    uint32_t swizzle_support = 0;
     size_t written = 0;
     cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swizzle_support,
                                       sizeof(swizzle_support), &written);
