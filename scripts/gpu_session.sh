@@ -7,16 +7,21 @@
 #   ab      scripts/gpu_ab.sh OLD NEW bench_attention at the model's two shapes and the 1k-8k sweep (needs OLD)
 #   ibench  bench/peers/attention_interleaved.py: NEW's libvlm_flash_c.so and cuDNN in one process, the sides
 #           alternating row by row (s >= 2k of the ANCHORS sweep; IBENCH_ARGS replaces the arguments)
+#   fswitch scripts/gpu_flash.sh switches: NEW's bench_attention under each undecided attention switch against its
+#           default, one binary (SWITCHES and AB_ROUNDS as gpu_flash.sh reads them)
 #   fbench  scripts/gpu_flash.sh bench: the ANCHORS sweep with the PyTorch SDPA peers
 #   train   scripts/gpu_train_check.sh bench: the PyTorch training peer (eager, torch.compile), then NEW's
 #           `vlm bench train --peer`, the peer cut a minute before the deadline's end
 #   trainab NEW's `vlm bench train` against itself and under each switch of TRAINAB_VARIANTS (gpu_ab.sh's
 #           AB_VARIANTS, default "VLM_GEMM_ENUMERATE=1;VLM_FLASH_DQ_RED=1"), AB_ROUNDS rounds, no peer: samples/s per
 #           switch
-#   scripts/gpu_session.sh [step...]          (default: flash gtests ab ibench fbench train; trainab on request)
+#   scripts/gpu_session.sh [step...]          (default: flash gtests ab ibench fbench train; trainab and fswitch on
+#                                             request)
 # Environment: NEW (a folder packed by scripts/gpu_pack.sh, or its .tar.xz; default .carry/next), OLD (the same, for
 # ab; unset: ab is skipped), DEADLINE (seconds from the start after which no step starts, default 500), TRAIN_MIN
 # (seconds the train step needs, torch.compile included, default 240: with less left it is skipped, not cut),
+# FLASH_TEST_ENVS and FLASH_SAN_PASSES (passed to gpu_flash.sh by the flash step: its forced-switch test runs and
+# sanitizer passes; the full lists take ~10 minutes on an H100),
 # AB_ROUNDS (default 2), OUT (default ./gpu_session_out).
 # Why: the device tool returns only the last 12,000 characters of output and a few files. Each step's full log stays in
 # $OUT/logs (dropped when the step passed, unless KEEP_LOGS=1), its summary lines go to $OUT/session.log, and
@@ -99,6 +104,9 @@ for step in "${steps[@]}"; do
       PYTHONUNBUFFERED=1 timeout -k 5 "$(($(left) > 60 ? $(left) : 60))" python3 bench/peers/attention_interleaved.py \
         --lib "$NEW_DIR/libvlm_flash_c.so" "${iargs[@]}" >"$log" 2>&1 || rc=1
       grep -E '^\||^#' "$log" | tee -a "$session" >/dev/null ;;
+    fswitch)
+      FLASH_BIN=$NEW_DIR OUT="$OUT/fswitch" STEP_TIMEOUT=120 "$here/gpu_flash.sh" switches >"$log" 2>&1 || rc=$?
+      grep -E '^row |^d=|^====' "$OUT/fswitch/summary.log" | tee -a "$session" >/dev/null ;;
     fbench)
       FLASH_BIN=$NEW_DIR OUT="$OUT/fbench" STEP_TIMEOUT=$(($(left) / 2 > 60 ? $(left) / 2 : 60)) \
         "$here/gpu_flash.sh" bench >"$log" 2>&1 || rc=$?

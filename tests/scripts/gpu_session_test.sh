@@ -3,7 +3,7 @@
 # summaries collected and printed again after the last step, a failing test binary's log kept and the exit status 1,
 # a passing step's logs dropped, steps past DEADLINE reported as not started, the A/B summarized per row, the
 # interleaved benchmark skipped without the C library, the training step's switches A/B'd against its default, and
-# a missing pack refused with 2.
+# the attention switches' A/B summarized, and a missing pack refused with 2.
 set -uo pipefail
 session=$1
 dir=$(mktemp -d)
@@ -78,6 +78,23 @@ grep -qE "^train bf16 \[VLM_STUB_FAST=1\] +samples/s +1000.0 +1100.0 +1.100x +2/
   || fail "trainab: no switch row: $out"
 out=$(PATH="$dir/bin:$PATH" NEW="$dir/slow" OUT="$dir/out5" bash "$session" trainab)
 grep -q "(no vlm in NEW: skipped)" <<<"$out" || fail "trainab without vlm not skipped: $out"
+
+# fswitch: the pack's bench_attention under an attention switch against its default (gpu_flash.sh switches; the stub
+# reads its environment: fwd 100 TFLOP/s, 120 under VLM_STUB_FAST=1), summarized per row in the session's summary.
+mkdir -p "$dir/flash"
+cat >"$dir/flash/bench_attention" <<'SCRIPT'
+#!/usr/bin/env bash
+[ "${VLM_STUB_FAST:-0}" = 1 ] && v=120.0 || v=100.0
+echo "d= 64 causal=0 s= 1024 b=16 h=32 [hopper/hopper]  fwd  $v  bwd   50.0  fwd+bwd   60.0 TFLOP/s  (its halves 1 / 2)"
+SCRIPT
+chmod +x "$dir/flash/bench_attention"
+out=$(PATH="$dir/bin:$PATH" NEW="$dir/flash" OUT="$dir/out6" SWITCHES="VLM_STUB_FAST=1@--head-dims 64" AB_ROUNDS=1 \
+  bash "$session" fswitch)
+rc=$?
+[ $rc -eq 0 ] || fail "fswitch: exit status $rc: $out"
+summary=$(sed -n '/^==== session summary/,$p' <<<"$out")
+grep -qE "^d=64 causal=0 s=1024 \[VLM_STUB_FAST=1\] +fwd +100.0 +120.0 +1.200x +1/1" <<<"$summary" \
+  || fail "fswitch: no switch row: $out"
 
 PATH="$dir/bin:$PATH" NEW="$dir/missing" OUT="$dir/out3" bash "$session" gtests >/dev/null 2>&1
 rc=$?
