@@ -212,23 +212,49 @@ cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t ha
   cudaEvent_t start = nullptr, stop = nullptr;
   VLM_CUDA_CHECK(cudaEventCreate(&start));
   VLM_CUDA_CHECK(cudaEventCreate(&stop));
-  int best = 0;
-  float best_ms = -1.f, first_ms = -1.f;
-  for (int i = 0; i < count; ++i) {
+  // Candidate i: one untimed run (a kernel's first launch may load its module), then `runs` timed back to back; the
+  // milliseconds, or -1 when cuBLASLt cannot run it after all.
+  auto time_candidate = [&](int i, int runs) {
     auto run = [&] {
       return cublasLtMatmul(handle, desc, &g.alpha, g.b, la, g.a, lb, &g.beta, out.raw_data(), lc, out.raw_data(),
                             lc, &candidates[i], ws, kWorkspaceBytes, stream);
     };
-    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate cuBLASLt cannot run after all: skip it
+    if (run() != CUBLAS_STATUS_SUCCESS) return -1.f;
     VLM_CUDA_CHECK(cudaEventRecord(start, stream));
     bool ok = true;
-    for (int r = 0; r < kAutotuneRuns; ++r) ok = ok && run() == CUBLAS_STATUS_SUCCESS;
+    for (int r = 0; r < runs; ++r) ok = ok && run() == CUBLAS_STATUS_SUCCESS;
     VLM_CUDA_CHECK(cudaEventRecord(stop, stream));
     VLM_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0.f;
     VLM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    return ok ? ms : -1.f;
+  };
+  // The candidates timed kAutotuneRuns times: all of them, or with more than kAutotuneCandidates (enumerated ones,
+  // VLM_GEMM_ENUMERATE) the heuristic's and the kAutotuneCandidates enumerated ones fastest in one timed run each,
+  // so that hundreds of configurations, some of them slow, cost one run each.
+  std::vector<int> finalists;
+  if (count <= kAutotuneCandidates) {
+    for (int i = 0; i < count; ++i) finalists.push_back(i);
+  } else {
+    std::vector<std::pair<float, int>> enumerated;
+    for (int i = 0; i < count; ++i) {
+      if (i < heuristic) {
+        finalists.push_back(i);
+        continue;
+      }
+      const float ms = time_candidate(i, 1);
+      if (ms >= 0.f) enumerated.emplace_back(ms, i);
+    }
+    std::sort(enumerated.begin(), enumerated.end());
+    for (size_t j = 0; j < enumerated.size() && j < static_cast<size_t>(kAutotuneCandidates); ++j)
+      finalists.push_back(enumerated[j].second);
+  }
+  int best = 0;
+  float best_ms = -1.f, first_ms = -1.f;
+  for (int i : finalists) {
+    const float ms = time_candidate(i, kAutotuneRuns);
     if (i == 0) first_ms = ms;
-    if (ok && (best_ms < 0.f || ms < best_ms)) {
+    if (ms >= 0.f && (best_ms < 0.f || ms < best_ms)) {
       best_ms = ms;
       best = i;
     }
