@@ -29,6 +29,8 @@
 #   mkdir -p .carry/flash/lib && cp build-flash/tests/kernels/flash/flash_{gpu,reference}_test \
 #     build-flash/bench/attention-via-flash/bench_attention .carry/flash/
 set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)  # the sibling scripts (gpu_ab.sh, ab_summary.py); bench/peers/ is read from the
+                                     # working directory, the repo root on the GPU machine
 BIN=${FLASH_BIN:-.carry/flash}
 OUT=${OUT:-gpu_flash_out}
 SAN_FILTER=${SAN_FILTER:-'*_san:FlashGpuApi.*'}
@@ -151,9 +153,9 @@ for step in "${steps[@]}"; do
         n=$((n + 1))
         note "switches ${vars//,/ | } against the default (and the default again): ${args[*]}"
         AB_VARIANTS="${vars//,/;}" AB_GREP='^d=' ROUNDS="${AB_ROUNDS:-3}" AB_TIMEOUT="$STEP_TIMEOUT" \
-          scripts/gpu_ab.sh "$BIN/bench_attention" "$BIN/bench_attention" "${args[@]}" >"$OUT/switch_$n.log" 2>&1 \
+          "$here/gpu_ab.sh" "$BIN/bench_attention" "$BIN/bench_attention" "${args[@]}" >"$OUT/switch_$n.log" 2>&1 \
           || status=1
-        python3 scripts/ab_summary.py "$OUT/switch_$n.log" | tee -a "$OUT/summary.log" || status=1
+        python3 "$here/ab_summary.py" "$OUT/switch_$n.log" | tee -a "$OUT/summary.log" || status=1
       done
       ;;
     kernels)
