@@ -67,18 +67,12 @@ bool splitk_allowed() {
   static const bool on = env_int("VLM_GEMM_SPLITK", 1, 0, 1) == 1;
   return on;
 }
-int splitk_of(const cublasLtMatmulAlgo_t& algo) {
-  int split = 1;
-  size_t written = 0;
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(split), &written);
-  return split;
-}
 // Drops the split-K entries of results[0, found) in place, keeping their order; returns how many are left (the
 // first entry alone when every one is split-K).
 int without_splitk(cublasLtMatmulHeuristicResult_t* results, int found) {
   int kept = 0;
   for (int i = 0; i < found; ++i)
-    if (splitk_of(results[i].algo) <= 1) results[kept++] = results[i];
+    if (gemm_algo_config(results[i].algo).splitk <= 1) results[kept++] = results[i];
   return kept > 0 ? kept : std::min(found, 1);
 }
 

@@ -163,7 +163,8 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
     } else if constexpr (kCausal) {
       tl.n_steps = mixed_steps(tl.n_blocks, tl.diag, kNn);
     } else {
-      tl.n_steps = tl.valid ? row_mixed_lead(n_end, kNn, kN) + row_mixed_wide(n_end, kNn, kN) : 0;
+      const int lead = row_mixed_lead(n_end, kNn, kN);
+      tl.n_steps = tl.valid ? lead + row_mixed_wide_after(n_end, lead, kNn, kN) : 0;
     }
     return tl;
   };

@@ -49,15 +49,17 @@ VLM_FLASH_HD int row_mixed_lead(int k_len, int narrow, int wide_keys) {
   return (k_len + narrow - 1) / narrow;
 }
 
-// Wide steps of such a row.
-VLM_FLASH_HD int row_mixed_wide(int k_len, int narrow, int wide_keys) {
-  const int lead = row_mixed_lead(k_len, narrow, wide_keys);
+// Wide steps of such a row, given its lead (row_mixed_lead).
+VLM_FLASH_HD int row_mixed_wide_after(int k_len, int lead, int narrow, int wide_keys) {
   return lead * narrow >= k_len ? 0 : ((k_len + 31) / 32 * 32 - lead * narrow) / wide_keys;
+}
+VLM_FLASH_HD int row_mixed_wide(int k_len, int narrow, int wide_keys) {
+  return row_mixed_wide_after(k_len, row_mixed_lead(k_len, narrow, wide_keys), narrow, wide_keys);
 }
 
 // Step i's first key in such a row; *wide says whether it spans `wide_keys` keys (else `narrow`).
 VLM_FLASH_HD int row_mixed_key_step(int k_len, int i, int narrow, int wide_keys, bool* wide) {
-  const int lead = row_mixed_lead(k_len, narrow, wide_keys), w = row_mixed_wide(k_len, narrow, wide_keys);
+  const int lead = row_mixed_lead(k_len, narrow, wide_keys), w = row_mixed_wide_after(k_len, lead, narrow, wide_keys);
   *wide = i >= lead;
   return *wide ? (w - 1 - (i - lead)) * wide_keys : w * wide_keys + (lead - 1 - i) * narrow;
 }
