@@ -20,9 +20,8 @@
 # sanitize run them with 1 too), VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 0 too),
 # VLM_FLASH_CAUSAL_WIDE=0/1 the d=128 causal forward's mixed 128/160-key steps (by default from 8k keys; tests and
 # sanitize: 1 too), VLM_PDL=0/1 programmatic dependent launch (tests and memcheck: 1 too), VLM_FLASH_FWD_ROWS64=0/1
-# the d=64 causal forward's 64-row tiles (by default rows of at most 256 queries; tests: 0 and 1 too, sanitize: 1),
-# VLM_FLASH_DQ_RED=0/1 the backward's dQ added from registers (off by default until measured; tests and memcheck: 1
-# too); the sanitize step also runs with VLM_FLASH_WIDE_KEYS=1 (the d=128 forward's mixed non-causal steps on every
+# the d=64 causal forward's 64-row tiles (by default rows of at most 256 queries; tests: 0 and 1 too, sanitize: 1);
+# the sanitize step also runs with VLM_FLASH_WIDE_KEYS=1 (the d=128 forward's mixed non-causal steps on every
 # shape). The tests and sanitize steps take ~10 minutes together on an H100: give them a call of their own.
 # To prepare the binaries on the build machine:
 #   cmake --build build-flash --target flash_gpu_test flash_reference_test bench_attention
@@ -72,7 +71,6 @@ for step in "${steps[@]}"; do
       default_test_envs="VLM_FLASH_PERSISTENT=0;VLM_FLASH_PERSISTENT=1;VLM_FLASH_WIDE_KEYS=1;VLM_FLASH_DYNAMIC=1"
       default_test_envs+=";VLM_FLASH_DEAD_EXPS=0;VLM_FLASH_CAUSAL_WIDE=1;VLM_FLASH_FWD_ROWS64=0"
       default_test_envs+=";VLM_FLASH_FWD_ROWS64=1;VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1;VLM_PDL=1"
-      default_test_envs+=";VLM_FLASH_DQ_RED=1"
       IFS=';' read -r -a test_envs <<<"${FLASH_TEST_ENVS-$default_test_envs}"
       for e in "${test_envs[@]}"; do
         [ -n "$e" ] || continue
@@ -90,7 +88,7 @@ for step in "${steps[@]}"; do
       # launch, then with the d=64 causal forward's 64-row tiles on every causal shape, with the counter.
       # FLASH_SAN_PASSES (space-separated TOOL[:SETTING] words) replaces the list.
       default_san_passes="memcheck racecheck memcheck:dynamic racecheck:dynamic memcheck:wide racecheck:wide"
-      default_san_passes+=" memcheck:pdl memcheck:rows64 racecheck:rows64 memcheck:keys racecheck:keys memcheck:dqred"
+      default_san_passes+=" memcheck:pdl memcheck:rows64 racecheck:rows64 memcheck:keys racecheck:keys"
       read -r -a san_passes <<<"${FLASH_SAN_PASSES:-$default_san_passes}"
       for pass in "${san_passes[@]}"; do
         tool=${pass%%:*}
@@ -100,7 +98,6 @@ for step in "${steps[@]}"; do
         [ "$pass" = "$tool:pdl" ] && envs=(VLM_PDL=1)
         [ "$pass" = "$tool:rows64" ] && envs=(VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1)
         [ "$pass" = "$tool:keys" ] && envs=(VLM_FLASH_WIDE_KEYS=1)
-        [ "$pass" = "$tool:dqred" ] && envs=(VLM_FLASH_DQ_RED=1)
         note "compute-sanitizer $tool ($SAN_FILTER) ${envs[*]}"
         env "${envs[@]}" timeout -k 5 "$STEP_TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           "$BIN/flash_gpu_test" --gtest_filter="$SAN_FILTER" >"$OUT/sanitize_${pass/:/_}.log" 2>&1
@@ -140,11 +137,9 @@ for step in "${steps[@]}"; do
       # (scripts/ab_summary.py). SWITCHES: "VAR=value[,VAR=value...]@bench arguments" entries separated by ';' (a
       # comma-separated list measures each setting as its own variant; a variant of several words, e.g.
       # "VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1", sets them together). By default the last decided threshold:
-      # the backward's dQ added from registers (VLM_FLASH_DQ_RED=1) at the model's two shapes and the d=128 sweep.
-      default_switches="VLM_FLASH_DQ_RED=1@--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3"
-      default_switches+=" --causal yes"
-      default_switches+=";VLM_FLASH_DQ_RED=1@--head-dims 64 --seqlens 196 --tokens 12544 --hidden 768 --causal no"
-      default_switches+=";VLM_FLASH_DQ_RED=1@--head-dims 128,64 --causal both --seqlens 1024,2048,4096,8192"
+      # the d=128 non-causal forward's key steps (wide, mixed, from 2k keys) forced off and on over the sweep.
+      default_switches="VLM_FLASH_WIDE_KEYS=0,VLM_FLASH_WIDE_KEYS=1@--head-dims 128 --causal no"
+      default_switches+=" --seqlens 1024,2048,4096,8192"
       IFS=';' read -r -a entries <<<"${SWITCHES:-$default_switches}"
       n=0
       for entry in "${entries[@]}"; do

@@ -94,13 +94,13 @@ __device__ __forceinline__ void pack_frags(uint32_t (&f)[kSteps][4], const float
     for (int i = 0; i < 4; ++i) f[kk][i] = pack2<__nv_bfloat16>(acc[8 * kk + 2 * i], acc[8 * kk + 2 * i + 1]);
 }
 
-template <int kHeadDim, bool kCausal, bool kDqRed>
+template <int kHeadDim, bool kCausal>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_do,
                           const __grid_constant__ CUtensorMap tm_dq, const __grid_constant__ CUtensorMap tm_lse,
                           const __grid_constant__ CUtensorMap tm_dsum, const FlashBwdParams p,
-                          bool key_block_slowest, float* dq_red) {
+                          bool key_block_slowest) {
   pdl::grid_begin();
 #if VLM_FLASH_SM90A
   using Shape = HopperBwdShape<kHeadDim>;
@@ -230,29 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // then one thread adds it into dq_accum (query rows m0.. of head h). Rows past this sequence carry exact zeros
     // (P = 0 there), so adding them into the next sequence's rows changes nothing; rows past total_q are dropped by
     // the TMA. Row wi * 16 + g + 8 r (row % 8 = g); columns 8 (j % 4) + 2t, +1 of half j / 4: chunk 2 (j % 4) + t / 2.
-    //
-    // With kDqRed (VLM_FLASH_DQ_RED=1, off by default until measured) the tile goes from registers straight into
-    // dq_accum instead, as red.global.add.v4.f32: no shared-memory round trip (32 KB written and read back by the TMA
-    // per step and CTA at d=128, beside the products' operand reads) and no barrier. Lanes t and t ^ 1 swap a pair so
-    // that each holds four consecutive columns of one row: even lanes row g, odd lanes row g + 8. Rows past the
-    // sequence are skipped.
     auto store_dq = [&](const float (&dq)[32], const SeqBounds& sb, int h, int m0) {
-      if constexpr (kDqRed) {
-        const bool odd = (t & 1) != 0;
-        const int row = m0 + dq_qb * 64 + wi * 16 + g + (odd ? 8 : 0);
-        float* dst = dq_red + (static_cast<int64_t>(sb.q_start + row) * p.n_heads_q + h) * kHeadDim + dq_cb * 64 +
-                     2 * (t & ~1);
-        const bool valid = row < sb.q_len;
-    #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float give0 = odd ? dq[4 * j] : dq[4 * j + 2], give1 = odd ? dq[4 * j + 1] : dq[4 * j + 3];
-          const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-          const float4 v = odd ? make_float4(got0, got1, dq[4 * j + 2], dq[4 * j + 3])
-                               : make_float4(dq[4 * j], dq[4 * j + 1], got0, got1);
-          if (valid) sm90::red_add_v4_f32(dst + 8 * j, v);
-        }
-        return;
-      }
       float* dq_t = sDq + cw * Shape::kDqElems;
       char* dq_row = reinterpret_cast<char*>(dq_t) + (wi * 16 + g) * 128 + (t % 2) * 8;
       const int x16 = sm90::opaque_u32(((t / 2) ^ g) << 4);  // chunk (2m + t/2) ^ g = 2m ^ ((t/2) ^ g)
@@ -491,17 +469,13 @@ void run_hopper_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaS
   // plain stride they were 5-19% slower (2026-12-04), the stride handing all heavy items to the same CTAs.
   const bool persistent = flash_persistent(p.max_seqlen_k <= (p.causal ? kBwdPersistentCausalMaxKeys : 2048));
   const dim3 grid(static_cast<unsigned>(persistent ? std::min<int64_t>(items, sm_count()) : items));
-  const bool dq_red = flash_dq_red(false);
-  auto kernel = p.causal ? (dq_red ? flash_bwd_sm90_kernel<kHeadDim, true, true>
-                                   : flash_bwd_sm90_kernel<kHeadDim, true, false>)
-                         : (dq_red ? flash_bwd_sm90_kernel<kHeadDim, false, true>
-                                   : flash_bwd_sm90_kernel<kHeadDim, false, false>);
+  auto kernel = p.causal ? flash_bwd_sm90_kernel<kHeadDim, true> : flash_bwd_sm90_kernel<kHeadDim, false>;
   VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes));
   const CUtensorMap tdq = make_f32_reduce_map(dq_accum, p.total_q, p.n_heads_q, kHeadDim, 64);
   const CUtensorMap tlse = make_f32_stats_map(lse_log2, p.total_q, p.n_heads_q, stats_stride, Shape::kStatRows);
   const CUtensorMap tdsum = make_f32_stats_map(dsum, p.total_q, p.n_heads_q, stats_stride, Shape::kStatRows);
   pdl::launch(kernel, grid, kThreads, Shape::kSmemBytes, stream, tq, tk, tv, tdo, tdq, tlse, tdsum, p,
-              persistent && p.causal, dq_red ? dq_accum : nullptr);
+              persistent && p.causal);
   VLM_CUDA_CHECK_LAUNCH();
   launch_convert_dq<__nv_bfloat16>(p, dq_accum, kHeadDim, stream);
 }

@@ -107,11 +107,6 @@ bool flash_dead_exps(bool automatic) {
   return forced < 0 ? automatic : forced == 1;
 }
 
-bool flash_dq_red(bool automatic) {
-  static const int forced = env_int("VLM_FLASH_DQ_RED", -1, 0, 1);  // -1: unset
-  return forced < 0 ? automatic : forced == 1;
-}
-
 bool flash_fwd_rows64(bool automatic) {
   static const int forced = env_int("VLM_FLASH_FWD_ROWS64", -1, 0, 1);  // -1: unset
   return forced < 0 ? automatic : forced == 1;

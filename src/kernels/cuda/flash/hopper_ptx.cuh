@@ -71,11 +71,6 @@ __device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const 
       "r"(smem_u32(smem)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
-// *p += v, four floats at a 16-byte-aligned global address, as one fire-and-forget reduction (sm_90).
-__device__ __forceinline__ void red_add_v4_f32(float* p, float4 v) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
-               : "memory");
-}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Waits until at most kPending committed bulk groups still read their shared-memory source.
 template <int kPending>
