@@ -13,7 +13,7 @@
 #   train   scripts/gpu_train_check.sh bench: the PyTorch training peer (eager, torch.compile), then NEW's
 #           `vlm bench train --peer`, the peer cut a minute before the deadline's end
 #   trainab NEW's `vlm bench train` against itself and under each switch of TRAINAB_VARIANTS (gpu_ab.sh's
-#           AB_VARIANTS, default "VLM_GEMM_ENUMERATE=1;VLM_FLASH_DQ_RED=1"), AB_ROUNDS rounds, no peer: samples/s per
+#           AB_VARIANTS, default "VLM_GEMM_SPLITK=0;VLM_PDL=1"), AB_ROUNDS rounds, no peer: samples/s per
 #           switch
 #   scripts/gpu_session.sh [step...]          (default: flash gtests ab ibench fbench train; trainab and fswitch on
 #                                             request)
@@ -76,12 +76,6 @@ for step in "${steps[@]}"; do
         timeout -k 5 "$(($(left) > 30 ? $(left) : 30))" "$t" >"$OUT/logs/$(basename "$t").log" 2>&1 || rc=1
         say "$(basename "$t"): $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/logs/$(basename "$t").log" | tr '\n' ' ')"
       done
-      if [ -x "$NEW_DIR/test_kernels_cuda" ]; then  # the autotuner's enumerated cuBLASLt configurations (gemm_algos.h)
-        VLM_GEMM_ENUMERATE=1 timeout -k 5 120 "$NEW_DIR/test_kernels_cuda" --gtest_filter='CudaGemm.*' \
-          >"$OUT/logs/test_kernels_cuda_enumerate.log" 2>&1 || rc=1
-        say "test_kernels_cuda CudaGemm.* VLM_GEMM_ENUMERATE=1: $(grep -E '^\[  (PASSED|FAILED) ' \
-          "$OUT/logs/test_kernels_cuda_enumerate.log" | tr '\n' ' ')"
-      fi
       if [ -f "$NEW_DIR/libvlm_flash_c.so" ]; then  # the PyTorch binding against PyTorch's attention
         timeout -k 5 120 python3 "$here/../tests/python/test_vlm_flash.py" --lib "$NEW_DIR/libvlm_flash_c.so" \
           >"$OUT/logs/test_vlm_flash.log" 2>&1 || rc=1
@@ -113,7 +107,7 @@ for step in "${steps[@]}"; do
       sed -n '/^==== summary/,$p' "$log" | grep -E '^\||SM clock|Error|error' | tee -a "$session" >/dev/null ;;
     trainab)
       if [ ! -x "$NEW_DIR/vlm" ]; then say "(no vlm in NEW: skipped)"; continue; fi
-      variants=${TRAINAB_VARIANTS:-VLM_GEMM_ENUMERATE=1;VLM_FLASH_DQ_RED=1}
+      variants=${TRAINAB_VARIANTS:-VLM_GEMM_SPLITK=0;VLM_PDL=1}
       AB_GREP='^vlm\.cpp' ROUNDS=${AB_ROUNDS:-2} AB_TIMEOUT=180 AB_VARIANTS=$variants \
         "$here/gpu_ab.sh" "$NEW_DIR/vlm" "$NEW_DIR/vlm" bench train --steps 20 --warmup 5 --profile-steps 1 \
         --trace-steps 0 >>"$log" 2>&1 || rc=1

@@ -9,9 +9,7 @@
 // are bit-identical. The algorithm is the heuristic's first, or with autotuning on (set_gemm_autotune, or
 // VLM_GEMM_AUTOTUNE=1) the fastest of the heuristic's first kAutotuneCandidates (VLM_GEMM_CANDIDATES), timed on first
 // use into a scratch output (VLM_GEMM_AUTOTUNE_LOG=1 prints each choice and its split-K; VLM_GEMM_SPLITK=0 leaves
-// split-K candidates out; VLM_GEMM_ENUMERATE=1 adds up to VLM_GEMM_ENUMERATE_MAX more configurations from outside the
-// heuristic's list, gemm_algos.h). Weight gradients run on a side stream beside the input gradients
-// (ops::WeightGradOverlap).
+// split-K candidates out). Weight gradients run on a side stream beside the input gradients (ops::WeightGradOverlap).
 // Autotuned choices can differ between processes (timing noise), and with them the rounding of results.
 // Compute type is always 32F (no TF32), so f32 GEMMs are fp32.
 #include <cublasLt.h>
@@ -30,7 +28,6 @@
 #include "core/env.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/gemm_algos.h"
 
 #define VLM_CUBLASLT_CHECK(call)                                                                             \
   do {                                                                                                       \
@@ -60,6 +57,30 @@ bool autotune_log() {
   return on;
 }
 
+// The (id, tile, stages, swizzle, split-K) of an algorithm, for the autotune log and the split-K filter.
+struct GemmAlgoConfig {
+  int id = -1;
+  unsigned tile = 0, stages = 0, swizzle = 0;
+  int splitk = 1;
+};
+template <class T>
+T config_of(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr, T fallback) {
+  T v = fallback;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS)
+    return fallback;
+  return v;
+}
+GemmAlgoConfig gemm_algo_config(const cublasLtMatmulAlgo_t& algo) {
+  GemmAlgoConfig c;
+  c.id = config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID, -1);
+  c.tile = config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, 0);
+  c.stages = config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, 0);
+  c.swizzle = config_of<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, 0);
+  c.splitk = config_of<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 1);
+  return c;
+}
+
 // VLM_GEMM_SPLITK=0 leaves out the heuristic's split-K candidates (unless it offers nothing else). Each split-K
 // GEMM adds a reduction kernel over a workspace; the training step's kernel trace (2026-12-06) counted 73 such
 // reductions and 331 memsets a step, none issued by our ops but two. An A/B switch until measured in the step.
@@ -74,14 +95,6 @@ int without_splitk(cublasLtMatmulHeuristicResult_t* results, int found) {
   for (int i = 0; i < found; ++i)
     if (gemm_algo_config(results[i].algo).splitk <= 1) results[kept++] = results[i];
   return kept > 0 ? kept : std::min(found, 1);
-}
-
-// VLM_GEMM_ENUMERATE=1 (with autotuning): the autotuner also times up to VLM_GEMM_ENUMERATE_MAX (default 512)
-// configurations outside the heuristic's list (gemm_algos.h). Off until measured in the step.
-int enumerate_count() {
-  static const int n = env_int("VLM_GEMM_ENUMERATE", 0, 0, 1) == 1 ? env_int("VLM_GEMM_ENUMERATE_MAX", 512, 1, 1 << 16)
-                                                                     : 0;
-  return n;
 }
 
 std::atomic<int> g_autotune{-1};  // -1: not decided yet (VLM_GEMM_AUTOTUNE decides on first use)
@@ -198,7 +211,7 @@ void* workspace(DeviceState& st, StreamHandle stream) {
 // output is written, and rewritten by the real call), and returns the fastest. Synchronizes the stream.
 cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                   cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
-                                  void* ws, const std::vector<cublasLtMatmulAlgo_t>& candidates, int heuristic) {
+                                  void* ws, const std::vector<cublasLtMatmulAlgo_t>& candidates) {
   const int count = static_cast<int>(candidates.size());
   const auto stream = static_cast<cudaStream_t>(current_stream(dev));
   Tensor out = scratch({static_cast<int64_t>(type_size(g.out_type)) * g.m * g.n * g.batch}, DType::u8, dev);
@@ -223,29 +236,9 @@ cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t ha
     VLM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     return ok ? ms : -1.f;
   };
-  // The candidates timed kAutotuneRuns times: all of them, or with more than kAutotuneCandidates (enumerated ones,
-  // VLM_GEMM_ENUMERATE) the heuristic's and the kAutotuneCandidates enumerated ones fastest in one timed run each,
-  // so that hundreds of configurations, some of them slow, cost one run each.
-  std::vector<int> finalists;
-  if (count <= kAutotuneCandidates) {
-    for (int i = 0; i < count; ++i) finalists.push_back(i);
-  } else {
-    std::vector<std::pair<float, int>> enumerated;
-    for (int i = 0; i < count; ++i) {
-      if (i < heuristic) {
-        finalists.push_back(i);
-        continue;
-      }
-      const float ms = time_candidate(i, 1);
-      if (ms >= 0.f) enumerated.emplace_back(ms, i);
-    }
-    std::sort(enumerated.begin(), enumerated.end());
-    for (size_t j = 0; j < enumerated.size() && j < static_cast<size_t>(kAutotuneCandidates); ++j)
-      finalists.push_back(enumerated[j].second);
-  }
   int best = 0;
   float best_ms = -1.f, first_ms = -1.f;
-  for (int i : finalists) {
+  for (int i = 0; i < count; ++i) {
     const float ms = time_candidate(i, kAutotuneRuns);
     if (i == 0) first_ms = ms;
     if (ms >= 0.f && (best_ms < 0.f || ms < best_ms)) {
@@ -258,11 +251,11 @@ cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t ha
   if (autotune_log()) {
     const GemmAlgoConfig c = gemm_algo_config(candidates[best]);
     std::fprintf(stderr, "gemm autotune: m=%lld n=%lld k=%lld batch=%lld ta=%d tb=%d beta=%g epilogue=%d: "
-                 "candidate %d of %d (%s; algo %d tile %u stages %u swizzle %u split-k %d) %.1f us, "
+                 "candidate %d of %d (algo %d tile %u stages %u swizzle %u split-k %d) %.1f us, "
                  "heuristic's first %.1f us\n",
                  static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
                  static_cast<long long>(g.batch), g.trans_a ? 1 : 0, g.trans_b ? 1 : 0, static_cast<double>(g.beta),
-                 static_cast<int>(g.epilogue), best, count, best < heuristic ? "heuristic" : "enumerated", c.id,
+                 static_cast<int>(g.epilogue), best, count, c.id,
                  c.tile, c.stages, c.swizzle, c.splitk, 1e3 * best_ms / kAutotuneRuns, 1e3 * first_ms / kAutotuneRuns);
   }
   return candidates[best];
@@ -351,12 +344,7 @@ bool run_gemm(const Gemm& g, Device dev) {
       if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
         std::vector<cublasLtMatmulAlgo_t> candidates;
         for (int i = 0; i < found; ++i) candidates.push_back(results[i].algo);
-        if (tune && enumerate_count() > 0) {
-          const std::vector<cublasLtMatmulAlgo_t> more = enumerate_gemm_algos(
-              handle, desc.d, la.l, lb.l, lc.l, g.in_type, g.out_type, kWorkspaceBytes, enumerate_count(), candidates);
-          candidates.insert(candidates.end(), more.begin(), more.end());
-        }
-        entry = candidates.size() > 1 ? fastest_algo(g, dev, handle, desc.d, la.l, lb.l, lc.l, ws, candidates, found)
+        entry = candidates.size() > 1 ? fastest_algo(g, dev, handle, desc.d, la.l, lb.l, lc.l, ws, candidates)
                                       : candidates[0];
       } else if (status != CUBLAS_STATUS_NOT_SUPPORTED && !fused) {
         VLM_CUBLASLT_CHECK(status);
