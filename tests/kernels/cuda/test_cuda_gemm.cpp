@@ -214,6 +214,37 @@ TEST(CudaGemm, LinearBackwardMatchesCpuAndAccumulates) {
     }
 }
 
+// The bias gradient alone (no dw): the column sums of dy over many rows, across row chunks and column tiles, on
+// both paths of the first pass: 16-byte vectors (columns a multiple of 8 bf16 / 4 f32, including a partial last tile
+// and a base 16 bytes in) and element by element (odd columns, or a base 2 bytes off). Bit-identical on repeat.
+TEST(CudaGemm, BiasGradientColumnSumsOverManyRows) {
+  VLM_SKIP_WITHOUT_CUDA();
+  struct Case {
+    int64_t rows, cols, offset;  // offset: dy starts this many elements into its buffer
+  };
+  const Case kCases[] = {{3000, 776, 0}, {12544, 768, 0}, {1000, 2304, 8}, {129, 264, 0}, {700, 101, 0},
+                         {513, 64, 1},   {1, 8, 0}};
+  uint64_t seed = 470;
+  for (DType dt : compute_dtypes())
+    for (const Case& c : kCases) {
+      SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " rows=" << c.rows << " cols=" << c.cols
+                                      << " offset=" << c.offset);
+      const Tensor dy = random_normal({c.rows, c.cols}, seed++), db0 = random_normal({c.cols}, seed++);
+      const Tensor x = random_normal({c.rows, 4}, seed++), w = random_normal({c.cols, 4}, seed++);
+      Tensor ref = db0.clone(), none;
+      ops::linear_backward(none, none, ref, rounded(dy, dt), rounded(x, dt), rounded(w, dt));
+      // dy at an element offset into a larger buffer (a view of its tail), to reach the unaligned path.
+      const Tensor padded = to_gpu(random_normal({c.rows * c.cols + c.offset}, seed++), dt);
+      Tensor dy_gpu = padded.slice(0, c.offset, c.offset + c.rows * c.cols).view({c.rows, c.cols});
+      dy_gpu.copy_from(to_gpu(dy, dt));
+      Guarded first(db0, DType::f32), second(db0, DType::f32);
+      for (Guarded* db : {&first, &second})
+        ops::linear_backward(none, none, db->view(), dy_gpu, to_gpu(x, dt), to_gpu(w, dt));
+      EXPECT_TRUE(matches(first, ref, dot_tolerance(c.rows)));
+      EXPECT_TRUE(bitwise_equal(first.view().to(Device::cpu()), second.view().to(Device::cpu())));
+    }
+}
+
 TEST(CudaGemm, LinearDgeluBackwardMatchesCpu) {
   VLM_SKIP_WITHOUT_CUDA();
   uint64_t seed = 450;
