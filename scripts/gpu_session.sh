@@ -12,13 +12,13 @@
 #   fbench  scripts/gpu_flash.sh bench: the ANCHORS sweep with the PyTorch SDPA peers
 #   train   scripts/gpu_train_check.sh bench: the PyTorch training peer (eager, torch.compile), then NEW's
 #           `vlm bench train --peer`, the peer cut a minute before the deadline's end
-#   trainab NEW's `vlm bench train` against itself and under each switch of TRAINAB_VARIANTS (gpu_ab.sh's
-#           AB_VARIANTS, default "VLM_GEMM_SPLITK=0;VLM_PDL=1"), AB_ROUNDS rounds, no peer: samples/s per
-#           switch
+#   trainab NEW's `vlm bench train` against OLD's (NEW's own when OLD is unset) and under each switch of
+#           TRAINAB_VARIANTS (gpu_ab.sh's AB_VARIANTS, default "VLM_GEMM_SPLITK=0;VLM_PDL=1"; "" for none),
+#           AB_ROUNDS rounds, no peer: samples/s per switch
 #   scripts/gpu_session.sh [step...]          (default: flash gtests ab ibench fbench train; trainab and fswitch on
 #                                             request)
 # Environment: NEW (a folder packed by scripts/gpu_pack.sh, or its .tar.xz; default .carry/next), OLD (the same, for
-# ab; unset: ab is skipped), DEADLINE (seconds from the start after which no step starts, default 500), TRAIN_MIN
+# ab and trainab; unset: ab is skipped, trainab compares NEW with itself), DEADLINE (seconds from the start after which no step starts, default 500), TRAIN_MIN
 # (seconds the train step needs, torch.compile included, default 240: with less left it is skipped, not cut),
 # FLASH_TEST_ENVS and FLASH_SAN_PASSES (passed to gpu_flash.sh by the flash step: its forced-switch test runs and
 # sanitizer passes; the full lists take ~10 minutes on an H100),
@@ -107,9 +107,11 @@ for step in "${steps[@]}"; do
       sed -n '/^==== summary/,$p' "$log" | grep -E '^\||SM clock|Error|error' | tee -a "$session" >/dev/null ;;
     trainab)
       if [ ! -x "$NEW_DIR/vlm" ]; then say "(no vlm in NEW: skipped)"; continue; fi
-      variants=${TRAINAB_VARIANTS:-VLM_GEMM_SPLITK=0;VLM_PDL=1}
+      variants=${TRAINAB_VARIANTS-VLM_GEMM_SPLITK=0;VLM_PDL=1}
+      old_vlm=$NEW_DIR/vlm
+      [ -n "$OLD_DIR" ] && [ -x "$OLD_DIR/vlm" ] && old_vlm=$OLD_DIR/vlm
       AB_GREP='^vlm\.cpp' ROUNDS=${AB_ROUNDS:-2} AB_TIMEOUT=180 AB_VARIANTS=$variants \
-        "$here/gpu_ab.sh" "$NEW_DIR/vlm" "$NEW_DIR/vlm" bench train --steps 20 --warmup 5 --profile-steps 1 \
+        "$here/gpu_ab.sh" "$old_vlm" "$NEW_DIR/vlm" bench train --steps 20 --warmup 5 --profile-steps 1 \
         --trace-steps 0 >>"$log" 2>&1 || rc=1
       python3 "$here/ab_summary.py" "$log" | tee -a "$session" >/dev/null || rc=1 ;;
     train)

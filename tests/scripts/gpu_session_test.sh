@@ -76,6 +76,17 @@ summary=$(sed -n '/^==== session summary/,$p' <<<"$out")
 grep -qE "^train bf16 +samples/s +1000.0 +1000.0 +1.000x +2/2" <<<"$summary" || fail "trainab: no self row: $out"
 grep -qE "^train bf16 \[VLM_STUB_FAST=1\] +samples/s +1000.0 +1100.0 +1.100x +2/2" <<<"$summary" \
   || fail "trainab: no switch row: $out"
+# With OLD, its vlm is the old side (this stub: 900 samples/s), and no variant when TRAINAB_VARIANTS is empty.
+mkdir -p "$dir/train_old"
+sed 's/v=1000.0/v=900.0/' "$dir/train/vlm" >"$dir/train_old/vlm"
+chmod +x "$dir/train_old/vlm"
+out=$(PATH="$dir/bin:$PATH" NEW="$dir/train" OLD="$dir/train_old" OUT="$dir/out6" TRAINAB_VARIANTS="" \
+  bash "$session" trainab)
+rc=$?
+[ $rc -eq 0 ] || fail "trainab with OLD: exit status $rc: $out"
+summary=$(sed -n '/^==== session summary/,$p' <<<"$out")
+grep -qE "^train bf16 +samples/s +900.0 +1000.0 +1.111x +2/2" <<<"$summary" || fail "trainab: no OLD row: $out"
+grep -q "VLM_STUB_FAST" <<<"$summary" && fail "trainab: a variant ran with TRAINAB_VARIANTS empty: $out"
 out=$(PATH="$dir/bin:$PATH" NEW="$dir/slow" OUT="$dir/out5" bash "$session" trainab)
 grep -q "(no vlm in NEW: skipped)" <<<"$out" || fail "trainab without vlm not skipped: $out"
 
