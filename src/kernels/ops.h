@@ -185,9 +185,16 @@ void swiglu_packed_backward(Tensor& dgu, const Tensor& dy, const Tensor& gu);
 //   slices of a packed qkv projection); elsewhere tensors are contiguous.
 // Causal masks are bottom-right aligned: in a sequence with Lq queries and Lk keys, query i sees keys
 // j <= i + Lk - Lq. A query row that sees no key gets out = 0 and lse = -inf.
+// cu_seqlens are checked (0 = cu[0] <= ... <= cu[B] = the tensor's rows, each length <= max_seqlen; on CUDA by a
+// one-block kernel, reported like the index errors above) unless cu_seqlens_checked: the caller then vouches that
+// check_cu_seqlens passed them for these row counts and max lengths and that they have not changed since (a model
+// checks its batch's once for all of its layers' forward and backward calls: 84 launches a step fewer).
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
-                       float scale, bool causal);
+                       float scale, bool causal, bool cu_seqlens_checked = false);
+// The attention ops' check of one cu_seqlens (i32 [B+1], B >= 0) for `rows` rows and max_seqlen, alone: on the CPU
+// at once (aborting with the bad entry named), on CUDA on the device (found by check_index_errors).
+void check_cu_seqlens(const Tensor& cu_seqlens, int64_t rows, int max_seqlen);
 // dq, dk, dv overwritten (dk/dv sum over the q heads that share a kv head).
 // CUDA: by default the fastest backward (the Hopper FlashAttention backward where it applies), whose dQ sums arrive
 // by TMA reduce-adds in no fixed order, so the last bits of dq vary run to run (as PyTorch's SDPA backends do).
@@ -202,7 +209,8 @@ bool attention_deterministic();
 void set_deterministic(bool on);
 void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,
-                        const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal);
+                        const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal,
+                        bool cu_seqlens_checked = false);
 
 // ---- loss --------------------------------------------------------------------------------------------------
 // losses[T] = logsumexp(logits[t]) - logits[t, targets[t]]; rows whose target == ignore_index get loss 0.

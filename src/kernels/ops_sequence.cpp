@@ -66,7 +66,7 @@ cpu::AttentionParams check_attention(const char* op, const Tensor& q, const Tens
 
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
-                       float scale, bool causal) {
+                       float scale, bool causal, bool cu_seqlens_checked) {
   const char* op = "attention_forward";
   const Device dev = out.device();
   const DType dt = compute_dtype(op, "q", q);
@@ -77,13 +77,14 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
   VLM_PROFILE_TAG(p.tokens_q, " h", p.heads_q, "/", p.heads_kv, " d", p.head_dim, " s", max_seqlen_q);
   VLM_DISPATCH_CUDA(dev, op,
                     cuda::attention_forward(out, lse, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                            scale, causal));
+                                            scale, causal, cu_seqlens_checked));
   cpu::attention_forward(out.data<float>(), lse.data<float>(), p);
 }
 
 void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,
-                        const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal) {
+                        const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal,
+                        bool cu_seqlens_checked) {
   const char* op = "attention_backward";
   const Device dev = dout.device();
   const DType dt = compute_dtype(op, "dout", dout);
@@ -98,9 +99,20 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
   VLM_PROFILE_TAG(p.tokens_q, " h", p.heads_q, "/", p.heads_kv, " d", p.head_dim, " s", max_seqlen_q);
   VLM_DISPATCH_CUDA(dev, op,
                     cuda::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
-                                             max_seqlen_q, max_seqlen_k, scale, causal));
+                                             max_seqlen_q, max_seqlen_k, scale, causal, cu_seqlens_checked));
   cpu::attention_backward(f32_or_null(dq), f32_or_null(dk), f32_or_null(dv), dout.data<float>(), out.data<float>(),
                           lse.data<float>(), p);
+}
+
+void check_cu_seqlens(const Tensor& cu_seqlens, int64_t rows, int max_seqlen) {
+  const char* op = "check_cu_seqlens";
+  const Device dev = cu_seqlens.device();
+  check_tensor(op, "cu_seqlens", cu_seqlens, DType::i32, dev);
+  check_ndim(op, "cu_seqlens", cu_seqlens, 1);
+  VLM_CHECK(cu_seqlens.dim(0) >= 1, "ops::", op, ": cu_seqlens is ", cu_seqlens.describe(), ", expected [B + 1]");
+  VLM_CHECK(rows >= 0 && max_seqlen >= 0, "ops::", op, ": negative rows (", rows, ") or max_seqlen (", max_seqlen, ")");
+  VLM_DISPATCH_CUDA(dev, op, cuda::check_cu_seqlens(cu_seqlens, rows, max_seqlen));
+  cpu::check_cu_seqlens(op, "cu_seqlens", cu_seqlens.data<int32_t>(), cu_seqlens.dim(0) - 1, rows, max_seqlen);
 }
 
 // ---- loss --------------------------------------------------------------------------------------------------

@@ -179,6 +179,12 @@ SelfAttention SelfAttention::create(ParameterStore& store, const std::string& pr
   return a;
 }
 
+SeqInfo checked_seq_info(SeqInfo seq, int64_t rows) {
+  ops::check_cu_seqlens(seq.cu_seqlens, rows, seq.max_seqlen);
+  seq.cu_seqlens_checked = true;
+  return seq;
+}
+
 bool SelfAttention::reads_packed_qkv(const Tensor& x) const {
   static const bool split = env_int("VLM_ATTN_SPLIT_QKV", 0, 0, 1) == 1;
   return x.device().is_cuda() && !split;
@@ -208,7 +214,7 @@ Tensor SelfAttention::forward(const Tensor& x, const SeqInfo& seq, Saved& s) con
   s.lse = new_f32_like({H, T}, x);
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   ops::attention_forward(s.out, s.lse, s.q, s.k, s.v, seq.cu_seqlens, seq.cu_seqlens, seq.max_seqlen, seq.max_seqlen,
-                         scale, shape.causal);
+                         scale, shape.causal, seq.cu_seqlens_checked);
   return o.forward(s.out.view({T, H * D}));
 }
 
@@ -222,7 +228,7 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, const SeqInfo&
     const Tensor heads = dqkv.view({T, H + 2 * Hkv, D});
     Tensor dq = heads.slice(1, 0, H), dk = heads.slice(1, H, H + Hkv), dv = heads.slice(1, H + Hkv, H + 2 * Hkv);
     ops::attention_backward(dq, dk, dv, d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.cu_seqlens,
-                            seq.max_seqlen, seq.max_seqlen, scale, shape.causal);
+                            seq.max_seqlen, seq.max_seqlen, scale, shape.causal, seq.cu_seqlens_checked);
     if (shape.rope) {
       Tensor dqk = heads.slice(1, 0, H + Hkv);
       ops::rope_backward(dqk, seq.positions, shape.rope_theta);
@@ -230,7 +236,7 @@ Tensor SelfAttention::backward(const Tensor& dy, const Tensor& x, const SeqInfo&
   } else {
     Tensor dq = new_like({T, H, D}, x), dk = new_like({T, Hkv, D}, x), dv = new_like({T, Hkv, D}, x);
     ops::attention_backward(dq, dk, dv, d_out, s.q, s.k, s.v, s.out, s.lse, seq.cu_seqlens, seq.cu_seqlens,
-                            seq.max_seqlen, seq.max_seqlen, scale, shape.causal);
+                            seq.max_seqlen, seq.max_seqlen, scale, shape.causal, seq.cu_seqlens_checked);
     ops::qkv_split_backward(dqkv, dq, dk, dv, shape.rope ? seq.positions : Tensor(),
                             shape.rope ? shape.rope_theta : 0.f);
   }

@@ -17,7 +17,13 @@ struct SeqInfo {
   Tensor cu_seqlens;   // i32 [B+1]
   int max_seqlen = 0;
   Tensor positions;    // i32 [T], position of each token within its sequence (for RoPE); may be undefined
+  // Whether ops::check_cu_seqlens passed cu_seqlens for T rows and max_seqlen: the attention layers then skip the
+  // check (checked_seq_info sets it).
+  bool cu_seqlens_checked = false;
 };
+
+// seq with its cu_seqlens checked once for `rows` rows (ops::check_cu_seqlens), for all of a pass's layers.
+SeqInfo checked_seq_info(SeqInfo seq, int64_t rows);
 
 struct Linear {
   Param* w = nullptr;  // [out, in]

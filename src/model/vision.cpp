@@ -51,6 +51,7 @@ Tensor VisionTransformer::forward(const Tensor& images_in, Saved& s) const {
   for (int64_t i = 0; i <= N; ++i) cu[static_cast<size_t>(i)] = static_cast<int32_t>(i * P);
   s.seq.cu_seqlens = Tensor::from_vector(cu, {N + 1}).to(images.device());
   s.seq.max_seqlen = P;
+  s.seq = checked_seq_info(s.seq, T);  // once, for every block's forward and backward
 
   s.blocks.assign(blocks_.size(), {});
   s.recompute = recompute_blocks_;

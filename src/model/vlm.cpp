@@ -22,7 +22,10 @@ bool group_trainable(const ParameterStore& store, ParamGroup g) {
   return false;
 }
 
-SeqInfo seq_info(const VlmInputs& in) { return SeqInfo{in.cu_seqlens, in.max_seqlen, in.positions}; }
+// The text's sequences, their cu_seqlens checked once for all layers (forward and backward).
+SeqInfo seq_info(const VlmInputs& in) {
+  return checked_seq_info(SeqInfo{in.cu_seqlens, in.max_seqlen, in.positions}, in.tokens.dim(0));
+}
 }  // namespace
 
 VlmModel::VlmModel(const ModelConfig& config, Device device, DType compute_dtype)

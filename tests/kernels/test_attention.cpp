@@ -185,6 +185,20 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
     }
 }
 
+// check_cu_seqlens alone: what the attention ops check, with the op's own name in the message.
+TEST(Attention, CheckCuSeqlensAlone) {
+  use_threadsafe_death_tests();
+  ops::check_cu_seqlens(i32_tensor({0, 5, 8}), 8, 5);
+  ops::check_cu_seqlens(i32_tensor({0}), 0, 0);  // no sequence
+  EXPECT_DEATH(ops::check_cu_seqlens(i32_tensor({0, 5, 8}), 8, 4),
+               "ops::check_cu_seqlens: sequence 0 has length 5 > max_seqlen 4");
+  EXPECT_DEATH(ops::check_cu_seqlens(i32_tensor({0, 6, 5}), 5, 6), "ops::check_cu_seqlens: cu_seqlens decreases at 2");
+  EXPECT_DEATH(ops::check_cu_seqlens(i32_tensor({1, 5}), 5, 6), "ops::check_cu_seqlens: cu_seqlens\\[0\\] = 1");
+  EXPECT_DEATH(ops::check_cu_seqlens(i32_tensor({0, 5}), 7, 6),
+               "ops::check_cu_seqlens: cu_seqlens\\[1\\] = 5 but the tensor has 7 rows");
+  EXPECT_DEATH(ops::check_cu_seqlens(Tensor::zeros({2}, DType::f32), 0, 0), "check_cu_seqlens");
+}
+
 TEST(Attention, SequenceLongerThanMaxSeqlenAborts) {
   use_threadsafe_death_tests();
   const AttnCase c{"too_long", {5, 3}, {5, 3}, 2, 2, 4};

@@ -22,6 +22,8 @@ int64_t visible_keys(int64_t i, int64_t lq, int64_t lk, bool causal) {
   return std::clamp<int64_t>(i + lk - lq + 1, 0, lk);
 }
 
+}  // namespace
+
 void check_cu_seqlens(const char* op, const char* name, const int32_t* cu, int64_t batch, int64_t tokens,
                       int max_seqlen) {
   VLM_CHECK(cu[0] == 0, "ops::", op, ": ", name, "[0] = ", cu[0], ", expected 0");
@@ -34,6 +36,8 @@ void check_cu_seqlens(const char* op, const char* name, const int32_t* cu, int64
   VLM_CHECK(cu[batch] == tokens, "ops::", op, ": ", name, "[", batch, "] = ", cu[batch], " but the tensor has ", tokens,
             " rows");
 }
+
+namespace {
 
 void check_params(const char* op, const AttentionParams& p) {
   check_cu_seqlens(op, "cu_seqlens_q", p.cu_seqlens_q, p.batch, p.tokens_q, p.max_seqlen_q);

@@ -103,6 +103,9 @@ struct AttentionParams {
   bool causal = false;                     // bottom-right aligned
 };
 // out [tokens_q, heads_q, head_dim]; lse [heads_q, tokens_q].
+// Aborts naming op, name and the entry unless 0 = cu[0] <= ... <= cu[batch] = tokens with each length <= max_seqlen.
+void check_cu_seqlens(const char* op, const char* name, const int32_t* cu, int64_t batch, int64_t tokens,
+                      int max_seqlen);
 void attention_forward(float* out, float* lse, const AttentionParams& p);
 // dq like q, dk/dv like k (all overwritten; any may be null).
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,

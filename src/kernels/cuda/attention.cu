@@ -287,13 +287,13 @@ bool flash_candidate(const Tensor& q, const Tensor& k, int max_k, float scale) {
 
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
-                       float scale, bool causal) {
+                       float scale, bool causal, bool cu_seqlens_checked) {
   const Device dev = out.device();
   DeviceGuard guard(dev);
   cudaStream_t stream = stream_of(dev);
   const int64_t batch = cu_seqlens_q.dim(0) - 1;
-  if (batch > 0) check_both_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.dim(0), k.dim(0), max_seqlen_q, max_seqlen_k, dev,
-                                        stream);
+  if (batch > 0 && !cu_seqlens_checked)
+    check_both_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.dim(0), k.dim(0), max_seqlen_q, max_seqlen_k, dev, stream);
   check_index_errors_now("attention_forward", dev);
   if (q.dim(0) == 0 || batch == 0) return;
   if (flash_candidate(q, k, max_seqlen_k, scale)) {
@@ -320,18 +320,26 @@ void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& 
   VLM_CUDA_CHECK_LAUNCH();
 }
 
+void check_cu_seqlens(const Tensor& cu_seqlens, int64_t rows, int max_seqlen) {
+  const Device dev = cu_seqlens.device();
+  DeviceGuard guard(dev);
+  if (cu_seqlens.dim(0) > 1) check_cu_seqlens(cu_seqlens, rows, max_seqlen, dev, stream_of(dev));
+  check_index_errors_now("check_cu_seqlens", dev);
+}
+
 void set_attention_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
 bool attention_deterministic() { return deterministic_on(); }
 
 void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,
-                        const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal) {
+                        const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal,
+                        bool cu_seqlens_checked) {
   const Device dev = dout.device();
   DeviceGuard guard(dev);
   cudaStream_t stream = stream_of(dev);
   const int64_t batch = cu_seqlens_q.dim(0) - 1;
-  if (batch > 0) check_both_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.dim(0), k.dim(0), max_seqlen_q, max_seqlen_k, dev,
-                                        stream);
+  if (batch > 0 && !cu_seqlens_checked)
+    check_both_cu_seqlens(cu_seqlens_q, cu_seqlens_k, q.dim(0), k.dim(0), max_seqlen_q, max_seqlen_k, dev, stream);
   check_index_errors_now("attention_backward", dev);
   if (!dq.defined() && !dk.defined() && !dv.defined()) return;
   if (q.dim(0) == 0 || k.dim(0) == 0 || batch == 0) {  // no (query, key) pair: all gradients are zero

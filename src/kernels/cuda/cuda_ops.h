@@ -81,10 +81,12 @@ void swiglu_packed_backward(Tensor& dgu, const Tensor& dy, const Tensor& gu);
 // ---- attention.cu ----------------------------------------------------------------------------------------------
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
-                       float scale, bool causal);
+                       float scale, bool causal, bool cu_seqlens_checked);
 void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,
-                        const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal);
+                        const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal,
+                        bool cu_seqlens_checked);
+void check_cu_seqlens(const Tensor& cu_seqlens, int64_t rows, int max_seqlen);
 
 // ---- loss.cu ---------------------------------------------------------------------------------------------------
 // losses and dlogits are each optional (at least one defined); dlogits may alias logits.

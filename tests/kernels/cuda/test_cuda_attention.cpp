@@ -224,5 +224,20 @@ TEST(CudaAttention, BadCuSeqlensAreRecorded) {
   EXPECT_TRUE(ops::check_index_errors(gpu()).ok());  // taken: cleared
 }
 
+// The check alone (what a model runs once for all of its layers before passing cu_seqlens_checked): recorded on the
+// device like the attention ops' own, nothing for good values.
+TEST(CudaAttention, CheckCuSeqlensAloneRecordsBadValues) {
+  VLM_SKIP_WITHOUT_CUDA();
+  ASSERT_TRUE(ops::check_index_errors(gpu()).ok());
+  ops::check_cu_seqlens(gpu_i32({0, 4, 6}), 6, 4);
+  EXPECT_TRUE(ops::check_index_errors(gpu()).ok());
+  ops::check_cu_seqlens(gpu_i32({0, 4, 6}), 6, 3);  // a sequence longer than max_seqlen
+  Status s = ops::check_index_errors(gpu());
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cu_seqlens"), std::string::npos) << s.message();
+  ops::check_cu_seqlens(gpu_i32({0, 4, 5}), 6, 4);  // ends short of the rows
+  EXPECT_FALSE(ops::check_index_errors(gpu()).ok());
+}
+
 }  // namespace
 }  // namespace vlm::testing
