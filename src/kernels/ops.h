@@ -188,7 +188,8 @@ void swiglu_packed_backward(Tensor& dgu, const Tensor& dy, const Tensor& gu);
 // cu_seqlens are checked (0 = cu[0] <= ... <= cu[B] = the tensor's rows, each length <= max_seqlen; on CUDA by a
 // one-block kernel, reported like the index errors above) unless cu_seqlens_checked: the caller then vouches that
 // check_cu_seqlens passed them for these row counts and max lengths and that they have not changed since (a model
-// checks its batch's once for all of its layers' forward and backward calls: 84 launches a step fewer).
+// checks its batch's once for all of its layers' forward and backward calls: 2 check launches a training step
+// instead of 84).
 void attention_forward(Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& cu_seqlens_q, const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k,
                        float scale, bool causal, bool cu_seqlens_checked = false);
