@@ -16,6 +16,9 @@ constexpr int kColTile = 32;           // columns per block: one warp wide, so g
 constexpr int kRowLanes = 8;           // blockDim.y: rows summed in parallel within a chunk
 constexpr int64_t kMinRowChunk = 128;  // rows per chunk (more when rows would need over 65535 chunks)
 
+// Rows per chunk of pass 1 for `rows` rows: kMinRowChunk, or more where that would need over 65535 chunks (gridDim.y).
+inline int64_t column_row_chunk(int64_t rows) { return std::max(kMinRowChunk, ceil_div(rows, int64_t{65535})); }
+
 // F: __device__ void operator()(int64_t row, int64_t col, float (&v)[N]) const — the N values of one element.
 template <int N, class F>
 __global__ void column_partials_kernel(float* __restrict__ partial, int64_t rows, int64_t cols, int64_t row_chunk,
@@ -108,8 +111,7 @@ void column_reduce(ColumnOutputs<N> outs, int64_t rows, int64_t cols, Device dev
   bool any = false;
   for (int n = 0; n < N; ++n) any = any || outs.out[n] != nullptr;
   if (!any) return;
-  const int64_t row_chunk = std::max(kMinRowChunk, ceil_div(rows, 65535));
-  const int64_t chunks = ceil_div(rows, row_chunk);
+  const int64_t row_chunk = column_row_chunk(rows), chunks = ceil_div(rows, row_chunk);
   Tensor partial = scratch(Shape{N * chunks * cols}, DType::f32, device);
   cudaStream_t stream = stream_of(device);
   const dim3 grid(static_cast<unsigned>(ceil_div(cols, kColTile)), static_cast<unsigned>(chunks));

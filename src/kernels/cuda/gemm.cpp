@@ -211,37 +211,30 @@ void* workspace(DeviceState& st, StreamHandle stream) {
 // output is written, and rewritten by the real call), and returns the fastest. Synchronizes the stream.
 cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                   cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
-                                  void* ws, const std::vector<cublasLtMatmulAlgo_t>& candidates) {
-  const int count = static_cast<int>(candidates.size());
+                                  void* ws, const cublasLtMatmulHeuristicResult_t* results, int count) {
   const auto stream = static_cast<cudaStream_t>(current_stream(dev));
   Tensor out = scratch({static_cast<int64_t>(type_size(g.out_type)) * g.m * g.n * g.batch}, DType::u8, dev);
   VLM_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, static_cast<size_t>(out.numel()), stream));
   cudaEvent_t start = nullptr, stop = nullptr;
   VLM_CUDA_CHECK(cudaEventCreate(&start));
   VLM_CUDA_CHECK(cudaEventCreate(&stop));
-  // Candidate i: one untimed run (a kernel's first launch may load its module), then `runs` timed back to back; the
-  // milliseconds, or -1 when cuBLASLt cannot run it after all.
-  auto time_candidate = [&](int i, int runs) {
+  int best = 0;
+  float best_ms = -1.f, first_ms = -1.f;
+  for (int i = 0; i < count; ++i) {
     auto run = [&] {
       return cublasLtMatmul(handle, desc, &g.alpha, g.b, la, g.a, lb, &g.beta, out.raw_data(), lc, out.raw_data(),
-                            lc, &candidates[i], ws, kWorkspaceBytes, stream);
+                            lc, &results[i].algo, ws, kWorkspaceBytes, stream);
     };
-    if (run() != CUBLAS_STATUS_SUCCESS) return -1.f;
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate cuBLASLt cannot run after all: skip it
     VLM_CUDA_CHECK(cudaEventRecord(start, stream));
     bool ok = true;
-    for (int r = 0; r < runs; ++r) ok = ok && run() == CUBLAS_STATUS_SUCCESS;
+    for (int r = 0; r < kAutotuneRuns; ++r) ok = ok && run() == CUBLAS_STATUS_SUCCESS;
     VLM_CUDA_CHECK(cudaEventRecord(stop, stream));
     VLM_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0.f;
     VLM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    return ok ? ms : -1.f;
-  };
-  int best = 0;
-  float best_ms = -1.f, first_ms = -1.f;
-  for (int i = 0; i < count; ++i) {
-    const float ms = time_candidate(i, kAutotuneRuns);
     if (i == 0) first_ms = ms;
-    if (ms >= 0.f && (best_ms < 0.f || ms < best_ms)) {
+    if (ok && (best_ms < 0.f || ms < best_ms)) {
       best_ms = ms;
       best = i;
     }
@@ -249,16 +242,16 @@ cublasLtMatmulAlgo_t fastest_algo(const Gemm& g, Device dev, cublasLtHandle_t ha
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   if (autotune_log()) {
-    const GemmAlgoConfig c = gemm_algo_config(candidates[best]);
+    const GemmAlgoConfig c = gemm_algo_config(results[best].algo);
     std::fprintf(stderr, "gemm autotune: m=%lld n=%lld k=%lld batch=%lld ta=%d tb=%d beta=%g epilogue=%d: "
                  "candidate %d of %d (algo %d tile %u stages %u swizzle %u split-k %d) %.1f us, "
                  "heuristic's first %.1f us\n",
                  static_cast<long long>(g.m), static_cast<long long>(g.n), static_cast<long long>(g.k),
                  static_cast<long long>(g.batch), g.trans_a ? 1 : 0, g.trans_b ? 1 : 0, static_cast<double>(g.beta),
-                 static_cast<int>(g.epilogue), best, count, c.id,
-                 c.tile, c.stages, c.swizzle, c.splitk, 1e3 * best_ms / kAutotuneRuns, 1e3 * first_ms / kAutotuneRuns);
+                 static_cast<int>(g.epilogue), best, count, c.id, c.tile, c.stages, c.swizzle, c.splitk,
+                 1e3 * best_ms / kAutotuneRuns, 1e3 * first_ms / kAutotuneRuns);
   }
-  return candidates[best];
+  return results[best].algo;
 }
 
 // Runs g on `dev`'s current stream; false (nothing launched) when cuBLASLt has no algorithm for it, which the
@@ -342,10 +335,8 @@ bool run_gemm(const Gemm& g, Device dev) {
       if (!tune) found = std::min(found, 1);
       std::optional<cublasLtMatmulAlgo_t> entry;
       if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
-        std::vector<cublasLtMatmulAlgo_t> candidates;
-        for (int i = 0; i < found; ++i) candidates.push_back(results[i].algo);
-        entry = candidates.size() > 1 ? fastest_algo(g, dev, handle, desc.d, la.l, lb.l, lc.l, ws, candidates)
-                                      : candidates[0];
+        entry = found > 1 ? fastest_algo(g, dev, handle, desc.d, la.l, lb.l, lc.l, ws, results.data(), found)
+                          : results[0].algo;
       } else if (status != CUBLAS_STATUS_NOT_SUPPORTED && !fused) {
         VLM_CUBLASLT_CHECK(status);
       }

@@ -79,8 +79,7 @@ void column_sums_accumulate(Tensor& out, const Tensor& in, int64_t rows, int64_t
     if (rows == 0 || cols == 0) return;
     if (cols % kVec16<T> == 0 && all_aligned16(ptr<T>(in))) {
       static_assert(kColTile * kVec16<T> <= kColTile * kRowLanes, "a tile's columns must fit the block's threads");
-      const int64_t row_chunk = std::max(kMinRowChunk, ceil_div(rows, 65535));
-      const int64_t chunks = ceil_div(rows, row_chunk);
+      const int64_t row_chunk = column_row_chunk(rows), chunks = ceil_div(rows, row_chunk);
       Tensor partial = scratch(Shape{chunks * cols}, DType::f32, dev);
       cudaStream_t stream = stream_of(dev);
       const dim3 grid(static_cast<unsigned>(ceil_div(cols, int64_t{kColTile} * kVec16<T>)),
