@@ -71,6 +71,8 @@ void matmul_batched(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a,
 // VLM_MAIN_STREAM=1 (off by default until measured). The trainer and `vlm bench train` call it before their first op.
 // Kernel launches attributed for programmatic dependent launch (VLM_PDL=1) may overlap their predecessor's tail on
 // such a stream; whether the legacy default stream honours the attribute is not documented. No effect on the CPU.
+// VLM_STREAM_PRIORITY=1 gives that stream the device's greatest scheduling priority over the weight gradients' side
+// stream (2: the side stream's over it; cuda_context.cpp). Off by default until measured.
 void use_compute_stream(Device device);
 
 // Weight gradients (linear_backward's dw) issued while one of these lives run on a second stream of the device,
