@@ -10,7 +10,7 @@
 #   scripts/gpu_train_check.sh [curve] [demo] [tests] [bench]        (default: curve demo)
 # Environment: VLM_BIN (default .carry/train: vlm and lib/), OUT (default ./gpu_train_out), STEPS (default 20),
 # GPU_SET (extra --set arguments for the GPU runs, e.g. "train.precision=bf16"), TEST_ENVS (VAR=value words: the tests
-# step runs every binary once more under each; default VLM_PDL=1, empty for none), PEER_TIMEOUT and BENCH_TIMEOUT
+# step runs every binary once more under each; default VLM_PDL=0, empty for none), PEER_TIMEOUT and BENCH_TIMEOUT
 # (seconds for the bench step's PyTorch peer and for `vlm bench train`, default 3600 and 600: a run cut by its limit
 # is reported, and the peer's finished modes stay in peer.jsonl).
 # To prepare the binary on the build machine:
@@ -78,8 +78,8 @@ PY
         "$OUT/demo_gpu/eval/final.json" 2>&1 | tee -a "$OUT/summary.log"
       ;;
     tests)
-      # Each binary as is, then once more under each of TEST_ENVS (default: programmatic dependent launch on).
-      read -r -a test_envs <<<"${TEST_ENVS-VLM_PDL=1}"
+      # Each binary as is, then once more under each of TEST_ENVS (default: programmatic dependent launch off).
+      read -r -a test_envs <<<"${TEST_ENVS-VLM_PDL=0}"
       for t in "$BIN"/test_*; do
         [ -x "$t" ] || continue
         for e in "" "${test_envs[@]}"; do
