@@ -72,8 +72,6 @@ void matmul_batched(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a,
 // Our kernels are launched for programmatic dependent launch (on by default; VLM_PDL=0 turns it off) and may overlap
 // their predecessor's tail on either stream (the step measured 1.010x with it on the legacy default stream, 1.008x with
 // VLM_MAIN_STREAM=1 as well, 2026-12-06). No effect on the CPU.
-// VLM_STREAM_PRIORITY=1 gives that stream the device's greatest scheduling priority over the weight gradients' side
-// stream (2: the side stream's over it; cuda_context.cpp). Off by default until measured.
 void use_compute_stream(Device device);
 
 // Weight gradients (linear_backward's dw) issued while one of these lives run on a second stream of the device,

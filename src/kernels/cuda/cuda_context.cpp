@@ -7,7 +7,6 @@
 #include <mutex>
 
 #include "core/cuda_check.h"
-#include "core/env.h"
 
 namespace vlm::ops::cuda {
 
@@ -25,20 +24,10 @@ thread_local std::array<StreamHandle, kMaxDevices> t_streams{};
 thread_local std::array<StreamHandle, kMaxDevices> t_dedicated_streams{};
 thread_local std::array<StreamHandle, kMaxDevices> t_side_streams{};
 
-// VLM_STREAM_PRIORITY (off by default until measured): 1 creates the dedicated (main) stream with the device's
-// greatest scheduling priority, 2 the side stream; the other keeps the default (least) priority. The block scheduler
-// then starts the favoured stream's pending CTAs first when both have work waiting. The legacy default stream has no
-// priority, so 1 only acts with VLM_MAIN_STREAM=1.
-enum class StreamKind { dedicated, side };
-
-StreamHandle create_stream(int device, unsigned flags, StreamKind kind) {
+StreamHandle create_stream(int device, unsigned flags) {
   const DeviceGuard guard(Device::cuda(device));
-  static const int favoured = env_int("VLM_STREAM_PRIORITY", 0, 0, 2);
-  int least = 0, greatest = 0;
-  VLM_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  const bool favour = (favoured == 1 && kind == StreamKind::dedicated) || (favoured == 2 && kind == StreamKind::side);
   cudaStream_t stream = nullptr;
-  VLM_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, flags, favour ? greatest : least));
+  VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, flags));
   return stream;
 }
 
@@ -60,14 +49,14 @@ void set_current_stream(int device, StreamHandle stream) {
 StreamHandle dedicated_stream(int device) {
   check_device_index(device);
   StreamHandle& s = t_dedicated_streams[static_cast<size_t>(device)];
-  if (s == nullptr) s = create_stream(device, cudaStreamDefault, StreamKind::dedicated);
+  if (s == nullptr) s = create_stream(device, cudaStreamDefault);
   return s;
 }
 
 StreamHandle side_stream(int device) {
   check_device_index(device);
   StreamHandle& s = t_side_streams[static_cast<size_t>(device)];
-  if (s == nullptr) s = create_stream(device, cudaStreamNonBlocking, StreamKind::side);
+  if (s == nullptr) s = create_stream(device, cudaStreamNonBlocking);
   return s;
 }
 
