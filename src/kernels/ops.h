@@ -68,7 +68,8 @@ void matmul_batched(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a,
 
 // Makes the calling thread's ops on `device` run on a stream of their own (cuda::dedicated_stream, which stays
 // ordered with the legacy default stream) instead of the legacy default stream, when the environment asks for it:
-// VLM_MAIN_STREAM=1 (off by default: no faster, measured 2026-12-06). The trainer and `vlm bench train` call it before their first op.
+// VLM_MAIN_STREAM=1 (off by default: no faster, measured 2026-12-06). The trainer and `vlm bench train` call it
+// before their first op.
 // Our kernels are launched for programmatic dependent launch (on by default; VLM_PDL=0 turns it off) and may overlap
 // their predecessor's tail on either stream (the step measured 1.010x with it on the legacy default stream, 1.008x with
 // VLM_MAIN_STREAM=1 as well, 2026-12-06). No effect on the CPU.
