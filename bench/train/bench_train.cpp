@@ -47,6 +47,7 @@ struct Options {
   bool gemm_autotune = true;
   bool deterministic = false;
   std::string recompute = "none";
+  std::string attention = "flash";  // or "simple" (ops::set_attention_flash)
   std::string peer_json, json_out;
 };
 
@@ -105,6 +106,14 @@ const std::vector<OptionSpec<Options>>& option_specs() {
        "bit-identical results run to run, as train.deterministic: the deterministic attention backward and "
        "cuBLASLt's heuristic GEMM algorithms (ops::set_deterministic)",
        nullptr, [](Options& o) { o.deterministic = true; }},
+      {"--attention",
+       "flash (our FlashAttention kernels, the default) or simple (the correct but slow CUDA attention they "
+       "replaced: ops::set_attention_flash(false)), to compare the two in the step",
+       [](Options& o, const std::string& v) {
+         o.attention = v;
+         return v == "flash" || v == "simple";
+       },
+       nullptr},
       {"--no-gemm-autotune",
        "cuBLASLt's heuristic algorithm per GEMM instead of the fastest of its top choices timed on first use",
        nullptr, [](Options& o) { o.gemm_autotune = false; }},
@@ -245,6 +254,7 @@ int bench_train_main(int argc, char** argv) {
   const Device dev = Device::cuda(0);
   ops::use_compute_stream(dev);  // VLM_MAIN_STREAM=1 (see ops.h)
   ops::set_deterministic(o.deterministic);
+  ops::set_attention_flash(o.attention == "flash");
   if (!o.gemm_autotune) ops::set_gemm_autotune(false);
   const DType dtype = o.precision == "bf16" ? DType::bf16 : DType::f32;
   VlmModel model(cfg, dev, dtype);
@@ -266,9 +276,9 @@ int bench_train_main(int argc, char** argv) {
     opt.step(1e-4f);
   };
   std::printf("vlm bench train: preset %s (%.1fM parameters), %s, batch %d x (%d image + %d text tokens), "
-              "recompute %s\n",
+              "recompute %s, attention %s\n",
               o.preset.c_str(), static_cast<double>(model.params().numel()) / 1e6, o.precision.c_str(), o.batch,
-              cfg.image_tokens(), o.text_tokens, o.recompute.c_str());
+              cfg.image_tokens(), o.text_tokens, o.recompute.c_str(), o.attention.c_str());
   if (const std::string env = vlm_environment(); !env.empty()) std::printf("environment: %s\n", env.c_str());
   const double t_warm = now();
   for (int i = 0; i < o.warmup; ++i) step();
@@ -297,7 +307,7 @@ int bench_train_main(int argc, char** argv) {
   const double sps = o.batch / step_s, tflops = sps * flops / 1e12;
   nlohmann::json ours = {{"peer", "vlm.cpp"},        {"mode", o.precision},
                          {"gemm_autotune", o.gemm_autotune && !o.deterministic}, {"recompute", o.recompute},
-                         {"deterministic", o.deterministic}, {"grad_clip", o.grad_clip},
+                         {"attention", o.attention}, {"deterministic", o.deterministic}, {"grad_clip", o.grad_clip},
                          {"batch", o.batch},         {"samples_per_s", sps},
                          {"step_ms", step_s * 1e3},  {"tflops", tflops},
                          {"mfu", tflops / kPeakTflops}, {"peak_gb", static_cast<double>(mem.step_peak_bytes) / 1e9},

@@ -190,6 +190,22 @@ void set_attention_deterministic(bool on) {
 #endif
 }
 
+void set_attention_flash(bool on) {
+#ifdef VLM_HAVE_CUDA
+  cuda::set_attention_flash(on);
+#else
+  (void)on;
+#endif
+}
+
+bool attention_flash() {
+#ifdef VLM_HAVE_CUDA
+  return cuda::attention_flash();
+#else
+  return true;
+#endif
+}
+
 void set_deterministic(bool on) {
   set_attention_deterministic(on);
   set_gemm_autotune(!on);

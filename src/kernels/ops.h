@@ -206,6 +206,12 @@ void check_cu_seqlens(const Tensor& cu_seqlens, int64_t rows, int max_seqlen);
 // run (and with activation recomputation), at about half the backward's speed on Hopper. The CPU always is.
 void set_attention_deterministic(bool on);
 bool attention_deterministic();
+// CUDA attention through our FlashAttention kernels wherever they support the problem (the default) or, off, through
+// the simple kernels for every problem: the correct but slow CUDA attention that flash replaced, kept so the two can be
+// compared in the training step (`vlm bench train --attention simple`; the environment VLM_ATTENTION_FLASH=0 for other
+// commands). No effect on the CPU.
+void set_attention_flash(bool on);
+bool attention_flash();
 // The trainer's and the training benchmark's switch (train.deterministic): on, bit-identical results run to run (the
 // deterministic attention backward, cuBLASLt's heuristic GEMM algorithms); off, the fastest kernels (the Hopper
 // attention backward, GEMM algorithms autotuned per shape on first use). No effect on the CPU.

@@ -1,5 +1,5 @@
-// Test helper: sets ops::set_attention_deterministic for a scope and restores the previous choice on exit, so a
-// test that needs the deterministic (or the fast) attention backward leaves the process default as it found it.
+// Test helpers: set ops::set_attention_deterministic (or ops::set_attention_flash) for a scope and restore the previous
+// choice on exit, so a test that needs one attention path leaves the process default as it found it.
 #pragma once
 
 #include "kernels/ops.h"
@@ -14,6 +14,17 @@ class AttentionDeterminismScope {
   ~AttentionDeterminismScope() { ops::set_attention_deterministic(was_); }
   AttentionDeterminismScope(const AttentionDeterminismScope&) = delete;
   AttentionDeterminismScope& operator=(const AttentionDeterminismScope&) = delete;
+
+ private:
+  bool was_;
+};
+
+class AttentionFlashScope {
+ public:
+  explicit AttentionFlashScope(bool on) : was_(ops::attention_flash()) { ops::set_attention_flash(on); }
+  ~AttentionFlashScope() { ops::set_attention_flash(was_); }
+  AttentionFlashScope(const AttentionFlashScope&) = delete;
+  AttentionFlashScope& operator=(const AttentionFlashScope&) = delete;
 
  private:
   bool was_;

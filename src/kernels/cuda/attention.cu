@@ -1,7 +1,8 @@
 // Attention on CUDA. bf16 goes to our FlashAttention kernels (cuda/flash; the fastest backward, the Hopper one where
 // it applies, unless ops::set_attention_deterministic(true) asks for the deterministic one) whenever they support
-// the problem (head dim a multiple of 8 up to 256, aligned); f32, and bf16 problems flash declines, run the simple
-// kernels below: the correct-CUDA-attention fallback and the fp32 parity path (speed is not their goal).
+// the problem (head dim a multiple of 8 up to 256, aligned) and ops::set_attention_flash has not turned them off; f32,
+// and bf16 problems flash declines, run the simple kernels below: the correct-CUDA-attention fallback, the fp32 parity
+// path and the baseline flash is benchmarked against (speed is not their goal).
 //
 // Simple kernels (semantics of ops::attention_forward: varlen, GQA, bottom-right causal, lse, rows that see no key
 // give out = 0 and lse = -inf). One warp per (sequence, head, row), lanes over the head dim:
@@ -278,9 +279,20 @@ Tensor contiguous_output(const Tensor& t) {
   return !t.defined() || t.is_contiguous() ? t : scratch(t.shape(), t.dtype(), t.device());
 }
 
+std::atomic<int> g_flash{-1};  // -1: not decided yet (VLM_ATTENTION_FLASH decides on first use)
+bool flash_on() {
+  int v = g_flash.load();
+  if (v < 0) {
+    v = env_int("VLM_ATTENTION_FLASH", 1, 0, 1);
+    g_flash.store(v);
+  }
+  return v == 1;
+}
+
 bool flash_candidate(const Tensor& q, const Tensor& k, int max_k, float scale) {
   const int64_t dim = q.dim(2);
-  return q.dtype() == DType::bf16 && dim % 8 == 0 && dim <= 256 && k.dim(0) > 0 && max_k > 0 && scale > 0.f;
+  return flash_on() && q.dtype() == DType::bf16 && dim % 8 == 0 && dim <= 256 && k.dim(0) > 0 && max_k > 0 &&
+         scale > 0.f;
 }
 
 }  // namespace
@@ -329,6 +341,8 @@ void check_cu_seqlens(const Tensor& cu_seqlens, int64_t rows, int max_seqlen) {
 
 void set_attention_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
 bool attention_deterministic() { return deterministic_on(); }
+void set_attention_flash(bool on) { g_flash.store(on ? 1 : 0); }
+bool attention_flash() { return flash_on(); }
 
 void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,

@@ -37,6 +37,9 @@ void set_pdl_for_testing(int on);
 // Whether attention_backward asks FlashAttention for its deterministic backward (see ops::set_attention_deterministic).
 void set_attention_deterministic(bool on);
 bool attention_deterministic();
+// Whether bf16 attention goes to FlashAttention where it applies (see ops::set_attention_flash).
+void set_attention_flash(bool on);
+bool attention_flash();
 
 // ---- reduce.cu -------------------------------------------------------------------------------------------------
 // out[c] += sum_r in[r, c] over rows (f32 out, in f32 or bf16): per-chunk partial sums, then a second pass in order.

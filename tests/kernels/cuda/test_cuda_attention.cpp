@@ -1,8 +1,9 @@
 // Attention on CUDA against the CPU reference op: varlen, GQA/MQA, causal (bottom-right) and not, Lq != Lk, empty
 // sequences and rows that see no key (out 0, lse -inf, dq 0), odd head dims. f32 runs the simple CUDA kernels
 // (tight tolerances); bf16 runs FlashAttention where it applies (head dims multiple of 8) and the simple kernels
-// otherwise, with tolerances designed from bf16: flash rounds P and dS to bf16 for its tensor-core matmuls, so each
-// output carries a few bf16 half-ulps relative to the magnitude of what it sums.
+// otherwise (or everywhere with ops::set_attention_flash(false)), with tolerances designed from bf16: flash rounds P
+// and dS to bf16 for its tensor-core matmuls, so each output carries a few bf16 half-ulps relative to the magnitude of
+// what it sums.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -70,54 +71,60 @@ double max_abs(const Tensor& t) {
   return actual.guards_intact();
 }
 
+// Every case on the default path (FlashAttention for bf16 where it applies) and with flash turned off
+// (ops::set_attention_flash(false): the simple kernels for every problem, the baseline `vlm bench train --attention
+// simple` measures).
 TEST(CudaAttention, ForwardAndBackwardMatchCpu) {
   VLM_SKIP_WITHOUT_CUDA();
   uint64_t seed = 1;
-  for (DType dt : compute_dtypes())
-    for (const AttnCase& c : kCases)
-      for (bool causal : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " " << c.name << (causal ? " causal" : ""));
-        const bool bf16 = dt == DType::bf16;
-        const std::vector<int32_t> cu_q = cumulative(c.lens_q), cu_k = cumulative(c.lens_k);
-        const int64_t tq = cu_q.back(), tk = cu_k.back();
-        const int max_q = *std::max_element(c.lens_q.begin(), c.lens_q.end());
-        const int max_k = *std::max_element(c.lens_k.begin(), c.lens_k.end());
-        const float scale = 1.f / std::sqrt(static_cast<float>(c.dim));
-        const Tensor q = random_normal({tq, c.heads_q, c.dim}, seed++);
-        const Tensor k = random_normal({tk, c.heads_kv, c.dim}, seed++);
-        const Tensor v = random_normal({tk, c.heads_kv, c.dim}, seed++), dout = random_normal(q.shape(), seed++);
-        const Tensor qr = rounded(q, dt), kr = rounded(k, dt), vr = rounded(v, dt), doutr = rounded(dout, dt);
-        const Tensor cpu_cu_q = i32_tensor(cu_q), cpu_cu_k = i32_tensor(cu_k);
-        const Tensor gpu_cu_q = gpu_i32(cu_q), gpu_cu_k = gpu_i32(cu_k);
+  for (bool flash : {true, false})
+    for (DType dt : compute_dtypes())
+      for (const AttnCase& c : kCases)
+        for (bool causal : {false, true}) {
+          const AttentionFlashScope path(flash);
+          SCOPED_TRACE(::testing::Message() << (flash ? "flash " : "simple ") << dtype_label(dt) << " " << c.name
+                                            << (causal ? " causal" : ""));
+          const bool bf16 = dt == DType::bf16;
+          const std::vector<int32_t> cu_q = cumulative(c.lens_q), cu_k = cumulative(c.lens_k);
+          const int64_t tq = cu_q.back(), tk = cu_k.back();
+          const int max_q = *std::max_element(c.lens_q.begin(), c.lens_q.end());
+          const int max_k = *std::max_element(c.lens_k.begin(), c.lens_k.end());
+          const float scale = 1.f / std::sqrt(static_cast<float>(c.dim));
+          const Tensor q = random_normal({tq, c.heads_q, c.dim}, seed++);
+          const Tensor k = random_normal({tk, c.heads_kv, c.dim}, seed++);
+          const Tensor v = random_normal({tk, c.heads_kv, c.dim}, seed++), dout = random_normal(q.shape(), seed++);
+          const Tensor qr = rounded(q, dt), kr = rounded(k, dt), vr = rounded(v, dt), doutr = rounded(dout, dt);
+          const Tensor cpu_cu_q = i32_tensor(cu_q), cpu_cu_k = i32_tensor(cu_k);
+          const Tensor gpu_cu_q = gpu_i32(cu_q), gpu_cu_k = gpu_i32(cu_k);
 
-        Tensor ref_out = Tensor::empty(q.shape(), DType::f32), ref_lse = Tensor::empty({c.heads_q, tq}, DType::f32);
-        ops::attention_forward(ref_out, ref_lse, qr, kr, vr, cpu_cu_q, cpu_cu_k, max_q, max_k, scale, causal);
-        Guarded out(q.shape(), dt), lse(Shape{c.heads_q, tq}, DType::f32);
-        const Tensor qg = to_gpu(q, dt), kg = to_gpu(k, dt), vg = to_gpu(v, dt);
-        ops::attention_forward(out.view(), lse.view(), qg, kg, vg, gpu_cu_q, gpu_cu_k, max_q, max_k, scale, causal);
-        EXPECT_TRUE(close_scaled(out, ref_out, bf16 ? 4 * kBf16HalfUlp : 1e-5, bf16 ? 2 * kBf16HalfUlp : 0, 1e-6));
-        EXPECT_TRUE(lse_matches(lse, ref_lse, bf16 ? 1e-4 : 1e-5));
+          Tensor ref_out = Tensor::empty(q.shape(), DType::f32), ref_lse = Tensor::empty({c.heads_q, tq}, DType::f32);
+          ops::attention_forward(ref_out, ref_lse, qr, kr, vr, cpu_cu_q, cpu_cu_k, max_q, max_k, scale, causal);
+          Guarded out(q.shape(), dt), lse(Shape{c.heads_q, tq}, DType::f32);
+          const Tensor qg = to_gpu(q, dt), kg = to_gpu(k, dt), vg = to_gpu(v, dt);
+          ops::attention_forward(out.view(), lse.view(), qg, kg, vg, gpu_cu_q, gpu_cu_k, max_q, max_k, scale, causal);
+          EXPECT_TRUE(close_scaled(out, ref_out, bf16 ? 4 * kBf16HalfUlp : 1e-5, bf16 ? 2 * kBf16HalfUlp : 0, 1e-6));
+          EXPECT_TRUE(lse_matches(lse, ref_lse, bf16 ? 1e-4 : 1e-5));
 
-        Tensor ref_dq = Tensor::empty(q.shape(), DType::f32), ref_dk = Tensor::empty(k.shape(), DType::f32);
-        Tensor ref_dv = Tensor::empty(k.shape(), DType::f32);
-        ops::attention_backward(ref_dq, ref_dk, ref_dv, doutr, qr, kr, vr, ref_out, ref_lse, cpu_cu_q, cpu_cu_k, max_q,
-                                max_k, scale, causal);
-        Guarded dq(q.shape(), dt), dk(k.shape(), dt), dv(k.shape(), dt);
-        const Tensor doutg = to_gpu(dout, dt);
-        ops::attention_backward(dq.view(), dk.view(), dv.view(), doutg, qg, kg, vg, out.view(), lse.view(), gpu_cu_q,
-                                gpu_cu_k, max_q, max_k, scale, causal);
-        const double rtol = bf16 ? 4 * kBf16HalfUlp : 1e-4, rel_max = bf16 ? 4 * kBf16HalfUlp : 1e-5;
-        EXPECT_TRUE(close_scaled(dq, ref_dq, rtol, rel_max, 1e-6)) << "dq";
-        EXPECT_TRUE(close_scaled(dk, ref_dk, rtol, rel_max, 1e-6)) << "dk";
-        EXPECT_TRUE(close_scaled(dv, ref_dv, rtol, rel_max, 1e-6)) << "dv";
+          Tensor ref_dq = Tensor::empty(q.shape(), DType::f32), ref_dk = Tensor::empty(k.shape(), DType::f32);
+          Tensor ref_dv = Tensor::empty(k.shape(), DType::f32);
+          ops::attention_backward(ref_dq, ref_dk, ref_dv, doutr, qr, kr, vr, ref_out, ref_lse, cpu_cu_q, cpu_cu_k,
+                                  max_q, max_k, scale, causal);
+          Guarded dq(q.shape(), dt), dk(k.shape(), dt), dv(k.shape(), dt);
+          const Tensor doutg = to_gpu(dout, dt);
+          ops::attention_backward(dq.view(), dk.view(), dv.view(), doutg, qg, kg, vg, out.view(), lse.view(), gpu_cu_q,
+                                  gpu_cu_k, max_q, max_k, scale, causal);
+          const double rtol = bf16 ? 4 * kBf16HalfUlp : 1e-4, rel_max = bf16 ? 4 * kBf16HalfUlp : 1e-5;
+          EXPECT_TRUE(close_scaled(dq, ref_dq, rtol, rel_max, 1e-6)) << "dq";
+          EXPECT_TRUE(close_scaled(dk, ref_dk, rtol, rel_max, 1e-6)) << "dk";
+          EXPECT_TRUE(close_scaled(dv, ref_dv, rtol, rel_max, 1e-6)) << "dv";
 
-        // Gradients not needed are skipped; the others are unchanged.
-        Tensor none;
-        Guarded dk_only(k.shape(), dt);
-        ops::attention_backward(none, dk_only.view(), none, doutg, qg, kg, vg, out.view(), lse.view(), gpu_cu_q,
-                                gpu_cu_k, max_q, max_k, scale, causal);
-        EXPECT_TRUE(close_scaled(dk_only, ref_dk, rtol, rel_max, 1e-6)) << "dk alone";
-      }
+          // Gradients not needed are skipped; the others are unchanged.
+          Tensor none;
+          Guarded dk_only(k.shape(), dt);
+          ops::attention_backward(none, dk_only.view(), none, doutg, qg, kg, vg, out.view(), lse.view(), gpu_cu_q,
+                                  gpu_cu_k, max_q, max_k, scale, causal);
+          EXPECT_TRUE(close_scaled(dk_only, ref_dk, rtol, rel_max, 1e-6)) << "dk alone";
+        }
   EXPECT_TRUE(ops::check_index_errors(gpu()).ok());
 }
 
