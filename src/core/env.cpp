@@ -13,6 +13,15 @@
 
 namespace vlm {
 
+bool EnvSwitch::on() {
+  int v = state_.load();
+  if (v < 0) {
+    v = env_int(name_, fallback_ ? 1 : 0, 0, 1);
+    state_.store(v);
+  }
+  return v == 1;
+}
+
 namespace {
 // "-?(0|[1-9][0-9]*)", at most 9 digits (so the value fits an int before the range check).
 bool plain_decimal(const char* s) {

@@ -1,5 +1,6 @@
 // env_int: plain decimal integers in range, the fallback when unset or empty, and a fatal error naming the variable;
-// vlm_environment: the VLM_* variables in name order.
+// EnvSwitch: the variable read on first use unless set first, then fixed until set again; vlm_environment: the VLM_*
+// variables in name order.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -36,6 +37,31 @@ TEST(EnvInt, RejectsOtherSpellingsAndOutOfRangeValuesNamingTheVariable) {
     EXPECT_DEATH(read_with(bad), "VLM_TEST_ENV_INT must be an integer in \\[-5, 100\\], not '")
         << "value '" << bad << "'";
   }
+}
+
+TEST(EnvSwitch, ReadsTheVariableOnFirstUseUnlessSetFirst) {
+  constexpr const char* kSwitch = "VLM_TEST_ENV_SWITCH";
+  unsetenv(kSwitch);
+  EnvSwitch unset_on(kSwitch, true), unset_off(kSwitch, false);
+  EXPECT_TRUE(unset_on.on());
+  EXPECT_FALSE(unset_off.on());
+
+  setenv(kSwitch, "0", 1);
+  EnvSwitch from_env(kSwitch, true), set_first(kSwitch, true);
+  set_first.set(true);
+  EXPECT_FALSE(from_env.on());
+  EXPECT_TRUE(set_first.on());
+  setenv(kSwitch, "1", 1);
+  EXPECT_FALSE(from_env.on()) << "read once, on first use";
+  from_env.set(true);
+  EXPECT_TRUE(from_env.on());
+  from_env.set(false);
+  EXPECT_FALSE(from_env.on());
+
+  setenv(kSwitch, "2", 1);
+  EnvSwitch bad(kSwitch, false);
+  EXPECT_DEATH(bad.on(), "VLM_TEST_ENV_SWITCH must be an integer in \\[0, 1\\], not '2'");
+  unsetenv(kSwitch);
 }
 
 TEST(VlmEnvironment, ListsTheVlmVariablesInNameOrder) {

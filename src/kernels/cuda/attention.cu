@@ -12,7 +12,6 @@
 //   is summed by one lane in a fixed order, so runs are bit-reproducible without atomics.
 // cu_seqlens are checked by a one-block kernel that records violations (cuda_context.h); the main kernels clamp
 // them so a bad table cannot make them read or write out of bounds.
-#include <atomic>
 
 #include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -245,15 +244,8 @@ void check_both_cu_seqlens(const Tensor& cu_q, const Tensor& cu_k, int64_t token
   if (!same) check_cu_seqlens(cu_k, tokens_k, max_k, dev, stream);
 }
 
-std::atomic<int> g_deterministic{-1};  // -1: not decided yet (VLM_ATTENTION_DETERMINISTIC decides on first use)
-bool deterministic_on() {
-  int v = g_deterministic.load();
-  if (v < 0) {
-    v = env_int("VLM_ATTENTION_DETERMINISTIC", 0, 0, 1);
-    g_deterministic.store(v);
-  }
-  return v == 1;
-}
+EnvSwitch g_deterministic("VLM_ATTENTION_DETERMINISTIC", false);
+EnvSwitch g_flash("VLM_ATTENTION_FLASH", true);
 
 // q, k, v and their gradients may be row-strided [T, H, D] (ops::attention_forward): flash reads and writes them in
 // place; the simple kernels take contiguous copies (cudaMemcpy2D over the T rows of H x D elements).
@@ -279,19 +271,9 @@ Tensor contiguous_output(const Tensor& t) {
   return !t.defined() || t.is_contiguous() ? t : scratch(t.shape(), t.dtype(), t.device());
 }
 
-std::atomic<int> g_flash{-1};  // -1: not decided yet (VLM_ATTENTION_FLASH decides on first use)
-bool flash_on() {
-  int v = g_flash.load();
-  if (v < 0) {
-    v = env_int("VLM_ATTENTION_FLASH", 1, 0, 1);
-    g_flash.store(v);
-  }
-  return v == 1;
-}
-
 bool flash_candidate(const Tensor& q, const Tensor& k, int max_k, float scale) {
   const int64_t dim = q.dim(2);
-  return flash_on() && q.dtype() == DType::bf16 && dim % 8 == 0 && dim <= 256 && k.dim(0) > 0 && max_k > 0 &&
+  return g_flash.on() && q.dtype() == DType::bf16 && dim % 8 == 0 && dim <= 256 && k.dim(0) > 0 && max_k > 0 &&
          scale > 0.f;
 }
 
@@ -339,10 +321,10 @@ void check_cu_seqlens(const Tensor& cu_seqlens, int64_t rows, int max_seqlen) {
   check_index_errors_now("check_cu_seqlens", dev);
 }
 
-void set_attention_deterministic(bool on) { g_deterministic.store(on ? 1 : 0); }
-bool attention_deterministic() { return deterministic_on(); }
-void set_attention_flash(bool on) { g_flash.store(on ? 1 : 0); }
-bool attention_flash() { return flash_on(); }
+void set_attention_deterministic(bool on) { g_deterministic.set(on); }
+bool attention_deterministic() { return g_deterministic.on(); }
+void set_attention_flash(bool on) { g_flash.set(on); }
+bool attention_flash() { return g_flash.on(); }
 
 void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q, const Tensor& k,
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,
@@ -372,7 +354,7 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
     flash::FlashOptions options;
     options.scale = scale;
     options.causal = causal;
-    options.deterministic = deterministic_on();
+    options.deterministic = g_deterministic.on();
     const Status s = flash::flash_attention_backward(dq_t, dk_t, dv_t, dout, q, k, v, out, lse, cu_seqlens_q,
                                                      cu_seqlens_k, max_seqlen_q, max_seqlen_k, options,
                                                      current_stream(dev));

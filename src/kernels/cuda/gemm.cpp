@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -97,15 +96,7 @@ int without_splitk(cublasLtMatmulHeuristicResult_t* results, int found) {
   return kept > 0 ? kept : std::min(found, 1);
 }
 
-std::atomic<int> g_autotune{-1};  // -1: not decided yet (VLM_GEMM_AUTOTUNE decides on first use)
-bool autotune_on() {
-  int v = g_autotune.load();
-  if (v < 0) {
-    v = env_int("VLM_GEMM_AUTOTUNE", 0, 0, 1);
-    g_autotune.store(v);
-  }
-  return v == 1;
-}
+EnvSwitch g_autotune("VLM_GEMM_AUTOTUNE", false);
 
 // One row-major GEMM: out[m, n] (ld n) = alpha * op(a) @ op(b) + beta * c for each of `batch` entries (c = out
 // unless given: a separate addend of out's type and layout), with an optional epilogue: + bias[n] (in the out
@@ -324,7 +315,7 @@ bool run_gemm(const Gemm& g, Device dev) {
       // Split-K partial sums only in the compute type (fp32): the in-place and output-type schemes would add bf16
       // partials (measured: dx of a [7, 256] x [256, 100] bf16 GEMM off by 13 ulps).
       set_pref(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
-      const bool tune = autotune_on();
+      const bool tune = g_autotune.on();
       std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results{};
       int found = 0;
       const bool splitk = splitk_allowed();
@@ -399,7 +390,7 @@ bool linear_gemm(Tensor& y, Tensor* pre, const Tensor& x, const Tensor& w, const
 
 }  // namespace
 
-void set_gemm_autotune(bool on) { g_autotune.store(on ? 1 : 0); }
+void set_gemm_autotune(bool on) { g_autotune.set(on); }
 
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
             bool batched) {
