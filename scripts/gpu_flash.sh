@@ -66,7 +66,8 @@ for step in "${steps[@]}"; do
       # skip those past the diagonal); the d=128 causal forward's mixed 128/160-key steps on every causal shape (by
       # default from 8k keys); the d=64 causal forward's 64-row tiles (two CTAs an SM) on no shape, and on every
       # shape, also with the causal counter (by default rows of at most 256 queries, on fixed lists).
-      # And every kernel launched without programmatic dependent launch (on by default), portable ones too. FLASH_TEST_ENVS (';'-separated entries of VAR=value words) replaces the list, empty for none.
+      # And every kernel launched without programmatic dependent launch (on by default), portable ones too.
+      # FLASH_TEST_ENVS (';'-separated entries of VAR=value words) replaces the list, empty for none.
       # (`run env ...`: run is a shell function, which env cannot start.)
       default_test_envs="VLM_FLASH_PERSISTENT=0;VLM_FLASH_PERSISTENT=1;VLM_FLASH_WIDE_KEYS=1;VLM_FLASH_DYNAMIC=1"
       default_test_envs+=";VLM_FLASH_DEAD_EXPS=0;VLM_FLASH_CAUSAL_WIDE=1;VLM_FLASH_FWD_ROWS64=0"
