@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # GPU training checks, run on the GPU machine from the repo root with a prebuilt CUDA `vlm` (see below):
 #   1. curve: the demo config for STEPS steps (default 20) on the CPU (fp32 reference) and on the GPU (fp32), and
-#      the largest relative loss difference per step (the GPU run must follow the CPU run tightly);
+#      the largest relative loss difference per step; it fails above CURVE_TOL (default 1e-5, or 2e-3 when GPU_SET
+#      asks for bf16: measured 1.5e-8 and 3.7e-4 on an H100, 2026-12-06);
 #   2. demo: the whole demo config (configs/shapes-tiny.toml) trained on the GPU, with its held-out VQA accuracy
-#      and wall time, to compare with the CPU demo;
+#      and wall time; it fails below DEMO_VQA_MIN (default 0.95: the CPU demo reaches 97.84%, the GPU 96.5-97.3%);
 #   3. tests: every gtest binary packed beside vlm (test_kernels_cuda, test_model_gpu, ...), GPU tests included;
 #   4. bench: `vlm bench train` (nanoVLM-222M shape, per-op breakdown) with the PyTorch peer
 #      (bench/peers/train_nanovlm.py, eager and torch.compile) measured first in the same run; BENCH_ARGS adds flags.
@@ -21,6 +22,8 @@ set -uo pipefail
 BIN=${VLM_BIN:-.carry/train}
 OUT=${OUT:-gpu_train_out}
 STEPS=${STEPS:-20}
+if [[ ${GPU_SET:-} == *bf16* ]]; then CURVE_TOL=${CURVE_TOL:-2e-3}; else CURVE_TOL=${CURVE_TOL:-1e-5}; fi
+DEMO_VQA_MIN=${DEMO_VQA_MIN:-0.95}
 read -r -a GPU_EXTRA <<<"${GPU_SET:-}"
 export LD_LIBRARY_PATH="$BIN/lib:${LD_LIBRARY_PATH:-}"
 VLM="$BIN/vlm"
@@ -53,19 +56,24 @@ for step in "${steps[@]}"; do
         >"$OUT/curve_cpu.log" 2>&1 || status=1
       "$VLM" train "${common[@]}" --set train.device=cuda "${gpu_sets[@]}" --run-dir "$OUT/curve_gpu" \
         >"$OUT/curve_gpu.log" 2>&1 || status=1
-      python3 - "$OUT/curve_cpu/metrics.jsonl" "$OUT/curve_gpu/metrics.jsonl" <<'PY' | tee -a "$OUT/summary.log" || status=1
-import json, sys
+      python3 - "$OUT/curve_cpu/metrics.jsonl" "$OUT/curve_gpu/metrics.jsonl" "$STEPS" "$CURVE_TOL" <<'PY' 2>&1 |
+import json, math, sys
 def losses(p):
     return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r}
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
+want, tol = int(sys.argv[3]), float(sys.argv[4])
 steps = sorted(set(a) & set(b))
-if not steps:
-    sys.exit("no common steps")
-worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps)
+if len(steps) != want:
+    sys.exit(f"FAIL: {len(steps)} common logged steps, expected {want} (cpu {len(a)}, gpu {len(b)})")
+rel = {s: abs(a[s] - b[s]) / abs(a[s]) if math.isfinite(b[s]) else math.inf for s in steps}
 for s in steps:
-    print(f"step {s:3d}  cpu {a[s]:.6f}  gpu {b[s]:.6f}  rel {abs(a[s]-b[s])/abs(a[s]):.2e}")
-print(f"max relative loss difference over {len(steps)} steps: {worst:.3e}")
+    print(f"step {s:3d}  cpu {a[s]:.6f}  gpu {b[s]:.6f}  rel {rel[s]:.2e}")
+worst = max(rel.values())
+verdict = "ok" if worst <= tol else "FAIL"
+print(f"max relative loss difference over {len(steps)} steps: {worst:.3e} (tolerance {tol:g}: {verdict})")
+sys.exit(0 if worst <= tol else 1)
 PY
+        tee -a "$OUT/summary.log" || status=1
       ;;
     demo)
       note "demo config on cuda ${GPU_SET:-fp32}"
@@ -74,8 +82,14 @@ PY
         --run-dir "$OUT/demo_gpu" >"$OUT/demo_gpu.log" 2>&1 || status=1
       echo "wall time $(( $(date +%s) - start )) s" | tee -a "$OUT/summary.log"
       tail -3 "$OUT/demo_gpu.log" | tee -a "$OUT/summary.log"
-      python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('held-out VQA', r['vqa_accuracy'], 'caption EM', r['caption_exact_match'])" \
-        "$OUT/demo_gpu/eval/final.json" 2>&1 | tee -a "$OUT/summary.log"
+      python3 - "$OUT/demo_gpu/eval/final.json" "$DEMO_VQA_MIN" <<'PY' 2>&1 | tee -a "$OUT/summary.log" || status=1
+import json, sys
+r, floor = json.load(open(sys.argv[1])), float(sys.argv[2])
+ok = r["vqa_accuracy"] >= floor
+print(f"held-out VQA {r['vqa_accuracy']:.4f} caption EM {r['caption_exact_match']:.4f} "
+      f"(floor {floor:g}: {'ok' if ok else 'FAIL'})")
+sys.exit(0 if ok else 1)
+PY
       ;;
     tests)
       # Each binary as is, then once more under each of TEST_ENVS (default: programmatic dependent launch off).
