@@ -8,8 +8,9 @@
 // epilogue, pointer alignments): one algorithm, cached, so a shape always runs the same algorithm and repeated calls
 // are bit-identical. The algorithm is the heuristic's first, or with autotuning on (set_gemm_autotune, or
 // VLM_GEMM_AUTOTUNE=1) the fastest of the heuristic's first kAutotuneCandidates (VLM_GEMM_CANDIDATES), timed on first
-// use into a scratch output (VLM_GEMM_AUTOTUNE_LOG=1 prints each choice and its split-K; VLM_GEMM_SPLITK=0 leaves
-// split-K candidates out). Weight gradients run on a side stream beside the input gradients (ops::WeightGradOverlap).
+// use into a scratch output (VLM_GEMM_AUTOTUNE_LOG=1 prints each choice and its split-K). Split-K candidates are
+// left out of f32-input GEMMs, which they made run-to-run nondeterministic (VLM_GEMM_SPLITK, below). Weight gradients
+// run on a side stream beside the input gradients (ops::WeightGradOverlap).
 // Autotuned choices can differ between processes (timing noise), and with them the rounding of results.
 // Compute type is always 32F (no TF32), so f32 GEMMs are fp32.
 #include <cublasLt.h>
@@ -80,12 +81,14 @@ GemmAlgoConfig gemm_algo_config(const cublasLtMatmulAlgo_t& algo) {
   return c;
 }
 
-// VLM_GEMM_SPLITK=0 leaves out the heuristic's split-K candidates (unless it offers nothing else). Each split-K
-// GEMM adds a reduction kernel over a workspace; the training step's kernel trace (2026-12-06) counted 73 such
-// reductions and 331 memsets a step, none issued by our ops but two. An A/B switch until measured in the step.
-bool splitk_allowed() {
-  static const bool on = env_int("VLM_GEMM_SPLITK", 1, 0, 1) == 1;
-  return on;
+// Which GEMMs may take the heuristic's split-K candidates (each adds a reduction kernel over a workspace):
+// VLM_GEMM_SPLITK=2 (default) all but those with f32 inputs, 1 all, 0 none (unless it offers nothing else).
+// f32-input split-K runs were not bit-reproducible on an H100 (2026-12-06): two fp32 runs of the demo config
+// differed from the first step's loss on, and agreed over 20 steps with split-K left out; bf16 runs repeated exactly
+// with it. In the bf16 step, leaving split-K out everywhere measured 0.997x (nineteenth session), so it stays there.
+bool splitk_allowed(cudaDataType_t in_type) {
+  static const int mode = env_int("VLM_GEMM_SPLITK", 2, 0, 2);
+  return mode == 1 || (mode == 2 && in_type != CUDA_R_32F);
 }
 // Drops the split-K entries of results[0, found) in place, keeping their order; returns how many are left (the
 // first entry alone when every one is split-K).
@@ -318,7 +321,7 @@ bool run_gemm(const Gemm& g, Device dev) {
       const bool tune = g_autotune.on();
       std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results{};
       int found = 0;
-      const bool splitk = splitk_allowed();
+      const bool splitk = splitk_allowed(g.in_type);
       const cublasStatus_t status =
           cublasLtMatmulAlgoGetHeuristic(handle, desc.d, la.l, lb.l, lc.l, lc.l, pref.p,
                                          tune || !splitk ? candidate_count() : 1, results.data(), &found);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <string>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -294,6 +295,52 @@ TEST(CudaGemm, RepeatedCallsAreBitwiseIdentical) {
     };
     const std::vector<Tensor> first = run(), second = run();
     for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(bitwise_equal(first[i], second[i])) << "output " << i;
+  }
+}
+
+// Small layers (the tiny demo model's: 64-patch ViT at width 128, a 512 -> 128 projector over 16 tokens an image, a
+// 384-token vocabulary) and narrow ones over many rows (weight gradients with a long reduction): shapes with few
+// output tiles, which cuBLASLt's heuristic answers with split-K algorithms. f32-input split-K made fp32 training runs
+// differ from the first step on (2026-12-06, H100), so gemm.cpp leaves it out for f32 (VLM_GEMM_SPLITK). Every output
+// here must repeat bit for bit over several calls, and match the CPU. (This passed with split-K allowed too: within a
+// process a shape keeps its algorithm; the runs differed between processes, which gpu_train_check.sh's repro step
+// checks.)
+TEST(CudaGemm, SmallAndNarrowLayersRepeatBitwise) {
+  VLM_SKIP_WITHOUT_CUDA();
+  struct Case {
+    int64_t rows, in, out;
+  };
+  const Case cases[] = {{256, 512, 128}, {1024, 128, 384}, {1024, 512, 128}, {1024, 128, 512}, {700, 128, 384},
+                        {64, 192, 128},  {8192, 64, 96},   {4099, 32, 48}};
+  for (const Case c : cases) {
+    for (DType dt : compute_dtypes()) {
+      SCOPED_TRACE(dtype_label(dt) + " rows " + std::to_string(c.rows) + " in " + std::to_string(c.in) + " out " +
+                   std::to_string(c.out));
+      const Tensor x = random_normal({c.rows, c.in}, 21), w = random_normal({c.out, c.in}, 22);
+      const Tensor b = random_normal({c.out}, 23), dy = random_normal({c.rows, c.out}, 24);
+      Tensor ref_y = Tensor::empty({c.rows, c.out}, DType::f32), ref_dx = Tensor::empty({c.rows, c.in}, DType::f32);
+      Tensor ref_dw = Tensor::zeros({c.out, c.in}, DType::f32), none;
+      ops::linear_forward(ref_y, rounded(x, dt), rounded(w, dt), rounded(b, dt));
+      ops::linear_backward(ref_dx, ref_dw, none, rounded(dy, dt), rounded(x, dt), rounded(w, dt));
+      const Tensor gx = to_gpu(x, dt), gw = to_gpu(w, dt), gb = to_gpu(b, dt), gdy = to_gpu(dy, dt);
+      std::vector<Tensor> first;
+      for (int rep = 0; rep < 4; ++rep) {
+        Guarded y({c.rows, c.out}, dt), dx({c.rows, c.in}, dt);
+        Guarded dw(Tensor::zeros({c.out, c.in}, DType::f32), DType::f32);
+        ops::linear_forward(y.view(), gx, gw, gb);
+        ops::linear_backward(dx.view(), dw.view(), none, gdy, gx, gw);
+        const std::vector<Tensor> now{y.view().to(Device::cpu()), dx.view().to(Device::cpu()),
+                                      dw.view().to(Device::cpu())};
+        if (rep == 0) {
+          EXPECT_TRUE(matches(y, ref_y, output_tolerance(dt, dot_tolerance(c.in))));
+          EXPECT_TRUE(matches(dx, ref_dx, output_tolerance(dt, dot_tolerance(c.out))));
+          EXPECT_TRUE(matches(dw, ref_dw, dot_tolerance(c.rows)));
+          first = now;
+        }
+        for (size_t i = 0; rep > 0 && i < now.size(); ++i)
+          EXPECT_TRUE(bitwise_equal(first[i], now[i])) << "output " << i << " (y, dx, dw) of call " << rep;
+      }
+    }
   }
 }
 
