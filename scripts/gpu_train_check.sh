@@ -5,10 +5,12 @@
 #      asks for bf16: measured 1.5e-8 and 3.7e-4 on an H100, 2026-12-06);
 #   2. demo: the whole demo config (configs/shapes-tiny.toml) trained on the GPU, with its held-out VQA accuracy
 #      and wall time; it fails below DEMO_VQA_MIN (default 0.95: the CPU demo reaches 97.84%, the GPU 96.5-97.3%);
+#   2b. repro: the demo config for REPRO_STEPS steps (default 300) twice on the GPU; it fails when any logged loss
+#      differs between the two runs (fp32 and bf16 repeat bit for bit: the check that caught f32 split-K GEMMs);
 #   3. tests: every gtest binary packed beside vlm (test_kernels_cuda, test_model_gpu, ...), GPU tests included;
 #   4. bench: `vlm bench train` (nanoVLM-222M shape, per-op breakdown) with the PyTorch peer
 #      (bench/peers/train_nanovlm.py, eager and torch.compile) measured first in the same run; BENCH_ARGS adds flags.
-#   scripts/gpu_train_check.sh [curve] [demo] [tests] [bench]        (default: curve demo)
+#   scripts/gpu_train_check.sh [curve] [demo] [repro] [tests] [bench]        (default: curve demo repro)
 # Environment: VLM_BIN (default .carry/train: vlm and lib/), OUT (default ./gpu_train_out), STEPS (default 20),
 # GPU_SET (extra --set arguments for the GPU runs, e.g. "train.precision=bf16"), TEST_ENVS (VAR=value words: the tests
 # step runs every binary once more under each; default VLM_PDL=0, empty for none), PEER_TIMEOUT and BENCH_TIMEOUT
@@ -29,14 +31,14 @@ export LD_LIBRARY_PATH="$BIN/lib:${LD_LIBRARY_PATH:-}"
 VLM="$BIN/vlm"
 mkdir -p "$OUT"
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(curve demo)
+[ ${#steps[@]} -eq 0 ] && steps=(curve demo repro)
 status=0
 note() { printf '\n==== %s\n' "$*" | tee -a "$OUT/summary.log"; }
 gpu_sets=()
 for s in "${GPU_EXTRA[@]}"; do gpu_sets+=(--set "$s"); done
 
 data=data/shapes  # the curve and demo steps' dataset, made once (the tests and bench steps need none)
-if [[ " ${steps[*]} " =~ \ (curve|demo)\  ]] && [ ! -f "$data/.done-50000" ]; then
+if [[ " ${steps[*]} " =~ \ (curve|demo|repro)\  ]] && [ ! -f "$data/.done-50000" ]; then
   note "making the shapes dataset"
   rm -rf "$data"
   "$VLM" data synth shapes --out "$data/train" --samples 50000 --seed 1 >>"$OUT/data.log" 2>&1
@@ -90,6 +92,28 @@ print(f"held-out VQA {r['vqa_accuracy']:.4f} caption EM {r['caption_exact_match'
       f"(floor {floor:g}: {'ok' if ok else 'FAIL'})")
 sys.exit(0 if ok else 1)
 PY
+      ;;
+    repro)
+      note "repro: the demo config for ${REPRO_STEPS:-300} steps, twice, on cuda ${GPU_SET:-fp32}"
+      for r in 1 2; do
+        "$VLM" train --config configs/shapes-tiny.toml --set train.device=cuda "${gpu_sets[@]}" \
+          --set "train.steps=${REPRO_STEPS:-300}" --set train.log_every=1 --set train.ckpt_every=0 \
+          --set data.val_shards= --run-dir "$OUT/repro_$r" >"$OUT/repro_$r.log" 2>&1 || status=1
+      done
+      python3 - "$OUT/repro_1/metrics.jsonl" "$OUT/repro_2/metrics.jsonl" "${REPRO_STEPS:-300}" <<'PY' 2>&1 |
+import json, sys
+def losses(p):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r}
+a, b, want = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
+if len(a) != want or set(a) != set(b):
+    sys.exit(f"FAIL: logged steps {len(a)} and {len(b)}, expected {want} each")
+diff = [s for s in sorted(a) if a[s] != b[s]]
+if diff:
+    s = diff[0]
+    sys.exit(f"FAIL: {len(diff)} of {want} losses differ between the runs, first at step {s} ({a[s]!r} vs {b[s]!r})")
+print(f"the two runs' {want} losses are identical: ok")
+PY
+        tee -a "$OUT/summary.log" || status=1
       ;;
     tests)
       # Each binary as is, then once more under each of TEST_ENVS (default: programmatic dependent launch off).
