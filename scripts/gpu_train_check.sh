@@ -6,7 +6,8 @@
 #   2. demo: the whole demo config (configs/shapes-tiny.toml) trained on the GPU, with its held-out VQA accuracy
 #      and wall time; it fails below DEMO_VQA_MIN (default 0.95: the CPU demo reaches 97.84%, the GPU 96.5-97.3%);
 #   2b. repro: the demo config for REPRO_STEPS steps (default 300) twice on the GPU; it fails when any logged loss
-#      differs between the two runs (fp32 and bf16 repeat bit for bit: the check that caught f32 split-K GEMMs);
+#      differs between the two runs. fp32 runs repeat as they are (this check caught autotuned f32 split-K GEMMs);
+#      bf16 runs repeat with train.deterministic, which the step then adds (by default they may differ, README);
 #   3. tests: every gtest binary packed beside vlm (test_kernels_cuda, test_model_gpu, ...), GPU tests included;
 #   4. bench: `vlm bench train` (nanoVLM-222M shape, per-op breakdown) with the PyTorch peer
 #      (bench/peers/train_nanovlm.py, eager and torch.compile) measured first in the same run; BENCH_ARGS adds flags.
@@ -94,9 +95,11 @@ sys.exit(0 if ok else 1)
 PY
       ;;
     repro)
-      note "repro: the demo config for ${REPRO_STEPS:-300} steps, twice, on cuda ${GPU_SET:-fp32}"
+      repro_sets=("${gpu_sets[@]}")
+      [[ ${GPU_SET:-} == *bf16* ]] && repro_sets+=(--set train.deterministic=true)
+      note "repro: the demo config for ${REPRO_STEPS:-300} steps, twice, on cuda ${repro_sets[*]}"
       for r in 1 2; do
-        "$VLM" train --config configs/shapes-tiny.toml --set train.device=cuda "${gpu_sets[@]}" \
+        "$VLM" train --config configs/shapes-tiny.toml --set train.device=cuda "${repro_sets[@]}" \
           --set "train.steps=${REPRO_STEPS:-300}" --set train.log_every=1 --set train.ckpt_every=0 \
           --set data.val_shards= --run-dir "$OUT/repro_$r" >"$OUT/repro_$r.log" 2>&1 || status=1
       done

@@ -9,8 +9,8 @@
 // are bit-identical. The algorithm is the heuristic's first, or with autotuning on (set_gemm_autotune, or
 // VLM_GEMM_AUTOTUNE=1) the fastest of the heuristic's first kAutotuneCandidates (VLM_GEMM_CANDIDATES), timed on first
 // use into a scratch output (VLM_GEMM_AUTOTUNE_LOG=1 prints each choice and its split-K). Split-K candidates are
-// left out of f32-input GEMMs, which they made run-to-run nondeterministic (VLM_GEMM_SPLITK, below). Weight gradients
-// run on a side stream beside the input gradients (ops::WeightGradOverlap).
+// left out of f32-input GEMMs, so that autotuned fp32 runs repeat (VLM_GEMM_SPLITK, below). Weight gradients run on a
+// side stream beside the input gradients (ops::WeightGradOverlap).
 // Autotuned choices can differ between processes (timing noise), and with them the rounding of results.
 // Compute type is always 32F (no TF32), so f32 GEMMs are fp32.
 #include <cublasLt.h>
@@ -83,9 +83,12 @@ GemmAlgoConfig gemm_algo_config(const cublasLtMatmulAlgo_t& algo) {
 
 // Which GEMMs may take the heuristic's split-K candidates (each adds a reduction kernel over a workspace):
 // VLM_GEMM_SPLITK=2 (default) all but those with f32 inputs, 1 all, 0 none (unless it offers nothing else).
-// f32-input split-K runs were not bit-reproducible on an H100 (2026-12-06): two fp32 runs of the demo config
-// differed from the first step's loss on, and agreed over 20 steps with split-K left out; bf16 runs repeated exactly
-// with it. In the bf16 step, leaving split-K out everywhere measured 0.997x (nineteenth session), so it stays there.
+// With split-K in the f32 candidates, two fp32 training runs of the demo config (autotuning on, as training has it
+// by default) differed from the first step's loss on (H100, 2026-12-06), most likely because timing picked other
+// split-K variants in each process (within a process results repeat, and serializing launches changed nothing).
+// Without them the runs repeated bit for bit over 300 steps; the f32 path is the parity path, where that matters
+// more than speed. bf16 keeps split-K: leaving it out everywhere measured 0.997x of the step (nineteenth session),
+// and `train.deterministic` gives bf16 runs that repeat.
 bool splitk_allowed(cudaDataType_t in_type) {
   static const int mode = env_int("VLM_GEMM_SPLITK", 2, 0, 2);
   return mode == 1 || (mode == 2 && in_type != CUDA_R_32F);
