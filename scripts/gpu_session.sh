@@ -4,6 +4,8 @@
 #   flash   scripts/gpu_flash.sh tests sanitize on NEW's flash binaries (every forced switch, racecheck, memcheck)
 #   gtests  every test_* binary in NEW (op layer, model, training on the GPU), and tests/python/test_vlm_flash.py
 #           when NEW has libvlm_flash_c.so
+#   checks  scripts/gpu_train_check.sh curve demo repro on NEW's vlm, fp32 then bf16: the 20-step loss curve against
+#           the CPU's, the demo config's held-out VQA, and two runs repeating bit for bit, each against its bound
 #   ab      scripts/gpu_ab.sh OLD NEW bench_attention at the model's two shapes and the 1k-8k sweep (needs OLD)
 #   ibench  bench/peers/attention_interleaved.py: NEW's libvlm_flash_c.so and cuDNN in one process, the sides
 #           alternating row by row (s >= 2k of the ANCHORS sweep; IBENCH_ARGS replaces the arguments)
@@ -15,11 +17,12 @@
 #   trainab NEW's `vlm bench train` against OLD's (NEW's own when OLD is unset) and under each switch of
 #           TRAINAB_VARIANTS (gpu_ab.sh's AB_VARIANTS, default "VLM_PDL=0;VLM_MAIN_STREAM=1"; "" for none),
 #           AB_ROUNDS rounds, no peer: samples/s per switch
-#   scripts/gpu_session.sh [step...]          (default: flash gtests ab ibench fbench train; trainab and fswitch on
-#                                             request)
+#   scripts/gpu_session.sh [step...]          (default: flash gtests checks ab ibench fbench train; trainab and
+#                                             fswitch on request)
 # Environment: NEW (a folder packed by scripts/gpu_pack.sh, or its .tar.xz; default .carry/next), OLD (the same, for
-# ab and trainab; unset: ab is skipped, trainab compares NEW with itself), DEADLINE (seconds from the start after which no step starts, default 500), TRAIN_MIN
-# (seconds the train step needs, torch.compile included, default 240: with less left it is skipped, not cut),
+# ab and trainab; unset: ab is skipped, trainab compares NEW with itself), DEADLINE (seconds from the start after
+# which no step starts, default 500), TRAIN_MIN (seconds the train step needs, torch.compile included, default 240:
+# with less left it is skipped, not cut),
 # FLASH_TEST_ENVS and FLASH_SAN_PASSES (passed to gpu_flash.sh by the flash step: its forced-switch test runs and
 # sanitizer passes; the full lists take ~10 minutes on an H100),
 # AB_ROUNDS (default 2), OUT (default ./gpu_session_out).
@@ -56,7 +59,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.limit 
 
 status=0
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(flash gtests ab ibench fbench train)
+[ ${#steps[@]} -eq 0 ] && steps=(flash gtests checks ab ibench fbench train)
 for step in "${steps[@]}"; do
   if [ "$(elapsed)" -gt "$DEADLINE" ]; then
     say "== $step: not started (deadline ${DEADLINE} s reached)"
@@ -81,6 +84,16 @@ for step in "${steps[@]}"; do
           >"$OUT/logs/test_vlm_flash.log" 2>&1 || rc=1
         say "test_vlm_flash.py: $(tail -1 "$OUT/logs/test_vlm_flash.log")"
       fi ;;
+    checks)
+      if [ ! -x "$NEW_DIR/vlm" ]; then say "(no vlm in NEW: skipped)"; continue; fi
+      for precision in fp32 bf16; do
+        gpu_set=""
+        [ "$precision" = bf16 ] && gpu_set=train.precision=bf16
+        GPU_SET=$gpu_set VLM_BIN=$NEW_DIR OUT="$OUT/checks_$precision" "$here/gpu_train_check.sh" curve demo repro \
+          >>"$log" 2>&1 || rc=1
+        grep -E "^====|max relative|floor|losses|FAIL" "$OUT/checks_$precision/summary.log" \
+          | tee -a "$session" >/dev/null
+      done ;;
     ab)
       if [ -z "$OLD_DIR" ]; then say "(no OLD pack: skipped)"; continue; fi
       shapes=("--head-dims 64 --seqlens 177 --tokens 11328 --hidden 576 --kv-heads 3 --causal yes"
