@@ -25,6 +25,21 @@ Tensor random_uniform(const Shape& shape, uint64_t seed, float lo, float hi) {
   return t;
 }
 
+Tensor filled(const Shape& shape, DType dtype, const std::function<double(int64_t)>& value) {
+  Tensor t = Tensor::empty(shape, dtype);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double v = value(i);
+    switch (dtype) {
+      case DType::f32: t.data<float>()[i] = static_cast<float>(v); break;
+      case DType::bf16: t.data<bf16_t>()[i].bits = f32_to_bf16(static_cast<float>(v)); break;
+      case DType::i32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;
+      case DType::i64: t.data<int64_t>()[i] = static_cast<int64_t>(v); break;
+      default: VLM_FAIL("filled: dtype ", dtype_name(dtype), " is not supported");
+    }
+  }
+  return t;
+}
+
 ::testing::AssertionResult all_close(const Tensor& actual_in, const Tensor& expected_in, double rtol, double atol) {
   if (actual_in.shape() != expected_in.shape())
     return ::testing::AssertionFailure() << "shape " << actual_in.shape().to_string() << " vs "

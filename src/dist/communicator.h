@@ -1,0 +1,58 @@
+// Collectives over the ranks of a run: the interface FSDP and the trainer use, with a world-of-one backend and an MPI
+// backend for CPU tensors (NCCL for CUDA tensors is the next backend). Every rank calls the same collectives in the
+// same order with tensors of the same shape and dtype; the calls block until this rank's part is done.
+//
+// Contracts (all tensors contiguous, on the backend's device; dtypes f32, bf16, i32, i64):
+//   all_reduce(t, op)          t = op over ranks of t, in place. bf16 is reduced in f32 and rounded once; avg is the
+//                              sum divided by size() (floating dtypes only).
+//   all_gather(out, in)        out = [in of rank 0, in of rank 1, ...]: out.numel() == size() * in.numel().
+//   reduce_scatter(out, in, op)  out = this rank's slice of op over ranks of in: in.numel() == size() * out.numel();
+//                              rank r gets elements [r * out.numel(), (r + 1) * out.numel()).
+//   broadcast(t, root)         t = root's t on every rank.
+// Mismatched sizes, dtypes or devices are reported as errors naming the collective and the tensors, before anything
+// is sent (so one rank's bad call does not leave the others waiting in a half-started collective).
+#pragma once
+
+#include <memory>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "dist/launch_env.h"
+
+namespace vlm::dist {
+
+enum class ReduceOp { sum, avg, max };
+const char* reduce_op_name(ReduceOp op);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend() const = 0;  // "local", "mpi"
+
+  Status all_reduce(Tensor& tensor, ReduceOp op);
+  Status all_gather(Tensor& out, const Tensor& in);
+  Status reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op);
+  Status broadcast(Tensor& tensor, int root);
+  virtual Status barrier() = 0;
+
+ protected:
+  // The backends' parts, called after the arguments were checked (see the contracts above).
+  virtual Status do_all_reduce(Tensor& tensor, ReduceOp op) = 0;
+  virtual Status do_all_gather(Tensor& out, const Tensor& in) = 0;
+  virtual Status do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) = 0;
+  virtual Status do_broadcast(Tensor& tensor, int root) = 0;
+};
+
+// A world of one: every collective is this rank's own data (copied where out and in differ).
+std::unique_ptr<Communicator> make_local_communicator();
+
+// True when vlm_dist was built with MPI (find_package(MPI) found it).
+bool built_with_mpi();
+
+// The communicator for this launch: a world of one when `info` is not distributed, else MPI (initialized on first
+// use, finalized at exit; an error when vlm_dist was built without MPI, or MPI's world disagrees with `info`).
+Expected<std::unique_ptr<Communicator>> make_communicator(const LaunchInfo& info);
+
+}  // namespace vlm::dist

@@ -1,0 +1,123 @@
+// Runs every collective of the communicator this launch gets (mpirun: MPI; alone: the world of one) on values whose
+// results are exact in every dtype, and checks them against closed forms on every rank.
+//   dist_collectives_driver check      exit 0 when every check passed on this rank (prints "rank r of n: k checks")
+//   dist_collectives_driver has-mpi    exit 0 when vlm_dist was built with MPI
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "dist/communicator.h"
+#include "testing/test_util.h"
+
+namespace {
+
+using vlm::DType;
+using vlm::Shape;
+using vlm::Tensor;
+using vlm::dist::Communicator;
+using vlm::dist::ReduceOp;
+
+// A [n] tensor of dtype dt with values f(i) (each exact in dt: small whole numbers and halves).
+Tensor make(int64_t n, DType dt, const std::function<double(int64_t)>& f) { return vlm::testing::filled({n}, dt, f); }
+
+struct Checker {
+  int rank = 0, failures = 0, checks = 0;
+  void expect(const Tensor& got, const std::function<double(int64_t)>& want, const std::string& what) {
+    ++checks;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      const double g = got.item_f32(i), w = want(i);
+      if (g != w) {
+        std::fprintf(stderr, "rank %d: %s: element %lld is %g, expected %g\n", rank, what.c_str(),
+                     static_cast<long long>(i), g, w);
+        ++failures;
+        return;
+      }
+    }
+  }
+  void expect_ok(const vlm::Status& s, const std::string& what) {
+    ++checks;
+    if (!s.ok()) {
+      std::fprintf(stderr, "rank %d: %s: %s\n", rank, what.c_str(), s.message().c_str());
+      ++failures;
+    }
+  }
+};
+
+int run_checks(Communicator& comm) {
+  const int r = comm.rank(), n = comm.size();
+  Checker c;
+  c.rank = r;
+  for (DType dt : {DType::f32, DType::bf16, DType::i32, DType::i64}) {
+    const std::string name = vlm::dtype_name(dt);
+    const bool floating = dt == DType::f32 || dt == DType::bf16;
+    // Sizes: odd, and (f32) one past a few MiB, so messages are split by the MPI library's own protocols.
+    for (int64_t m : {int64_t{1}, int64_t{1001}, dt == DType::f32 ? int64_t{(1 << 20) + 3} : int64_t{4097}}) {
+      const std::string tag = name + " [" + std::to_string(m) + "] ";
+      Tensor t = make(m, dt, [&](int64_t i) { return r + i % 8; });
+      c.expect_ok(comm.all_reduce(t, ReduceOp::sum), tag + "all_reduce sum");
+      c.expect(t, [&](int64_t i) { return n * (i % 8) + n * (n - 1) / 2.0; }, tag + "all_reduce sum");
+
+      t = make(m, dt, [&](int64_t i) { return (r * 7 + i) % 13; });
+      c.expect_ok(comm.all_reduce(t, ReduceOp::max), tag + "all_reduce max");
+      c.expect(t, [&](int64_t i) {
+        int64_t best = 0;
+        for (int q = 0; q < n; ++q) best = std::max<int64_t>(best, (q * 7 + i) % 13);
+        return static_cast<double>(best);
+      }, tag + "all_reduce max");
+
+      if (floating) {  // avg of r + i % 8 over ranks: i % 8 + (n - 1) / 2, a half at most
+        t = make(m, dt, [&](int64_t i) { return r + i % 8; });
+        c.expect_ok(comm.all_reduce(t, ReduceOp::avg), tag + "all_reduce avg");
+        c.expect(t, [&](int64_t i) { return i % 8 + (n - 1) / 2.0; }, tag + "all_reduce avg");
+      }
+
+      const Tensor mine = make(m, dt, [&](int64_t i) { return r * 16 + i % 16; });
+      Tensor all = Tensor::zeros({n * m}, dt);
+      c.expect_ok(comm.all_gather(all, mine), tag + "all_gather");
+      c.expect(all, [&](int64_t j) { return (j / m) * 16 + (j % m) % 16; }, tag + "all_gather");
+
+      const Tensor contribution = make(n * m, dt, [&](int64_t j) { return r + j % 8; });
+      Tensor slice = Tensor::zeros({m}, dt);
+      c.expect_ok(comm.reduce_scatter(slice, contribution, ReduceOp::sum), tag + "reduce_scatter");
+      c.expect(slice, [&](int64_t i) { return n * ((r * m + i) % 8) + n * (n - 1) / 2.0; }, tag + "reduce_scatter");
+
+      Tensor b = make(m, dt, [&](int64_t i) { return r * 3 + i % 5; });
+      c.expect_ok(comm.broadcast(b, n - 1), tag + "broadcast");
+      c.expect(b, [&](int64_t i) { return (n - 1) * 3 + i % 5; }, tag + "broadcast");
+    }
+  }
+  // A bad call is refused on every rank before anything is sent, and the next collective still works.
+  Tensor wrong = Tensor::zeros({n + 1}, DType::f32);
+  const vlm::Status refused = comm.all_gather(wrong, make(1, DType::f32, [](int64_t) { return 1; }));
+  ++c.checks;
+  if (refused.ok() || refused.code() != vlm::StatusCode::invalid_argument) {
+    std::fprintf(stderr, "rank %d: a mismatched all_gather was not refused\n", r);
+    ++c.failures;
+  }
+  c.expect_ok(comm.barrier(), "barrier");
+  std::printf("rank %d of %d (%s): %d checks, %d failed\n", r, n, comm.backend(), c.checks, c.failures);
+  return c.failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "check";
+  if (mode == "has-mpi") return vlm::dist::built_with_mpi() ? 0 : 1;
+  if (mode != "check") {
+    std::fprintf(stderr, "usage: dist_collectives_driver check|has-mpi\n");
+    return 2;
+  }
+  const vlm::Expected<vlm::dist::LaunchInfo> info = vlm::dist::launch_info_from_env();
+  if (!info.ok()) {
+    std::fprintf(stderr, "%s\n", info.status().message().c_str());
+    return 1;
+  }
+  vlm::Expected<std::unique_ptr<Communicator>> comm = vlm::dist::make_communicator(*info);
+  if (!comm.ok()) {
+    std::fprintf(stderr, "%s\n", comm.status().message().c_str());
+    return 1;
+  }
+  return run_checks(**comm);
+}

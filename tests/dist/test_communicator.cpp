@@ -1,0 +1,83 @@
+// The world-of-one communicator and the argument checks every backend shares: mismatched sizes and dtypes, GPU or
+// strided tensors, integer averages and bad roots are errors naming the collective; a world of one copies.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "dist/communicator.h"
+#include "testing/test_util.h"
+
+namespace vlm::dist {
+namespace {
+
+Tensor iota(int64_t n, DType dtype, double start = 0.0) {
+  return testing::filled({n}, dtype, [start](int64_t i) { return start + static_cast<double>(i); });
+}
+
+bool same_values(const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel()) return false;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (a.item_f32(i) != b.item_f32(i)) return false;
+  return true;
+}
+
+TEST(LocalCommunicator, EveryCollectiveIsTheRanksOwnData) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  EXPECT_EQ(comm->rank(), 0);
+  EXPECT_EQ(comm->size(), 1);
+  EXPECT_STREQ(comm->backend(), "local");
+  for (DType dt : {DType::f32, DType::bf16, DType::i32, DType::i64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor original = iota(37, dt, 3.0);
+    Tensor t = original.clone();
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+      ASSERT_TRUE(comm->all_reduce(t, op).ok());
+      EXPECT_TRUE(same_values(t, original)) << reduce_op_name(op);
+    }
+    Tensor gathered = Tensor::zeros({37}, dt);
+    ASSERT_TRUE(comm->all_gather(gathered, original).ok());
+    EXPECT_TRUE(same_values(gathered, original));
+    Tensor scattered = Tensor::zeros({37}, dt);
+    ASSERT_TRUE(comm->reduce_scatter(scattered, original, ReduceOp::sum).ok());
+    EXPECT_TRUE(same_values(scattered, original));
+    ASSERT_TRUE(comm->broadcast(t, 0).ok());
+    EXPECT_TRUE(same_values(t, original));
+  }
+  Tensor f = iota(5, DType::f32);
+  ASSERT_TRUE(comm->all_reduce(f, ReduceOp::avg).ok());
+  EXPECT_TRUE(same_values(f, iota(5, DType::f32)));
+  EXPECT_TRUE(comm->barrier().ok());
+  Tensor empty = Tensor::empty({0}, DType::f32);
+  EXPECT_TRUE(comm->all_reduce(empty, ReduceOp::sum).ok());
+}
+
+TEST(LocalCommunicator, BadArgumentsAreErrorsNamingTheCollective) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  Tensor f32 = iota(8, DType::f32), other_size = iota(9, DType::f32), bf16 = iota(8, DType::bf16);
+  Tensor i32 = iota(8, DType::i32), u8 = Tensor::zeros({8}, DType::u8), undefined;
+  const Tensor strided = iota(16, DType::f32).view({4, 4}).slice(1, 0, 2);
+  auto expect_error = [](const Status& s, StatusCode code, const char* mentions) {
+    ASSERT_FALSE(s.ok()) << mentions;
+    EXPECT_EQ(s.code(), code) << s.message();
+    EXPECT_NE(s.message().find(mentions), std::string::npos) << s.message();
+  };
+  expect_error(comm->all_gather(other_size, f32), StatusCode::invalid_argument, "all_gather");
+  expect_error(comm->reduce_scatter(other_size, f32, ReduceOp::sum), StatusCode::invalid_argument, "reduce_scatter");
+  expect_error(comm->all_gather(bf16, f32), StatusCode::invalid_argument, "differ in dtype");
+  expect_error(comm->all_reduce(u8, ReduceOp::sum), StatusCode::invalid_argument, "u8");
+  expect_error(comm->all_reduce(undefined, ReduceOp::sum), StatusCode::invalid_argument, "undefined");
+  expect_error(comm->all_reduce(i32, ReduceOp::avg), StatusCode::invalid_argument, "avg of integer");
+  expect_error(comm->broadcast(f32, 1), StatusCode::invalid_argument, "root 1");
+  Tensor s = strided;
+  expect_error(comm->all_reduce(s, ReduceOp::sum), StatusCode::invalid_argument, "not contiguous");
+}
+
+TEST(Communicator, OneRankLaunchGetsTheLocalBackend) {
+  LaunchInfo info;  // a world of one
+  Expected<std::unique_ptr<Communicator>> comm = make_communicator(info);
+  ASSERT_TRUE(comm.ok()) << comm.status().message();
+  EXPECT_STREQ((*comm)->backend(), "local");
+}
+
+}  // namespace
+}  // namespace vlm::dist
