@@ -1,6 +1,7 @@
 // The checks every backend shares, the world-of-one backend, and the choice of backend (see communicator.h).
 #include "dist/communicator.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace vlm::dist {
@@ -11,13 +12,15 @@ Expected<std::unique_ptr<Communicator>> make_mpi_communicator(const LaunchInfo& 
 namespace {
 
 bool collective_dtype(DType d) {
-  return d == DType::f32 || d == DType::bf16 || d == DType::i32 || d == DType::i64;
+  return d == DType::f32 || d == DType::bf16 || d == DType::f64 || d == DType::i32 || d == DType::i64 ||
+         d == DType::u8;
 }
 
 Status check_tensor(const char* what, const char* name, const Tensor& t) {
   if (!t.defined()) return invalid_argument(str(what, ": ", name, " is undefined"));
   if (!collective_dtype(t.dtype()))
-    return invalid_argument(str(what, ": ", name, " is ", t.describe(), "; collectives take f32, bf16, i32, i64"));
+    return invalid_argument(
+        str(what, ": ", name, " is ", t.describe(), "; collectives take f32, bf16, f64, i32, i64, u8"));
   if (!t.is_contiguous()) return invalid_argument(str(what, ": ", name, " (", t.describe(), ") is not contiguous"));
   if (t.device().is_cuda())
     return unsupported(str(what, ": ", name, " (", t.describe(), ") is on a GPU; these backends take CPU tensors"));
@@ -33,6 +36,8 @@ Status check_pair(const char* what, const Tensor& out, const Tensor& in) {
 }
 
 Status check_op(const char* what, const Tensor& t, ReduceOp op) {
+  if (t.dtype() == DType::u8)
+    return invalid_argument(str(what, ": u8 tensor ", t.describe(), " holds bytes, which are gathered, not reduced"));
   if (op == ReduceOp::avg && (t.dtype() == DType::i32 || t.dtype() == DType::i64))
     return invalid_argument(str(what, ": avg of integer tensor ", t.describe(), " (use sum and divide)"));
   return Status();
@@ -97,6 +102,24 @@ Status Communicator::broadcast(Tensor& tensor, int root) {
   if (root < 0 || root >= size())
     return invalid_argument(str("broadcast: root ", root, " is not a rank of a world of ", size()));
   return tensor.numel() == 0 ? Status() : do_broadcast(tensor, root);
+}
+
+Expected<std::vector<std::string>> all_gather_strings(Communicator& comm, const std::string& mine) {
+  const int n = comm.size();
+  Tensor length = Tensor::empty({1}, DType::i64), lengths = Tensor::empty({n}, DType::i64);
+  length.data<int64_t>()[0] = static_cast<int64_t>(mine.size());
+  VLM_RETURN_IF_ERROR(comm.all_gather(lengths, length).with_context("all_gather_strings (lengths)"));
+  int64_t longest = 0;
+  for (int r = 0; r < n; ++r) longest = std::max(longest, lengths.data<int64_t>()[r]);
+  std::vector<std::string> all(static_cast<size_t>(n));
+  if (longest == 0) return all;
+  Tensor padded = Tensor::zeros({longest}, DType::u8), gathered = Tensor::empty({n * longest}, DType::u8);
+  std::memcpy(padded.raw_data(), mine.data(), mine.size());
+  VLM_RETURN_IF_ERROR(comm.all_gather(gathered, padded).with_context("all_gather_strings (bytes)"));
+  const char* bytes = static_cast<const char*>(gathered.raw_data());
+  for (int r = 0; r < n; ++r)
+    all[static_cast<size_t>(r)].assign(bytes + r * longest, static_cast<size_t>(lengths.data<int64_t>()[r]));
+  return all;
 }
 
 std::unique_ptr<Communicator> make_local_communicator() { return std::make_unique<LocalCommunicator>(); }

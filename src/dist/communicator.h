@@ -2,7 +2,8 @@
 // backend for CPU tensors (NCCL for CUDA tensors is the next backend). Every rank calls the same collectives in the
 // same order with tensors of the same shape and dtype; the calls block until this rank's part is done.
 //
-// Contracts (all tensors contiguous, on the backend's device; dtypes f32, bf16, i32, i64):
+// Contracts (all tensors contiguous, on the backend's device; dtypes f32, bf16, f64, i32, i64, and u8 for the
+// collectives that do not reduce: all_gather and broadcast):
 //   all_reduce(t, op)          t = op over ranks of t, in place. bf16 is reduced in f32 and rounded once; avg is the
 //                              sum divided by size() (floating dtypes only).
 //   all_gather(out, in)        out = [in of rank 0, in of rank 1, ...]: out.numel() == size() * in.numel().
@@ -14,6 +15,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -44,6 +47,10 @@ class Communicator {
   virtual Status do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) = 0;
   virtual Status do_broadcast(Tensor& tensor, int root) = 0;
 };
+
+// Every rank's `mine` (any length, possibly empty), in rank order, on every rank: for variable-size records such as
+// each rank's data-loader state. Two all_gathers: the lengths, then the bytes padded to the longest.
+Expected<std::vector<std::string>> all_gather_strings(Communicator& comm, const std::string& mine);
 
 // A world of one: every collective is this rank's own data (copied where out and in differ).
 std::unique_ptr<Communicator> make_local_communicator();

@@ -2,7 +2,8 @@
 // FUNNELED: collectives come from one thread) and finalized at exit; the communicator works on a duplicate of
 // MPI_COMM_WORLD so its messages never meet another library's. Counts go to MPI as int: all_reduce and broadcast are
 // sent in chunks of at most 2^30 elements, all_gather and reduce_scatter take per-rank parts of at most INT_MAX.
-// bf16 has no MPI type: it travels as 16-bit words, and its reductions run in f32 and are rounded once.
+// bf16 has no MPI type: it travels as 16-bit words, and its reductions run in f32 and are rounded once; u8 (bytes) is
+// gathered and broadcast only.
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -52,7 +53,9 @@ Status ensure_initialized() {
 MPI_Datatype wire_type(DType d) {
   switch (d) {
     case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
     case DType::bf16: return MPI_UINT16_T;
+    case DType::u8: return MPI_UINT8_T;
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
     default: return MPI_DATATYPE_NULL;  // excluded by Communicator's checks
@@ -74,9 +77,15 @@ void store_bf16(Tensor& out, const std::vector<float>& v, float divide) {
   for (size_t i = 0; i < v.size(); ++i) p[i].bits = f32_to_bf16(divide == 1.f ? v[i] : v[i] / divide);
 }
 
-template <class T>
-void divide_in_place(T* p, int64_t n, float by) {
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / by);
+// avg's division of an f32 or f64 sum (the only dtypes it reaches here: bf16 is divided in f32 before rounding).
+void divide_floating(Tensor& t, float by) {
+  if (t.dtype() == DType::f64) {
+    double* p = t.data<double>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] /= by;
+  } else {
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] /= by;
+  }
 }
 
 class MpiCommunicator final : public Communicator {
@@ -102,7 +111,7 @@ class MpiCommunicator final : public Communicator {
     }
     VLM_RETURN_IF_ERROR(
         chunked_all_reduce(t.raw_data(), t.numel(), wire_type(t.dtype()), dtype_size(t.dtype()), op));
-    if (divide != 1.f) divide_in_place(t.data<float>(), t.numel(), divide);  // avg: floating dtypes only
+    if (divide != 1.f) divide_floating(t, divide);
     return Status();
   }
 
@@ -128,7 +137,7 @@ class MpiCommunicator final : public Communicator {
     VLM_RETURN_IF_ERROR(mpi_status(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), count,
                                                             wire_type(in.dtype()), mpi_op(op), comm_),
                                    "Reduce_scatter"));
-    if (divide != 1.f) divide_in_place(out.data<float>(), out.numel(), divide);
+    if (divide != 1.f) divide_floating(out, divide);
     return Status();
   }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "dist/communicator.h"
 #include "testing/test_util.h"
@@ -48,9 +49,9 @@ int run_checks(Communicator& comm) {
   const int r = comm.rank(), n = comm.size();
   Checker c;
   c.rank = r;
-  for (DType dt : {DType::f32, DType::bf16, DType::i32, DType::i64}) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64}) {
     const std::string name = vlm::dtype_name(dt);
-    const bool floating = dt == DType::f32 || dt == DType::bf16;
+    const bool floating = dt == DType::f32 || dt == DType::bf16 || dt == DType::f64;
     // Sizes: odd, and (f32) one past a few MiB, so messages are split by the MPI library's own protocols.
     for (int64_t m : {int64_t{1}, int64_t{1001}, dt == DType::f32 ? int64_t{(1 << 20) + 3} : int64_t{4097}}) {
       const std::string tag = name + " [" + std::to_string(m) + "] ";
@@ -85,6 +86,32 @@ int run_checks(Communicator& comm) {
       Tensor b = make(m, dt, [&](int64_t i) { return r * 3 + i % 5; });
       c.expect_ok(comm.broadcast(b, n - 1), tag + "broadcast");
       c.expect(b, [&](int64_t i) { return (n - 1) * 3 + i % 5; }, tag + "broadcast");
+    }
+  }
+  // Bytes: gathered and broadcast, never reduced.
+  for (int64_t m : {int64_t{1}, int64_t{3001}}) {
+    const std::string tag = "u8 [" + std::to_string(m) + "] ";
+    const Tensor mine = make(m, DType::u8, [&](int64_t i) { return (r * 31 + i) % 256; });
+    Tensor all = Tensor::zeros({n * m}, DType::u8);
+    c.expect_ok(comm.all_gather(all, mine), tag + "all_gather");
+    c.expect(all, [&](int64_t j) { return ((j / m) * 31 + j % m) % 256; }, tag + "all_gather");
+    Tensor b = make(m, DType::u8, [&](int64_t i) { return (r + i) % 256; });
+    c.expect_ok(comm.broadcast(b, 0), tag + "broadcast");
+    c.expect(b, [&](int64_t i) { return i % 256; }, tag + "broadcast");
+  }
+  // Strings of different lengths (rank 0's empty): every rank gets all of them, in rank order.
+  {
+    auto text_of = [](int q) {
+      return std::string(static_cast<size_t>(q) * 1000 + (q % 2) * 7, static_cast<char>('a' + q));
+    };
+    const vlm::Expected<std::vector<std::string>> all = vlm::dist::all_gather_strings(comm, text_of(r));
+    ++c.checks;
+    bool ok = all.ok() && all->size() == static_cast<size_t>(n);
+    for (int q = 0; ok && q < n; ++q) ok = (*all)[static_cast<size_t>(q)] == text_of(q);
+    if (!ok) {
+      std::fprintf(stderr, "rank %d: all_gather_strings: %s\n", r,
+                   all.ok() ? "wrong contents" : all.status().message().c_str());
+      ++c.failures;
     }
   }
   // A bad call is refused on every rank before anything is sent, and the next collective still works.

@@ -2,6 +2,7 @@
 // strided tensors, integer averages and bad roots are errors naming the collective; a world of one copies.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -26,11 +27,12 @@ TEST(LocalCommunicator, EveryCollectiveIsTheRanksOwnData) {
   EXPECT_EQ(comm->rank(), 0);
   EXPECT_EQ(comm->size(), 1);
   EXPECT_STREQ(comm->backend(), "local");
-  for (DType dt : {DType::f32, DType::bf16, DType::i32, DType::i64}) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64, DType::u8}) {
     SCOPED_TRACE(dtype_name(dt));
     const Tensor original = iota(37, dt, 3.0);
     Tensor t = original.clone();
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+      if (dt == DType::u8) break;  // bytes are gathered, not reduced (an error, tested below)
       ASSERT_TRUE(comm->all_reduce(t, op).ok());
       EXPECT_TRUE(same_values(t, original)) << reduce_op_name(op);
     }
@@ -38,8 +40,10 @@ TEST(LocalCommunicator, EveryCollectiveIsTheRanksOwnData) {
     ASSERT_TRUE(comm->all_gather(gathered, original).ok());
     EXPECT_TRUE(same_values(gathered, original));
     Tensor scattered = Tensor::zeros({37}, dt);
-    ASSERT_TRUE(comm->reduce_scatter(scattered, original, ReduceOp::sum).ok());
-    EXPECT_TRUE(same_values(scattered, original));
+    if (dt != DType::u8) {
+      ASSERT_TRUE(comm->reduce_scatter(scattered, original, ReduceOp::sum).ok());
+      EXPECT_TRUE(same_values(scattered, original));
+    }
     ASSERT_TRUE(comm->broadcast(t, 0).ok());
     EXPECT_TRUE(same_values(t, original));
   }
@@ -64,12 +68,25 @@ TEST(LocalCommunicator, BadArgumentsAreErrorsNamingTheCollective) {
   expect_error(comm->all_gather(other_size, f32), StatusCode::invalid_argument, "all_gather");
   expect_error(comm->reduce_scatter(other_size, f32, ReduceOp::sum), StatusCode::invalid_argument, "reduce_scatter");
   expect_error(comm->all_gather(bf16, f32), StatusCode::invalid_argument, "differ in dtype");
-  expect_error(comm->all_reduce(u8, ReduceOp::sum), StatusCode::invalid_argument, "u8");
+  Tensor f16 = Tensor::zeros({8}, DType::f16), u8_in = Tensor::zeros({8}, DType::u8);
+  expect_error(comm->all_reduce(f16, ReduceOp::sum), StatusCode::invalid_argument, "f16");
+  expect_error(comm->all_reduce(u8, ReduceOp::sum), StatusCode::invalid_argument, "gathered, not reduced");
+  expect_error(comm->reduce_scatter(u8, u8_in, ReduceOp::max), StatusCode::invalid_argument, "gathered, not reduced");
   expect_error(comm->all_reduce(undefined, ReduceOp::sum), StatusCode::invalid_argument, "undefined");
   expect_error(comm->all_reduce(i32, ReduceOp::avg), StatusCode::invalid_argument, "avg of integer");
   expect_error(comm->broadcast(f32, 1), StatusCode::invalid_argument, "root 1");
   Tensor s = strided;
   expect_error(comm->all_reduce(s, ReduceOp::sum), StatusCode::invalid_argument, "not contiguous");
+}
+
+TEST(LocalCommunicator, GathersStringsOfAnyLength) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  for (const std::string& s : {std::string(), std::string("state"), std::string(100000, '\0') + "end"}) {
+    const Expected<std::vector<std::string>> all = all_gather_strings(*comm, s);
+    ASSERT_TRUE(all.ok()) << all.status().message();
+    ASSERT_EQ(all->size(), 1u);
+    EXPECT_EQ((*all)[0], s);
+  }
 }
 
 TEST(Communicator, OneRankLaunchGetsTheLocalBackend) {

@@ -34,6 +34,8 @@ Tensor filled(const Shape& shape, DType dtype, const std::function<double(int64_
       case DType::bf16: t.data<bf16_t>()[i].bits = f32_to_bf16(static_cast<float>(v)); break;
       case DType::i32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;
       case DType::i64: t.data<int64_t>()[i] = static_cast<int64_t>(v); break;
+      case DType::f64: t.data<double>()[i] = v; break;
+      case DType::u8: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
       default: VLM_FAIL("filled: dtype ", dtype_name(dtype), " is not supported");
     }
   }

@@ -15,7 +15,8 @@ namespace vlm::testing {
 // f32 CPU tensor with N(0, std^2) entries from Philox(seed).
 Tensor random_normal(const Shape& shape, uint64_t seed, float std = 1.f);
 Tensor random_uniform(const Shape& shape, uint64_t seed, float lo, float hi);
-// CPU tensor of `dtype` (f32, bf16, i32, i64) whose flat element i is value(i), rounded to the dtype (ints: truncated).
+// CPU tensor of `dtype` (f32, bf16, f64, i32, i64, u8) whose flat element i is value(i), rounded to the dtype
+// (integers: truncated).
 Tensor filled(const Shape& shape, DType dtype, const std::function<double(int64_t)>& value);
 
 // Compares element-wise: passes when |a - b| <= atol + rtol * |b| for every element and no element is NaN/inf in
