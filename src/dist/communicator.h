@@ -39,6 +39,9 @@ class Communicator {
   Status reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op);
   Status broadcast(Tensor& tensor, int root);
   virtual Status barrier() = 0;
+  // Ends every rank's process with exit status `code` (MPI_Abort), for a rank that fails where the others wait in a
+  // collective it will never join. A world of one returns (its caller reports the error).
+  virtual void abort(int code) = 0;
 
  protected:
   // The backends' parts, called after the arguments were checked (see the contracts above).

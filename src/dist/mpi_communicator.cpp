@@ -6,6 +6,7 @@
 // gathered and broadcast only.
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -99,6 +100,10 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   const char* backend() const override { return "mpi"; }
   Status barrier() override { return mpi_status(MPI_Barrier(comm_), "Barrier"); }
+  void abort(int code) override {
+    std::fflush(nullptr);  // this rank's error message first
+    MPI_Abort(comm_, code);
+  }
 
  protected:
   Status do_all_reduce(Tensor& t, ReduceOp op) override {

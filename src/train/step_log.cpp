@@ -11,8 +11,8 @@
 
 namespace vlm {
 
-StepLog::StepLog(MultiSink& sinks, bool dedup_exact, double t_start)
-    : sinks_(sinks), dedup_exact_(dedup_exact), t_start_(t_start), t_window_(now_seconds()) {}
+StepLog::StepLog(MultiSink& sinks, bool dedup_exact, double t_start, dist::Communicator* ranks)
+    : sinks_(sinks), dedup_exact_(dedup_exact), ranks_(ranks), t_start_(t_start), t_window_(now_seconds()) {}
 
 void StepLog::queued(int64_t step, std::vector<StepLoss> losses, GradNorm grad_norm, int64_t target_tokens, float lr,
                      bool log, const LoaderCounters& counters) {
@@ -43,6 +43,12 @@ Status StepLog::finish(Device device) {
   const double t_wait = now_seconds();
   double loss_sum = 0;
   for (const StepLoss& l : p.losses) loss_sum += l.loss_sum();
+  if (ranks_ != nullptr && ranks_->size() > 1) {  // the step's loss over every rank's tokens
+    Tensor sum = Tensor::empty({1}, DType::f64);
+    sum.data<double>()[0] = loss_sum;
+    VLM_RETURN_IF_ERROR(ranks_->all_reduce(sum, dist::ReduceOp::sum).with_context("data parallel: the step's loss"));
+    loss_sum = sum.data<double>()[0];
+  }
   const double loss = p.target_tokens ? loss_sum / static_cast<double>(p.target_tokens) : 0.0;
   const double grad_norm = p.grad_norm.value();
   const double waited = now_seconds() - t_wait;  // waiting for the device counts as compute

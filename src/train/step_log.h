@@ -11,6 +11,7 @@
 #include "core/device.h"
 #include "core/status.h"
 #include "data/vlm_batch.h"
+#include "dist/communicator.h"
 #include "model/vlm.h"
 #include "track/metrics.h"
 #include "train/optimizer.h"
@@ -28,8 +29,10 @@ struct WindowTimes {
 
 class StepLog {
  public:
-  // dedup_exact: records carry samples_duplicate. t_start: the run's start (now_seconds()), for elapsed_s.
-  StepLog(MultiSink& sinks, bool dedup_exact, double t_start);
+  // dedup_exact: records carry samples_duplicate. t_start: the run's start (now_seconds()), for elapsed_s. ranks:
+  // with several, finish() sums the step's loss over them (a collective: every rank calls finish() at the same
+  // steps), and the target tokens given to queued() are the ranks' total.
+  StepLog(MultiSink& sinks, bool dedup_exact, double t_start, dist::Communicator* ranks = nullptr);
 
   WindowTimes& window() { return window_; }
 
@@ -57,6 +60,7 @@ class StepLog {
   };
   MultiSink& sinks_;
   bool dedup_exact_;
+  dist::Communicator* ranks_;
   double t_start_, t_window_;
   WindowTimes window_;
   std::optional<Pending> pending_;

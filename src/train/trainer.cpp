@@ -18,6 +18,7 @@
 #include "track/metrics.h"
 #include "track/run_dir.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/device_batch.h"
 #include "train/memory_report.h"
 #include "train/optimizer.h"
@@ -77,7 +78,8 @@ namespace {
 
 struct TrainerState {
   int64_t step = 0;
-  std::string loader_state;
+  std::string loader_state;              // this rank's
+  std::vector<std::string> rank_states;  // every rank's, in rank order, when the run has several (checkpoints)
   double samples_seen = 0, tokens_seen = 0;
 };
 
@@ -122,6 +124,11 @@ Status write_checkpoint(CheckpointManager& ckpt, VlmModel& model, AdamW& opt, co
     nlohmann::json j;
     j["step"] = st.step;
     j["loader_state"] = nlohmann::json::parse(st.loader_state);
+    if (st.rank_states.size() > 1) {  // data parallel: each rank's position (rank 0's is also loader_state)
+      j["world_size"] = st.rank_states.size();
+      j["rank_loader_states"] = nlohmann::json::array();
+      for (const std::string& r : st.rank_states) j["rank_loader_states"].push_back(nlohmann::json::parse(r));
+    }
     j["samples_seen"] = st.samples_seen;
     j["tokens_seen"] = st.tokens_seen;
     j["config_toml"] = resolved_toml;
@@ -140,7 +147,23 @@ Expected<TrainerState> read_trainer_state(const std::string& dir) {
   st.loader_state = j["loader_state"].dump();
   st.samples_seen = j.value("samples_seen", 0.0);
   st.tokens_seen = j.value("tokens_seen", 0.0);
+  if (j.contains("rank_loader_states")) {
+    const auto& all = j["rank_loader_states"];
+    if (!all.is_array() || all.size() != j.value("world_size", size_t{0}))
+      return parse_error(dir + "/trainer_state.json: rank_loader_states does not hold world_size entries");
+    for (const auto& r : all) st.rank_states.push_back(r.dump());
+  }
   return st;
+}
+
+// This rank's loader state from a checkpoint written by a run of `rank_states.size()` ranks (1: loader_state).
+Status pick_rank_state(TrainerState& st, const DataParallel& dp, const std::string& dir) {
+  const size_t saved_world = std::max<size_t>(st.rank_states.size(), 1);
+  if (saved_world != static_cast<size_t>(dp.size()))
+    return invalid_argument(str(dir, " was written by a run of ", saved_world, " rank(s); this launch has ", dp.size(),
+                                ": resume with the same number of ranks (the data loader's shares differ)"));
+  if (!st.rank_states.empty()) st.loader_state = st.rank_states[static_cast<size_t>(dp.rank())];
+  return Status();
 }
 
 Status write_eval(const std::string& run_dir, const std::string& name, const EvalResult& r) {
@@ -160,14 +183,16 @@ MetricRecord eval_record(int64_t step, const EvalResult& r) {
 
 }  // namespace
 
-Expected<TrainResult> run_training(const TrainerOptions& o) {
+namespace {
+
+// The run on this rank of `dp` (see run_training).
+Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataParallel& dp) {
   const RunConfig& c = o.config;
   const double t_start = now_seconds();
   if (c.train.threads > 0) {
     omp_set_num_threads(c.train.threads);
     openblas_set_num_threads(c.train.threads);
   }
-  VLM_ASSIGN_OR_RETURN(Device device, parse_device(c.train.device));
   ops::use_compute_stream(device);  // VLM_MAIN_STREAM=1: a stream of its own instead of the legacy default
   VLM_ASSIGN_OR_RETURN(DType compute_dtype, training_compute_dtype(c.train));
   if (c.data.tokenizer.empty()) return invalid_argument("data.tokenizer: no tokenizer.json given");
@@ -188,8 +213,11 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     return invalid_argument(o.run_dir + " already holds checkpoints: pass --resume to continue it, or choose another "
                                         "--run-dir");
   }
-  VLM_RETURN_IF_ERROR(write_file_atomic(o.run_dir + "/config.toml", o.resolved_toml.data(), o.resolved_toml.size()));
-  VLM_RETURN_IF_ERROR(write_run_info(o.run_dir, o.argv));
+  if (dp.lead()) {  // rank 0 writes the run directory (the other ranks share it and read checkpoints from it)
+    VLM_RETURN_IF_ERROR(
+        write_file_atomic(o.run_dir + "/config.toml", o.resolved_toml.data(), o.resolved_toml.size()));
+    VLM_RETURN_IF_ERROR(write_run_info(o.run_dir, o.argv));
+  }
 
   // Model and optimizer.
   VlmModel model(c.model, device, compute_dtype);  // bf16: weights read as bf16 copies of the f32 masters
@@ -217,21 +245,26 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
   AdamW opt(model.params(), ac);
 
   VLM_ASSIGN_OR_RETURN(VlmDataOptions train_data, make_data_options(c, c.data.train_shards, false));
+  train_data.rank = dp.rank();
+  train_data.world = dp.size();
   VLM_ASSIGN_OR_RETURN(auto loader, VlmBatchLoader::open(train_data, tokenizer));
 
   TrainerState st;
   if (resume_from) {
     VLM_ASSIGN_OR_RETURN(st, read_trainer_state(resume_from->path));
+    VLM_RETURN_IF_ERROR(pick_rank_state(st, dp, resume_from->path));
     VLM_RETURN_IF_ERROR(model.params().load(resume_from->path + "/model.safetensors"));
     VLM_RETURN_IF_ERROR(opt.load(resume_from->path + "/optimizer.safetensors"));
     VLM_RETURN_IF_ERROR(loader->restore(st.loader_state).with_context(resume_from->path));
     VLM_INFO("resumed from ", resume_from->path, " at step ", st.step);
   }
 
-  MultiSink sinks;
-  VLM_ASSIGN_OR_RETURN(auto jsonl, JsonlSink::open(o.run_dir + "/metrics.jsonl", resume_from ? st.step : 0));
-  sinks.add(std::move(jsonl));
-  if (!o.quiet) sinks.add(std::make_unique<ConsoleProgress>(c.train.steps, st.step));
+  MultiSink sinks;  // rank 0's: the other ranks log nothing of their own
+  if (dp.lead()) {
+    VLM_ASSIGN_OR_RETURN(auto jsonl, JsonlSink::open(o.run_dir + "/metrics.jsonl", resume_from ? st.step : 0));
+    sinks.add(std::move(jsonl));
+    if (!o.quiet) sinks.add(std::make_unique<ConsoleProgress>(c.train.steps, st.step));
+  }
 
   VLM_INFO("model: ", model.params().numel(), " parameters (", model.params().numel(true), " trainable), ",
            c.model.image_tokens(), " image tokens per image; training steps ", st.step + 1, "..", c.train.steps,
@@ -251,7 +284,7 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
   TrainResult result;
   result.start_step = st.step;
   // Per log window, where the training thread's time goes, and each step's values read once the next is queued.
-  StepLog step_log(sinks, c.data.dedup_exact, t_start);
+  StepLog step_log(sinks, c.data.dedup_exact, t_start, &dp.comm());
   WindowTimes& window = step_log.window();
   const int64_t start_step = st.step;
   StepMemoryMeter memory_meter(device);  // over the first step of this process: memory.json
@@ -287,7 +320,7 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     // Read ahead only for a step this call will run (the last step's read-ahead would be wasted work, or an error).
     const bool more_steps = step < c.train.steps && (o.stop_after_step < 0 || step < o.stop_after_step);
     const bool measure_memory = step == start_step + 1;
-    if (measure_memory) memory_meter.begin();
+    if (measure_memory && dp.lead()) memory_meter.begin();
     model.params().zero_grads();
     StepBatches cur = std::move(next);
     next = StepBatches();
@@ -295,7 +328,9 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     std::optional<UploadedBatch> up = std::move(next_up);
     next_up.reset();
     std::vector<StepLoss> losses;  // one per micro-batch, on the device until read
-    const float grad_scale = cur.target_tokens > 0 ? 1.f / static_cast<float>(cur.target_tokens) : 0.f;
+    // The gradient is the mean over the step's target tokens on every rank.
+    VLM_ASSIGN_OR_RETURN(const int64_t step_tokens, dp.global_tokens(cur.target_tokens));
+    const float grad_scale = step_tokens > 0 ? 1.f / static_cast<float>(step_tokens) : 0.f;
     size_t i = first_with_samples(cur, 0);
     if (i == cur.micro.size() && more_steps) read_next_step();
     while (i < cur.micro.size()) {
@@ -320,12 +355,13 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     }
     const float lr = lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
     const double t_opt = now_seconds();
+    VLM_RETURN_IF_ERROR(dp.sum_gradients(model.params()));  // data parallel: every rank's share, before clipping
     GradNorm grad_norm = opt.step(lr);
     window.compute += now_seconds() - t_opt;
     // The previous step's values, now that this one is queued: reading them at once would leave the device idle
     // while the host queued this step.
     VLM_RETURN_IF_ERROR(step_log.finish(device));
-    if (measure_memory) {
+    if (measure_memory && dp.lead()) {
       const MemoryReport mem = memory_meter.end(model.params(), opt.state_bytes(), c.train.precision);
       VLM_INFO(mem.summary());
       const std::string text = mem.to_json();
@@ -334,11 +370,11 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
     st.step = step;
     st.loader_state = cur.loader_state;  // after this step's last batch, not after the read-ahead
 
-    step_log.queued(step, std::move(losses), std::move(grad_norm), cur.target_tokens, lr,
+    step_log.queued(step, std::move(losses), std::move(grad_norm), step_tokens, lr,
                     step % c.train.log_every == 0 || step == c.train.steps, cur.counters);
     const bool last = step == c.train.steps;
     const bool stop = o.stop_after_step >= 0 && step >= o.stop_after_step;
-    const bool eval_now = val_data && c.eval.every > 0 && step % c.eval.every == 0 && !last;
+    const bool eval_now = dp.lead() && val_data && c.eval.every > 0 && step % c.eval.every == 0 && !last;
     const bool ckpt_now = last || (c.train.ckpt_every > 0 && step % c.train.ckpt_every == 0);
     // This step's values now, so that nothing is saved or evaluated before its loss was checked.
     if (last || stop || eval_now || ckpt_now) VLM_RETURN_IF_ERROR(step_log.finish(device));
@@ -347,14 +383,23 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
       sinks.write(eval_record(step, r));
       VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "step_" + std::to_string(step), r));
     }
-    if (ckpt_now) VLM_RETURN_IF_ERROR(write_checkpoint(ckpt, model, opt, st, o.resolved_toml));
+    if (ckpt_now) {
+      if (dp.distributed()) VLM_RETURN_IF_ERROR(dp.check_replicas(model.params()).status());
+      VLM_ASSIGN_OR_RETURN(st.rank_states, dp.loader_states(st.loader_state));  // every rank takes part
+      if (dp.lead()) VLM_RETURN_IF_ERROR(write_checkpoint(ckpt, model, opt, st, o.resolved_toml));
+      VLM_RETURN_IF_ERROR(dp.comm().barrier());  // no rank runs ahead of a checkpoint it may resume from
+    }
     if (stop) break;
   }
   VLM_RETURN_IF_ERROR(step_log.finish(device));
+  if (dp.distributed()) {
+    VLM_ASSIGN_OR_RETURN(const uint64_t checksum, dp.check_replicas(model.params()));
+    if (dp.lead()) VLM_INFO("data parallel: the ", dp.size(), " ranks' weights agree (checksum ", checksum, ")");
+  }
   sinks.flush();
   result.final_step = st.step;
   result.final_loss = step_log.last_loss();
-  if (val_data && st.step == c.train.steps && st.step > start_step) {
+  if (dp.lead() && val_data && st.step == c.train.steps && st.step > start_step) {
     VLM_INFO("evaluating on ", c.eval.samples, " held-out images ...");
     VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate_vqa(model, tokenizer, *val_data, eo));
     sinks.write(eval_record(st.step, r));
@@ -365,6 +410,20 @@ Expected<TrainResult> run_training(const TrainerOptions& o) {
   sinks.flush();
   result.wall_seconds = now_seconds() - t_start;
   return result;
+}
+
+}  // namespace
+
+Expected<TrainResult> run_training(const TrainerOptions& o) {
+  VLM_ASSIGN_OR_RETURN(Device device, parse_device(o.config.train.device));
+  VLM_ASSIGN_OR_RETURN(DataParallel dp, DataParallel::open(device));  // a world of one unless launched on several
+  Expected<TrainResult> r = train_rank(o, device, dp);
+  if (!r.ok() && dp.distributed()) {
+    // The other ranks wait in a collective this rank will never join: end the whole job, with this rank's error.
+    VLM_ERROR("rank ", dp.rank(), " of ", dp.size(), ": ", r.status().to_string(), "; aborting every rank");
+    dp.comm().abort(1);
+  }
+  return r;
 }
 
 }  // namespace vlm

@@ -1,0 +1,48 @@
+// Data parallelism over the ranks of a launch (mpirun / srun / torchrun-style; src/dist): every rank holds the whole
+// model, reads its own share of each epoch (VlmDataOptions rank/world), and runs forward/backward on it; the
+// gradients are then summed over ranks and scaled by the step's target tokens over all ranks, so each rank takes the
+// same optimizer step, as one process with the union of the ranks' batches would. Rank 0 ("lead") writes the run
+// directory, metrics, evals and checkpoints; a checkpoint keeps every rank's loader state, so a resumed run (same
+// world size) reads exactly the samples the uninterrupted one would. CPU tensors over MPI for now: several ranks on
+// CUDA are refused until the NCCL backend lands.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/status.h"
+#include "dist/communicator.h"
+#include "model/parameters.h"
+
+namespace vlm {
+
+class DataParallel {
+ public:
+  // The launch's ranks (a world of one when not launched by a distributed launcher).
+  static Expected<DataParallel> open(Device device);
+
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+  bool distributed() const { return size() > 1; }
+  bool lead() const { return rank() == 0; }
+  dist::Communicator& comm() { return *comm_; }
+
+  // The collectives of a step, called by every rank in the same order:
+  // the step's target tokens summed over ranks (mine when not distributed);
+  Expected<int64_t> global_tokens(int64_t mine);
+  // every trainable parameter's gradient summed over ranks, in place (a packed buffer once);
+  Status sum_gradients(ParameterStore& params);
+  // every rank's loader state, in rank order (checkpoints);
+  Expected<std::vector<std::string>> loader_states(const std::string& mine);
+  // an error naming the ranks whose weights (the f32 masters, bit for bit) differ from rank 0's: the replicas must
+  // never drift apart (checked at every checkpoint and at the end of a run). Returns the weights' checksum.
+  Expected<uint64_t> check_replicas(const ParameterStore& params);
+
+ private:
+  explicit DataParallel(std::unique_ptr<dist::Communicator> comm) : comm_(std::move(comm)) {}
+  std::unique_ptr<dist::Communicator> comm_;
+};
+
+}  // namespace vlm
