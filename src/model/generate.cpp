@@ -2,6 +2,7 @@
 #include "model/generate.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "kernels/ops.h"
 
@@ -36,8 +37,8 @@ std::vector<std::vector<int32_t>> generate_greedy(VlmModel& model, const Tensor&
       const size_t base = tokens.size();
       int32_t pos = 0;
       size_t placeholder = 0;
-      auto push = [&](int32_t id) {
-        if (id == image_token_id) {
+      auto push = [&](int32_t id, bool from_prompt) {
+        if (from_prompt && id == image_token_id) {
           const int img = prompts[i].images[placeholder / static_cast<size_t>(per_image)];
           image_rows.push_back(static_cast<int32_t>(tokens.size()));
           image_src.push_back(img * per_image + static_cast<int32_t>(placeholder % static_cast<size_t>(per_image)));
@@ -46,8 +47,8 @@ std::vector<std::vector<int32_t>> generate_greedy(VlmModel& model, const Tensor&
         tokens.push_back(id);
         positions.push_back(pos++);
       };
-      for (int32_t id : prompts[i].tokens) push(id);
-      for (int32_t id : out[i]) push(id);
+      for (int32_t id : prompts[i].tokens) push(id, true);
+      for (int32_t id : out[i]) push(id, false);  // never the image token (masked below)
       cu.push_back(static_cast<int32_t>(tokens.size()));
       last_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
       max_len = std::max(max_len, static_cast<int>(tokens.size() - base));
@@ -70,7 +71,11 @@ std::vector<std::vector<int32_t>> generate_greedy(VlmModel& model, const Tensor&
     Tensor logits = model.logits_at_rows(in, active_image_tokens, i32(last_rows)).to(Device::cpu());
     const int64_t V = logits.dim(1);
     for (size_t a = 0; a < active.size(); ++a) {
-      const float* row = logits.data<float>() + static_cast<int64_t>(a) * V;
+      // The image token is not text: its embedding is replaced by image features in training and never learned, and
+      // a generated one would read as a placeholder without an image. A barely trained model (an eval early in a
+      // run) does pick it, so it is never chosen.
+      float* row = logits.data<float>() + static_cast<int64_t>(a) * V;
+      if (image_token_id >= 0 && image_token_id < V) row[image_token_id] = -std::numeric_limits<float>::infinity();
       const int32_t best = static_cast<int32_t>(std::max_element(row, row + V) - row);
       out[active[a]].push_back(best);
       if (std::find(options.stop_ids.begin(), options.stop_ids.end(), best) != options.stop_ids.end())

@@ -154,5 +154,30 @@ TEST(Model, GreedyGenerationStopsAndIsDeterministic) {
   EXPECT_EQ(sh[1], a[1]);
 }
 
+// The image token is never generated: an untrained model whose favourite next token is made the image token must
+// pick another one. (A generated image token used to be read as a placeholder of an image the prompt did not have:
+// an eval early in a training run crashed on it.)
+TEST(Model, GreedyGenerationNeverEmitsTheImageToken) {
+  const ModelConfig c = tiny_config(true, 0);
+  VlmModel model(c, Device::cpu());
+  model.params().init_normal(9, c.init_std);
+  const Tensor images = testing::random_normal({1, 3, 16, 16}, 4);
+  auto prompt = [&](int32_t image_id) {  // 1, the image's placeholders, 7 (placeholders do not change the logits)
+    GenerationPrompt p;
+    p.tokens.push_back(1);
+    p.tokens.insert(p.tokens.end(), static_cast<size_t>(c.image_tokens()), image_id);
+    p.tokens.push_back(7);
+    p.images = {0};
+    return p;
+  };
+  const std::vector<std::vector<int32_t>> first = generate_greedy(model, images, {prompt(5)}, 5, {1, {}});
+  const int32_t favourite = first[0][0];
+  ASSERT_NE(favourite, 1);  // (the prompt's own tokens must stay text)
+  ASSERT_NE(favourite, 7);
+  const std::vector<std::vector<int32_t>> out = generate_greedy(model, images, {prompt(favourite)}, favourite, {6, {}});
+  ASSERT_EQ(out[0].size(), 6u);
+  for (int32_t id : out[0]) EXPECT_NE(id, favourite);
+}
+
 }  // namespace
 }  // namespace vlm
