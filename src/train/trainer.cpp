@@ -374,10 +374,12 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
                     step % c.train.log_every == 0 || step == c.train.steps, cur.counters);
     const bool last = step == c.train.steps;
     const bool stop = o.stop_after_step >= 0 && step >= o.stop_after_step;
-    const bool eval_now = dp.lead() && val_data && c.eval.every > 0 && step % c.eval.every == 0 && !last;
+    // An eval step is the same on every rank (finish() below is a collective); rank 0 alone evaluates.
+    const bool eval_step = val_data && c.eval.every > 0 && step % c.eval.every == 0 && !last;
+    const bool eval_now = eval_step && dp.lead();
     const bool ckpt_now = last || (c.train.ckpt_every > 0 && step % c.train.ckpt_every == 0);
     // This step's values now, so that nothing is saved or evaluated before its loss was checked.
-    if (last || stop || eval_now || ckpt_now) VLM_RETURN_IF_ERROR(step_log.finish(device));
+    if (last || stop || eval_step || ckpt_now) VLM_RETURN_IF_ERROR(step_log.finish(device));
     if (eval_now) {
       VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate_vqa(model, tokenizer, *val_data, eo));
       sinks.write(eval_record(step, r));

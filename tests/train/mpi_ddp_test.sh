@@ -2,7 +2,7 @@
 # Data-parallel training on 2 MPI ranks (the test fixture's tiny run: 6 steps, checkpoints at 3 and 6):
 #   - the replica check passes on equal weights and catches one changed weight on one rank;
 #   - the run finishes on both ranks with the same final loss, and its replicas agree (checked by the trainer);
-#   - rank 0 alone writes metrics.jsonl: 6 step records, not 12;
+#   - rank 0 alone writes metrics.jsonl: 6 step records, not 12, and evals at steps 2 and 4 and the end;
 #   - a run stopped after step 3 and resumed gives the uninterrupted run's losses at steps 4-6, bit for bit;
 #   - its checkpoint keeps both ranks' loader states, and resuming it with 1 rank is refused;
 #   - a rank failing before the first step ends the whole job with its error instead of leaving rank 0 waiting.
@@ -11,7 +11,7 @@
 set -eu
 driver="$1"
 if ! command -v mpirun >/dev/null 2>&1; then echo "mpirun not found: skipped"; exit 77; fi
-mpi="mpirun -np 2 --oversubscribe --allow-run-as-root"
+mpi="timeout 120 mpirun -np 2 --oversubscribe --allow-run-as-root"  # a hung collective fails, not stalls
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -33,6 +33,7 @@ grep "^rank" "$tmp/full.log"
   || fail "the ranks report different losses"
 grep -q "the 2 ranks' weights agree" "$tmp/full.log" || fail "no replica agreement logged"
 [ "$(losses "$tmp/full" | wc -l)" -eq 6 ] || fail "metrics.jsonl does not hold 6 step records: $(losses "$tmp/full")"
+[ "$(grep -c '"vqa_accuracy"' "$tmp/full/metrics.jsonl")" -eq 3 ] || fail "expected 3 eval records (steps 2, 4, 6)"
 grep -q '"rank_loader_states"' "$tmp/full/checkpoints/step_00000006/trainer_state.json" \
   || fail "the checkpoint does not keep each rank's loader state"
 
@@ -45,7 +46,7 @@ cmp "$tmp/full.losses" "$tmp/resumed.losses" || { paste "$tmp/full.losses" "$tmp
 if "$driver" resume "$tmp/data" "$tmp/resumed" > "$tmp/world.log" 2>&1; then fail "a 2-rank checkpoint resumed on 1"; fi
 grep -q "was written by a run of 2 rank(s); this launch has 1" "$tmp/world.log" \
   || { cat "$tmp/world.log"; fail "world size"; }
-if timeout 120 $mpi "$driver" fail-last "$tmp/data" "$tmp/failing" > "$tmp/fail.log" 2>&1; then
+if $mpi "$driver" fail-last "$tmp/data" "$tmp/failing" > "$tmp/fail.log" 2>&1; then
   fail "a run with a failing rank succeeded"
 fi
 grep -q "rank 1 of 2: .*aborting every rank" "$tmp/fail.log" || { cat "$tmp/fail.log"; fail "no abort"; }
