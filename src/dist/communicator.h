@@ -51,6 +51,15 @@ class Communicator {
   virtual Status do_broadcast(Tensor& tensor, int root) = 0;
 };
 
+// `value` reduced over the ranks by `op`: a one-element all_reduce (T: float, double, int32_t or int64_t).
+template <class T>
+Expected<T> all_reduce_value(Communicator& comm, T value, ReduceOp op) {
+  Tensor t = Tensor::empty({1}, dtype_of<T>());
+  t.data<T>()[0] = value;
+  VLM_RETURN_IF_ERROR(comm.all_reduce(t, op));
+  return t.data<T>()[0];
+}
+
 // Every rank's `mine` (any length, possibly empty), in rank order, on every rank: for variable-size records such as
 // each rank's data-loader state. Two all_gathers: the lengths, then the bytes padded to the longest.
 Expected<std::vector<std::string>> all_gather_strings(Communicator& comm, const std::string& mine);

@@ -20,10 +20,9 @@ Expected<DataParallel> DataParallel::open(Device device) {
 
 Expected<int64_t> DataParallel::global_tokens(int64_t mine) {
   if (!distributed()) return mine;
-  Tensor t = Tensor::empty({1}, DType::i64);
-  t.data<int64_t>()[0] = mine;
-  VLM_RETURN_IF_ERROR(comm_->all_reduce(t, dist::ReduceOp::sum).with_context("data parallel: target tokens"));
-  return t.data<int64_t>()[0];
+  Expected<int64_t> total = dist::all_reduce_value(*comm_, mine, dist::ReduceOp::sum);
+  if (!total.ok()) return total.status().with_context("data parallel: target tokens");
+  return *total;
 }
 
 Status DataParallel::sum_gradients(ParameterStore& params) {

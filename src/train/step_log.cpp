@@ -44,10 +44,9 @@ Status StepLog::finish(Device device) {
   double loss_sum = 0;
   for (const StepLoss& l : p.losses) loss_sum += l.loss_sum();
   if (ranks_ != nullptr && ranks_->size() > 1) {  // the step's loss over every rank's tokens
-    Tensor sum = Tensor::empty({1}, DType::f64);
-    sum.data<double>()[0] = loss_sum;
-    VLM_RETURN_IF_ERROR(ranks_->all_reduce(sum, dist::ReduceOp::sum).with_context("data parallel: the step's loss"));
-    loss_sum = sum.data<double>()[0];
+    const Expected<double> total = dist::all_reduce_value(*ranks_, loss_sum, dist::ReduceOp::sum);
+    if (!total.ok()) return total.status().with_context("data parallel: the step's loss");
+    loss_sum = *total;
   }
   const double loss = p.target_tokens ? loss_sum / static_cast<double>(p.target_tokens) : 0.0;
   const double grad_norm = p.grad_norm.value();

@@ -99,6 +99,16 @@ int run_checks(Communicator& comm) {
     c.expect_ok(comm.broadcast(b, 0), tag + "broadcast");
     c.expect(b, [&](int64_t i) { return i % 256; }, tag + "broadcast");
   }
+  // One value: the sum of r + 1 over the ranks.
+  {
+    const vlm::Expected<int64_t> total = vlm::dist::all_reduce_value(comm, int64_t{r} + 1, ReduceOp::sum);
+    ++c.checks;
+    if (!total.ok() || *total != int64_t{n} * (n + 1) / 2) {
+      std::fprintf(stderr, "rank %d: all_reduce_value: %s\n", r,
+                   total.ok() ? std::to_string(*total).c_str() : total.status().message().c_str());
+      ++c.failures;
+    }
+  }
   // Strings of different lengths (rank 0's empty): every rank gets all of them, in rank order.
   {
     auto text_of = [](int q) {

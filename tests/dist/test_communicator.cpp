@@ -50,6 +50,9 @@ TEST(LocalCommunicator, EveryCollectiveIsTheRanksOwnData) {
   Tensor f = iota(5, DType::f32);
   ASSERT_TRUE(comm->all_reduce(f, ReduceOp::avg).ok());
   EXPECT_TRUE(same_values(f, iota(5, DType::f32)));
+  const Expected<double> value = all_reduce_value(*comm, 2.5, ReduceOp::sum);
+  ASSERT_TRUE(value.ok());
+  EXPECT_EQ(*value, 2.5);
   EXPECT_TRUE(comm->barrier().ok());
   Tensor empty = Tensor::empty({0}, DType::f32);
   EXPECT_TRUE(comm->all_reduce(empty, ReduceOp::sum).ok());
