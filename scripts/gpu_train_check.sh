@@ -38,7 +38,10 @@ note() { printf '\n==== %s\n' "$*" | tee -a "$OUT/summary.log"; }
 gpu_sets=()
 for s in "${GPU_EXTRA[@]}"; do gpu_sets+=(--set "$s"); done
 
-data=data/shapes  # the curve and demo steps' dataset, made once (the tests and bench steps need none)
+data=data/shapes  # the curve, demo and repro steps' dataset, made once (the tests and bench steps need none)
+# A short run of the demo config (the curve and repro steps; they add the device and the step count): every step's
+# loss logged, no checkpoints, no held-out eval.
+short_run=(--config configs/shapes-tiny.toml --set train.log_every=1 --set train.ckpt_every=0 --set data.val_shards=)
 if [[ " ${steps[*]} " =~ \ (curve|demo|repro)\  ]] && [ ! -f "$data/.done-50000" ]; then
   note "making the shapes dataset"
   rm -rf "$data"
@@ -53,8 +56,7 @@ for step in "${steps[@]}"; do
   case $step in
     curve)
       note "curve: $STEPS steps, cpu fp32 vs cuda ${GPU_SET:-fp32}"
-      common=(--config configs/shapes-tiny.toml --set "train.steps=$STEPS" --set train.log_every=1
-              --set train.ckpt_every=0 --set data.val_shards=)
+      common=("${short_run[@]}" --set "train.steps=$STEPS")
       OMP_NUM_THREADS=8 "$VLM" train "${common[@]}" --set train.device=cpu --run-dir "$OUT/curve_cpu" \
         >"$OUT/curve_cpu.log" 2>&1 || status=1
       "$VLM" train "${common[@]}" --set train.device=cuda "${gpu_sets[@]}" --run-dir "$OUT/curve_gpu" \
@@ -99,9 +101,8 @@ PY
       [[ ${GPU_SET:-} == *bf16* ]] && repro_sets+=(--set train.deterministic=true)
       note "repro: the demo config for ${REPRO_STEPS:-300} steps, twice, on cuda ${repro_sets[*]}"
       for r in 1 2; do
-        "$VLM" train --config configs/shapes-tiny.toml --set train.device=cuda "${repro_sets[@]}" \
-          --set "train.steps=${REPRO_STEPS:-300}" --set train.log_every=1 --set train.ckpt_every=0 \
-          --set data.val_shards= --run-dir "$OUT/repro_$r" >"$OUT/repro_$r.log" 2>&1 || status=1
+        "$VLM" train "${short_run[@]}" --set "train.steps=${REPRO_STEPS:-300}" --set train.device=cuda \
+          "${repro_sets[@]}" --run-dir "$OUT/repro_$r" >"$OUT/repro_$r.log" 2>&1 || status=1
       done
       python3 - "$OUT/repro_1/metrics.jsonl" "$OUT/repro_2/metrics.jsonl" "${REPRO_STEPS:-300}" <<'PY' 2>&1 |
 import json, sys

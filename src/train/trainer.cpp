@@ -181,10 +181,6 @@ MetricRecord eval_record(int64_t step, const EvalResult& r) {
   return rec;
 }
 
-}  // namespace
-
-namespace {
-
 // The run on this rank of `dp` (see run_training).
 Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataParallel& dp) {
   const RunConfig& c = o.config;
