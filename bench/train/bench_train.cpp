@@ -187,7 +187,7 @@ nlohmann::json print_breakdown(const std::vector<ops::profile::OpTime>& times, i
   std::printf("\ntime breakdown: %d profiled steps of %.2f ms (unprofiled %.2f ms; CUDA events around every op)\n",
               steps, step_ms, step_s * 1e3);
   std::printf("  (an op's time is the main stream's between its events, so it includes the side stream's weight\n"
-              "  gradients that overlapped it; scripts/gpu_kernel_profile.sh times each kernel alone)\n");
+              "  gradients that overlapped it; dev/gpu/gpu_kernel_profile.sh times each kernel alone)\n");
   std::printf("  %-34s %8s %10s %7s\n", "op", "calls", "ms/step", "share");
   nlohmann::json j_ops = nlohmann::json::array(), j_sites = nlohmann::json::array();
   for (const auto& [op, v] : ops_sorted) {

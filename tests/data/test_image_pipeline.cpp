@@ -1,5 +1,5 @@
 // Image pipeline: DCT-scaled JPEG decode and every mode against Pillow's draft() + resize(box) outputs
-// (scripts/make_pipeline_fixtures.py), the path without DCT scaling bit-exact against decode + transforms, mode
+// (dev/fixtures/make_pipeline_fixtures.py), the path without DCT scaling bit-exact against decode + transforms, mode
 // geometry (sizes, padding colour, crop windows), random-resized-crop determinism, bomb rejection, errors; and the
 // resize kernels (AVX2 == plain loops, views == copies).
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Transforms: resize against Pillow fixtures (scripts/make_resize_fixtures.py), crops, normalisation.
+// Transforms: resize against Pillow fixtures (dev/fixtures/make_resize_fixtures.py), crops, normalisation.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

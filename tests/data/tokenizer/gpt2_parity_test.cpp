@@ -1,6 +1,6 @@
 // Parity with the real GPT-2 tokenizer: fixtures/gpt2_tokenizer.json.gz is GPT-2's vocabulary and merges in
 // tokenizer.json form, fixtures/gpt2_reference.json holds ids from two independent reference encoders that agree
-// (scripts/gen_tokenizer_fixtures.js). Also round trips of arbitrary bytes and save/load of a full-size file.
+// (dev/fixtures/gen_tokenizer_fixtures.js). Also round trips of arbitrary bytes and save/load of a full-size file.
 #include <gtest/gtest.h>
 
 #include <chrono>

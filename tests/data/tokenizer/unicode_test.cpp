@@ -1,5 +1,5 @@
 // UTF-8 decoding, character classes, the byte-level alphabet, and NFC against Python's unicodedata outputs
-// (fixtures/nfc_cases.json, written by scripts/gen_unicode_tables.py).
+// (fixtures/nfc_cases.json, written by dev/fixtures/gen_unicode_tables.py).
 #include <gtest/gtest.h>
 
 #include <set>

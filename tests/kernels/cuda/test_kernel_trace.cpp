@@ -181,7 +181,7 @@ TEST(KernelTraceApi, EndWithoutBeginIsAnError) {
 }
 
 TEST(KernelTraceApi, BeginWithoutADeviceFailsAndLeavesNoTraceRunning) {
-  // Not a skip with a device (scripts/gpu_ops.sh fails a GPU run that skips tests): the GPU test covers that case.
+  // Not a skip with a device (dev/gpu/gpu_ops.sh fails a GPU run that skips tests): the GPU test covers that case.
   if (cuda_available()) return;
   // CUPTI cannot be loaded here, or it loads and the device synchronization fails: an error either way.
   const Status begun = ops::trace::trace_begin();

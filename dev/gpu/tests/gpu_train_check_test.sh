@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# scripts/gpu_train_check.sh (and gpu_session.sh's checks step) with a stand-in vlm (no GPU): the loss curve passes
+# dev/gpu/gpu_train_check.sh (and gpu_session.sh's checks step) with a stand-in vlm (no GPU): the loss curve passes
 # within CURVE_TOL and fails past it (1e-5 fp32, 2e-3 bf16), the demo fails below DEMO_VQA_MIN, the repro step fails
 # when two runs' losses differ and runs bf16 with train.deterministic, and the checks step runs all three for fp32
 # and bf16 and reports a failure.
-# usage: gpu_train_check_test.sh scripts/gpu_train_check.sh scripts/gpu_session.sh
+# usage: gpu_train_check_test.sh dev/gpu/gpu_train_check.sh dev/gpu/gpu_session.sh
 set -uo pipefail
 check=$(realpath "$1")
 session=$(realpath "$2")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/sass_stats.py: per-function counts from cuobjdump -sass text (predicated instructions, opcode modifiers,
+# dev/gpu/sass_stats.py: per-function counts from cuobjdump -sass text (predicated instructions, opcode modifiers,
 # demangled names cut at the parameter list), --grep, and the errors for a file without functions and for a cubin
 # where cuobjdump is absent.
 set -uo pipefail

@@ -1,25 +1,25 @@
 #!/usr/bin/env bash
 # One device call's worth of GPU validation, run on the GPU machine from the repo root, steps in priority order under a
 # deadline so that a call cut short still returns what it reached:
-#   flash   scripts/gpu_flash.sh tests sanitize on NEW's flash binaries (every forced switch, racecheck, memcheck)
+#   flash   dev/gpu/gpu_flash.sh tests sanitize on NEW's flash binaries (every forced switch, racecheck, memcheck)
 #   gtests  every test_* binary in NEW (op layer, model, training on the GPU), and tests/python/test_vlm_flash.py
 #           when NEW has libvlm_flash_c.so
-#   checks  scripts/gpu_train_check.sh curve demo repro on NEW's vlm, fp32 then bf16: the 20-step loss curve against
+#   checks  dev/gpu/gpu_train_check.sh curve demo repro on NEW's vlm, fp32 then bf16: the 20-step loss curve against
 #           the CPU's, the demo config's held-out VQA, and two runs repeating bit for bit, each against its bound
-#   ab      scripts/gpu_ab.sh OLD NEW bench_attention at the model's two shapes and the 1k-8k sweep (needs OLD)
+#   ab      dev/gpu/gpu_ab.sh OLD NEW bench_attention at the model's two shapes and the 1k-8k sweep (needs OLD)
 #   ibench  bench/peers/attention_interleaved.py: NEW's libvlm_flash_c.so and cuDNN in one process, the sides
 #           alternating row by row (s >= 2k of the ANCHORS sweep; IBENCH_ARGS replaces the arguments)
-#   fswitch scripts/gpu_flash.sh switches: NEW's bench_attention under each undecided attention switch against its
+#   fswitch dev/gpu/gpu_flash.sh switches: NEW's bench_attention under each undecided attention switch against its
 #           default, one binary (SWITCHES and AB_ROUNDS as gpu_flash.sh reads them)
-#   fbench  scripts/gpu_flash.sh bench: the ANCHORS sweep with the PyTorch SDPA peers
-#   train   scripts/gpu_train_check.sh bench: the PyTorch training peer (eager, torch.compile), then NEW's
+#   fbench  dev/gpu/gpu_flash.sh bench: the ANCHORS sweep with the PyTorch SDPA peers
+#   train   dev/gpu/gpu_train_check.sh bench: the PyTorch training peer (eager, torch.compile), then NEW's
 #           `vlm bench train --peer`, the peer cut a minute before the deadline's end
 #   trainab NEW's `vlm bench train` against OLD's (NEW's own when OLD is unset) and under each switch of
 #           TRAINAB_VARIANTS (gpu_ab.sh's AB_VARIANTS, default "VLM_PDL=0;VLM_MAIN_STREAM=1"; "" for none),
 #           AB_ROUNDS rounds, no peer: samples/s per switch
-#   scripts/gpu_session.sh [step...]          (default: flash gtests checks ab ibench fbench train; trainab and
+#   dev/gpu/gpu_session.sh [step...]          (default: flash gtests checks ab ibench fbench train; trainab and
 #                                             fswitch on request)
-# Environment: NEW (a folder packed by scripts/gpu_pack.sh, or its .tar.xz; default .carry/next), OLD (the same, for
+# Environment: NEW (a folder packed by dev/gpu/gpu_pack.sh, or its .tar.xz; default .carry/next), OLD (the same, for
 # ab and trainab; unset: ab is skipped, trainab compares NEW with itself), DEADLINE (seconds from the start after
 # which no step starts, default 500), TRAIN_MIN (seconds the train step needs, torch.compile included, default 240:
 # with less left it is skipped, not cut),
@@ -80,7 +80,7 @@ for step in "${steps[@]}"; do
         say "$(basename "$t"): $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/logs/$(basename "$t").log" | tr '\n' ' ')"
       done
       if [ -f "$NEW_DIR/libvlm_flash_c.so" ]; then  # the PyTorch binding against PyTorch's attention
-        timeout -k 5 120 python3 "$here/../tests/python/test_vlm_flash.py" --lib "$NEW_DIR/libvlm_flash_c.so" \
+        timeout -k 5 120 python3 "$here/../../tests/python/test_vlm_flash.py" --lib "$NEW_DIR/libvlm_flash_c.so" \
           >"$OUT/logs/test_vlm_flash.log" 2>&1 || rc=1
         say "test_vlm_flash.py: $(tail -1 "$OUT/logs/test_vlm_flash.log")"
       fi ;;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/ab_summary.py: medians per side and row, new/old (old/new for step times), and clear refusals of input with
+# dev/gpu/ab_summary.py: medians per side and row, new/old (old/new for step times), and clear refusals of input with
 # no rows, a row before any section, or a row only one side ran.
 set -uo pipefail
 tool=$1

@@ -3,7 +3,7 @@
 # compute-sanitizer (memcheck, racecheck) over the test suite, the benchmark with the PyTorch SDPA peer in the same
 # run, and an Nsight Compute profile. Binaries come prebuilt for sm_90a (see the copy step below); logs go to $OUT.
 #
-#   scripts/gpu_flash.sh [step ...]      steps: info tests sanitize bench switches kernels ncu
+#   dev/gpu/gpu_flash.sh [step ...]      steps: info tests sanitize bench switches kernels ncu
 #                                        (default: info tests sanitize bench)
 #
 # Environment: FLASH_BIN (default .carry/flash: flash_gpu_test, flash_reference_test, bench_attention, lib/),
@@ -132,10 +132,10 @@ for step in "${steps[@]}"; do
       sed -n '/^| d |/,$p' "$OUT/bench.log"
       ;;
     switches)
-      # The experimental switches against the default, one binary, alternating (scripts/gpu_ab.sh, AB_ROUNDS rounds):
+      # The experimental switches against the default, one binary, alternating (dev/gpu/gpu_ab.sh, AB_ROUNDS rounds):
       # per shape set one A/B whose old side is the default and whose new side is the default again (its ratio is
       # the call's noise), plus one variant per switch (AB_VARIANTS), summarized as medians and new/old per row
-      # (scripts/ab_summary.py). SWITCHES: "VAR=value[,VAR=value...]@bench arguments" entries separated by ';' (a
+      # (dev/gpu/ab_summary.py). SWITCHES: "VAR=value[,VAR=value...]@bench arguments" entries separated by ';' (a
       # comma-separated list measures each setting as its own variant; a variant of several words, e.g.
       # "VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1", sets them together). By default the last decided threshold:
       # the d=128 non-causal forward's key steps (wide, mixed, from 2k keys) forced off and on over the sweep.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Summarizes the output of scripts/gpu_ab.sh: per benchmark row, the median of each side's rounds and new / old.
+"""Summarizes the output of dev/gpu/gpu_ab.sh: per benchmark row, the median of each side's rounds and new / old.
 
-    scripts/gpu_ab.sh OLD NEW ARGS... | python3 scripts/ab_summary.py [FILE]
+    dev/gpu/gpu_ab.sh OLD NEW ARGS... | python3 dev/gpu/ab_summary.py [FILE]
 
 Rows it reads (others are ignored): `vlm bench attention` rows ("d=128 causal=1 s= 2048 ... fwd 480.1 bwd 455.0
 fwd+bwd 461.2 TFLOP/s ...": TFLOP/s, higher is better) and the `vlm bench train` result row ("vlm.cpp bf16 1458.9

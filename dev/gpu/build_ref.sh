@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Builds one git ref (a branch, a commit) in its own worktree and copies the executables of the named targets into
-# DEST, so two builds can be compared in one call on the GPU machine (scripts/gpu_ab.sh OLD NEW ...) without
+# DEST, so two builds can be compared in one call on the GPU machine (dev/gpu/gpu_ab.sh OLD NEW ...) without
 # touching the main checkout. The worktree and its build directory are kept, so building the ref again, or another
 # ref into the same worktree, is incremental.
 #
-#   scripts/build_ref.sh REF DEST TARGET...
-#   e.g. scripts/build_ref.sh exp/sm90-gemm .carry/gemm vlm bench_gemm_sm90 gemm_sm90_test
+#   dev/gpu/build_ref.sh REF DEST TARGET...
+#   e.g. dev/gpu/build_ref.sh exp/sm90-gemm .carry/gemm vlm bench_gemm_sm90 gemm_sm90_test
 #
 # Environment: PRESET (CMake configure preset, default cuda: sm_90a), WORKTREE (default: ../vlm-worktrees/<ref with
 # '/' as '_'> beside the repository).
 set -euo pipefail
 die() { echo "build_ref: $*" >&2; exit 2; }
-[ $# -ge 3 ] || die "usage: scripts/build_ref.sh REF DEST TARGET..."
+[ $# -ge 3 ] || die "usage: dev/gpu/build_ref.sh REF DEST TARGET..."
 ref=$1
 dest=$2
 shift 2

@@ -2,12 +2,12 @@
 """Instruction counts per kernel from SASS, to compare two builds of a kernel without running it.
 
 Reads `cuobjdump -sass` output (a .sass text file), or a .cubin (running cuobjdump -sass on it: the GPU machine has
-cuobjdump, the build machine does not; build the cubins here with scripts/flash_ptxas.sh and carry them). Prints one
+cuobjdump, the build machine does not; build the cubins here with dev/gpu/flash_ptxas.sh and carry them). Prints one
 block per function: its static instruction count and the count of each opcode in --ops (default: the ones that told
 the wgmma descriptor story in docs/flash.md: R2UR moves to uniform registers, HGMMA, uniform adds, barriers), and
 with --top N its N most frequent opcodes. Static counts, not executed ones: a loop body counts once.
 
-Usage: scripts/sass_stats.py [--ops R2UR,HGMMA,...] [--top N] [--grep REGEX] FILE [FILE ...]
+Usage: dev/gpu/sass_stats.py [--ops R2UR,HGMMA,...] [--top N] [--grep REGEX] FILE [FILE ...]
 """
 import argparse
 import collections
@@ -15,7 +15,7 @@ import re
 import subprocess
 import sys
 
-from kernel_profile import short_name  # (scripts/ is on the path when this runs as a script)
+from kernel_profile import short_name  # (dev/gpu/ is on the path when this runs as a script)
 
 FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 # "        /*0120*/                   R2UR UR55, R2 ;     /* 0x... */" (an optional predicate before the opcode)

@@ -2,18 +2,18 @@
 """Where one training step's GPU time goes, kernel by kernel, from an Nsight Compute CSV.
 
     ncu --csv --metrics gpu__time_duration.sum vlm bench train ... > kernels.csv
-    scripts/kernel_profile.py kernels.csv [--marker REGEX] [--top N]
+    dev/gpu/kernel_profile.py kernels.csv [--marker REGEX] [--top N]
 
 ncu serializes the kernels, so each duration is the kernel alone on the GPU (no overlap with the side stream's weight
 gradients): the sum over a step is the step's work, not its wall time. Launches are cut into steps at each launch
 whose name matches --marker (default: the patch extraction that starts every training step's vision forward); the
 last complete step (between the last two markers) is reported, or everything when fewer than two markers appear.
 Prints the time per category (GEMM, attention, norms, ...) and the --top kernels by time with their call counts.
-scripts/gpu_kernel_profile.sh runs ncu and this on the GPU machine.
+dev/gpu/gpu_kernel_profile.sh runs ncu and this on the GPU machine.
 
 With --medians it prints instead each kernel's median duration over all launches, in order of first launch (kernels
 whose median is under --min-us left out): the true per-kernel times of a benchmark, free of the host-side gaps that
-event timings include (scripts/gpu_flash.sh's `kernels` step compares ours and cuDNN's attention kernels so).
+event timings include (dev/gpu/gpu_flash.sh's `kernels` step compares ours and cuDNN's attention kernels so).
 """
 import argparse
 import collections
@@ -80,7 +80,7 @@ def read_launches(path):
 
 def short_name(name):
     """The kernel's name without its parameter list, 'void ' and namespaces (ncu's '<unnamed>' and c++filt's
-    '(anonymous namespace)' included). scripts/sass_stats.py uses it too."""
+    '(anonymous namespace)' included). dev/gpu/sass_stats.py uses it too."""
     name = re.sub(r"^void ", "", name).replace("(anonymous namespace)::", "")
     depth, cut = 0, len(name)
     for i, ch in enumerate(name):  # the parameter list: the first '(' outside template brackets

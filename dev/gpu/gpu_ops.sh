@@ -5,9 +5,9 @@
 # packages) and carried there with the shared libraries it needs that the GPU machine may lack; the CUDA libraries
 # (cudart, cuBLASLt: far too large to carry) come from the GPU machine's own CUDA 13.
 #
-#   scripts/gpu_ops.sh pack [BUILD_DIR]   on the build machine: copy BUILD_DIR's test_kernels_cuda (default
+#   dev/gpu/gpu_ops.sh pack [BUILD_DIR]   on the build machine: copy BUILD_DIR's test_kernels_cuda (default
 #                                         build-hcuda) and its non-system, non-CUDA libraries into $OPS_BIN
-#   scripts/gpu_ops.sh [step ...]         on the GPU machine; steps: info tests memcheck racecheck
+#   dev/gpu/gpu_ops.sh [step ...]         on the GPU machine; steps: info tests memcheck racecheck
 #                                         (default: info tests memcheck)
 #
 # Environment: OPS_BIN (default .carry/ops: test_kernels_cuda and lib/; a build dir also works), OUT (default
@@ -15,8 +15,8 @@
 # memcheck, the kernels with shared-memory reductions for racecheck), STEP_TIMEOUT (seconds per program, default 420).
 # Typical use:
 #   cmake -S . -B build-hcuda -DVLM_CUDA=ON -DCMAKE_BUILD_TYPE=Release && \
-#     cmake --build build-hcuda -j2 --target test_kernels_cuda && scripts/gpu_ops.sh pack build-hcuda
-#   then on the GPU machine (carry .carry/ops):  scripts/gpu_ops.sh
+#     cmake --build build-hcuda -j2 --target test_kernels_cuda && dev/gpu/gpu_ops.sh pack build-hcuda
+#   then on the GPU machine (carry .carry/ops):  dev/gpu/gpu_ops.sh
 set -uo pipefail
 BIN=${OPS_BIN:-.carry/ops}
 OUT=${OUT:-/tmp/gpu_ops_out}
@@ -36,7 +36,7 @@ pack() {
     [[ $name =~ $SYSTEM_LIBS ]] && continue
     cp -L "$path" "$BIN/lib/$name"
   done
-  # The kernel-trace test dlopens CUPTI (not in ldd's list); the GPU machine may lack it (see scripts/gpu_pack.sh).
+  # The kernel-trace test dlopens CUPTI (not in ldd's list); the GPU machine may lack it (see dev/gpu/gpu_pack.sh).
   local cupti
   cupti=$(ldconfig -p 2>/dev/null | awk '$1 == "libcupti.so.13" {print $NF; exit}')
   [ -f "$cupti" ] || cupti=/usr/local/cuda/lib64/libcupti.so.13
@@ -63,7 +63,7 @@ fi
 
 # ---- on the GPU machine ------------------------------------------------------------------------------------------
 mkdir -p "$OUT"
-EXE=$(find_test "$BIN") || { echo "no $TEST_NAME in $BIN: run 'scripts/gpu_ops.sh pack BUILD_DIR' first" >&2; exit 2; }
+EXE=$(find_test "$BIN") || { echo "no $TEST_NAME in $BIN: run 'dev/gpu/gpu_ops.sh pack BUILD_DIR' first" >&2; exit 2; }
 BIN=$(cd "$BIN" && pwd)
 cuda_libs=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do

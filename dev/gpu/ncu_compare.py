@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Side-by-side headline metrics of the kernels in a raw.csv written by scripts/gpu_ncu_full.sh, and the SASS
+"""Side-by-side headline metrics of the kernels in a raw.csv written by dev/gpu/gpu_ncu_full.sh, and the SASS
 instructions of a source-page CSV that gather the most stall samples.
 
-  scripts/ncu_compare.py RAW_CSV [--grep REGEX ...] [--sass SASS_CSV [--top N]]
+  dev/gpu/ncu_compare.py RAW_CSV [--grep REGEX ...] [--sass SASS_CSV [--top N]]
 
 Without --grep it prints a fixed list (duration, clocks, throughputs, pipe utilizations, issue and stall
 breakdown, occupancy, registers, shared memory); each --grep adds every metric whose name matches.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu_session.sh with stub binaries (no GPU): a pack unpacked from its .tar.xz, the steps in order with their
+# dev/gpu/gpu_session.sh with stub binaries (no GPU): a pack unpacked from its .tar.xz, the steps in order with their
 # summaries collected and printed again after the last step, a failing test binary's log kept and the exit status 1,
 # a passing step's logs dropped, steps past DEADLINE reported as not started, the A/B summarized per row, the
 # interleaved benchmark skipped without the C library, the training step's switches A/B'd against its default, and
@@ -27,7 +27,7 @@ SCRIPT
 done
 chmod +x "$dir"/bin/* "$dir/$pack"/* "$dir"/old/*
 python3 -c "import sys, tarfile; tarfile.open(sys.argv[1], 'w:xz').add(sys.argv[2], arcname=sys.argv[3])" \
-  "$dir/$pack.tar.xz" "$dir/$pack" "$pack"  # as scripts/gpu_pack.sh packs (xz may be missing here)
+  "$dir/$pack.tar.xz" "$dir/$pack" "$pack"  # as dev/gpu/gpu_pack.sh packs (xz may be missing here)
 rm -rf "${dir:?}/$pack"  # only the .tar.xz is left: the script must unpack it (into /tmp, as on the GPU machine)
 
 out=$(PATH="$dir/bin:$PATH" NEW="$dir/$pack.tar.xz" OLD="$dir/old" OUT="$dir/out" bash "$session" gtests ab)

@@ -2,13 +2,13 @@
 # ptxas's verdict on the Hopper attention kernels, on the build machine (no GPU needed): compiles each source to PTX
 # and a sm_90a cubin with the build's flags and prints, per kernel, registers, spill bytes and any ptxas warning
 # (C7517 / C7520: wgmma serialization, see docs/flash.md), plus each cubin's size. The cubins stay in OUT, for
-# scripts/sass_stats.py on the GPU machine (which has cuobjdump; this one does not).
-#   scripts/flash_ptxas.sh [SOURCE.cu ...]     (default: flash_hopper_fwd.cu and flash_hopper_bwd.cu)
+# dev/gpu/sass_stats.py on the GPU machine (which has cuobjdump; this one does not).
+#   dev/gpu/flash_ptxas.sh [SOURCE.cu ...]     (default: flash_hopper_fwd.cu and flash_hopper_bwd.cu)
 # Environment: OUT (default /tmp/flash_ptxas), NVCC (default nvcc), EXTRA (more nvcc flags, e.g. -DFOO=1).
 # Exit status 1 when ptxas warns (spills are marked in the table: the d=128 causal mixed-step forward spills ~100
 # bytes in its producer, known and measured; any other spill is new).
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-/tmp/flash_ptxas}
 NVCC=${NVCC:-nvcc}
 mkdir -p "$OUT"

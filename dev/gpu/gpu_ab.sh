@@ -4,18 +4,18 @@
 # binary alternately, ROUNDS times, each run under a time limit (a hung kernel must not eat the session's device
 # time), and prints the lines that match AB_GREP, labelled.
 #
-#   scripts/gpu_ab.sh OLD_BINARY NEW_BINARY [ARGS...]
+#   dev/gpu/gpu_ab.sh OLD_BINARY NEW_BINARY [ARGS...]
 #
 # Environment: ROUNDS (default 2), AB_TIMEOUT (seconds per run, default 120), AB_GREP (extended regex of the lines to
 # keep, default: every line), AB_ENV_OLD / AB_ENV_NEW (extra VAR=value words for one side's runs only, e.g.
 # "VLM_FLASH_PERSISTENT=0"; with both, OLD and NEW may be one binary), AB_VARIANTS (';'-separated lists of VAR=value
 # words: each round then runs the new binary once more per entry, after AB_ENV_NEW's words, labelled
-# "new[ENTRY]", so several switches are measured against one old side in one call; scripts/ab_summary.py gives each
+# "new[ENTRY]", so several switches are measured against one old side in one call; dev/gpu/ab_summary.py gives each
 # its own column). Exit status: 1 if any run failed or timed out.
 # Example (attention, d=128 rows of the sweep):
-#   AB_GREP='^d=' scripts/gpu_ab.sh /tmp/old/bench_attention /tmp/new/bench_attention --head-dims 128 --causal both
+#   AB_GREP='^d=' dev/gpu/gpu_ab.sh /tmp/old/bench_attention /tmp/new/bench_attention --head-dims 128 --causal both
 set -uo pipefail
-[ $# -ge 2 ] || { echo "usage: scripts/gpu_ab.sh OLD_BINARY NEW_BINARY [ARGS...]" >&2; exit 2; }
+[ $# -ge 2 ] || { echo "usage: dev/gpu/gpu_ab.sh OLD_BINARY NEW_BINARY [ARGS...]" >&2; exit 2; }
 old=$1
 new=$2
 shift 2

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Nsight Compute's full section set on one launch of a kernel, ours (bench_attention) and cuDNN's (through the SDPA
 # peer) at the same shape, exported as CSV to be read off the GPU machine (the build machine has no ncu):
-#   scripts/gpu_ncu_full.sh "d causal seqlen" ...        e.g. "64 yes 4096" "128 no 2048"
+#   dev/gpu/gpu_ncu_full.sh "d causal seqlen" ...        e.g. "64 yes 4096" "128 no 2048"
 # Environment: FLASH_BIN (bench_attention and lib/, default .carry/flash), OUT (default ./gpu_ncu_out), PASS (fwd or
 # bwd, default fwd: which kernel of each side is profiled), SIDES (default "ours cudnn"), STEP_TIMEOUT (seconds per
 # ncu run, default 240).

@@ -11,7 +11,7 @@
 #   3. tests: every gtest binary packed beside vlm (test_kernels_cuda, test_model_gpu, ...), GPU tests included;
 #   4. bench: `vlm bench train` (nanoVLM-222M shape, per-op breakdown) with the PyTorch peer
 #      (bench/peers/train_nanovlm.py, eager and torch.compile) measured first in the same run; BENCH_ARGS adds flags.
-#   scripts/gpu_train_check.sh [curve] [demo] [repro] [tests] [bench]        (default: curve demo repro)
+#   dev/gpu/gpu_train_check.sh [curve] [demo] [repro] [tests] [bench]        (default: curve demo repro)
 # Environment: VLM_BIN (default .carry/train: vlm and lib/), OUT (default ./gpu_train_out), STEPS (default 20),
 # GPU_SET (extra --set arguments for the GPU runs, e.g. "train.precision=bf16"), TEST_ENVS (VAR=value words: the tests
 # step runs every binary once more under each; default VLM_PDL=0, empty for none), PEER_TIMEOUT and BENCH_TIMEOUT

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Where a training step's GPU time goes, kernel by kernel: Nsight Compute runs `vlm bench train` for a few steps with
-# every kernel serialized and timed alone, and scripts/kernel_profile.py sums the last complete step by category
+# every kernel serialized and timed alone, and dev/gpu/kernel_profile.py sums the last complete step by category
 # (GEMM, attention, norms, ...) and lists the costliest kernels. The sum is the step's work without the overlap of the
 # side stream (the op-by-op profile of `vlm bench train` shows the overlapped wall time instead). GEMMs use
 # cuBLASLt's heuristic algorithm (--no-gemm-autotune: autotuning's timed candidates would be profiled too).
 #
-#   scripts/gpu_kernel_profile.sh [extra `vlm bench train` flags]
+#   dev/gpu/gpu_kernel_profile.sh [extra `vlm bench train` flags]
 #
 # Environment: VLM_BIN (default .carry/train: vlm and lib/), OUT (default ./gpu_profile_out), CLOCKS (ncu
 # --clock-control: none, the default, keeps the boost clocks the benchmark runs at; base locks the base clock, as

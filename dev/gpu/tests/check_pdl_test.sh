@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/check_pdl.py: it finds a kernel that does not begin with pdl::grid_begin() (also one with
+# dev/gpu/check_pdl.py: it finds a kernel that does not begin with pdl::grid_begin() (also one with
 # __launch_bounds__, and one whose call sits after other statements), accepts preprocessor lines, comments and
 # declarations before a definition, and passes on the real tree (src/kernels/cuda).
 set -uo pipefail

@@ -4,7 +4,7 @@ directories (default src/kernels/cuda) calls pdl::grid_begin() as the first stat
 lines and comments before it are allowed), so that launching any of them with the PDL attribute can never let it
 read or write global memory before the previous kernel in its stream has finished.
 
-  scripts/check_pdl.py [DIR_OR_FILE ...]
+  dev/gpu/check_pdl.py [DIR_OR_FILE ...]
 
 Prints each offending kernel as FILE:LINE: NAME and exits 1 when there is any; exits 0 and prints the number of
 kernels checked otherwise.
@@ -102,7 +102,7 @@ def sources(args):
 
 
 def main(argv):
-    roots = argv[1:] or [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "kernels", "cuda")]
+    roots = argv[1:] or [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "kernels", "cuda")]
     bad, count = [], 0
     for path in sources(roots):
         for line, name, first in kernels(path):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu_ab.sh: alternation order (reversed in even rounds) and labels, the AB_GREP filter, AB_ENV_NEW on the new side only, AB_VARIANTS
+# dev/gpu/gpu_ab.sh: alternation order (reversed in even rounds) and labels, the AB_GREP filter, AB_ENV_NEW on the new side only, AB_VARIANTS
 # (extra new-side runs with their own labels), a run past
 # AB_TIMEOUT reported with exit status 1, and a missing binary refused with 2.
 set -uo pipefail

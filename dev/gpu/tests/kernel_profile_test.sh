@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/kernel_profile.py: the last complete step between step markers, units, categories, the kernel table, and
+# dev/gpu/kernel_profile.py: the last complete step between step markers, units, categories, the kernel table, and
 # clear refusals of malformed CSV (missing column, bad number, unknown unit, no rows).
 set -uo pipefail
 prof=$1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs binaries built here for the GPU machine: scripts/gpu_pack.sh DEST BINARY... copies each binary (stripped)
+# Packs binaries built here for the GPU machine: dev/gpu/gpu_pack.sh DEST BINARY... copies each binary (stripped)
 # into DEST and the shared libraries they need that the GPU machine lacks into DEST/lib. Left out: glibc and the C++
 # runtime, the driver and CUDA libraries (cudart, cuBLAS(Lt): the GPU machine's own CUDA 13 provides them), and
 # OpenBLAS, libgomp, libgfortran, libquadmath, Open MPI, libpng and zlib, which the GPU machine has. What remains
@@ -11,7 +11,7 @@
 # list it: when a binary names libcupti.so, this machine's libcupti.so.13 (about 4 MB) goes into DEST/lib too, since
 # the GPU machine may lack it.
 set -euo pipefail
-[ $# -ge 2 ] || { echo "usage: scripts/gpu_pack.sh DEST BINARY..." >&2; exit 2; }
+[ $# -ge 2 ] || { echo "usage: dev/gpu/gpu_pack.sh DEST BINARY..." >&2; exit 2; }
 dest=$1
 shift
 mkdir -p "$dest/lib"
