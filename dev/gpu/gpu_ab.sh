@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Same-call A/B of two builds of one program on the GPU machine: machine-to-machine spread is larger than most
-# changes, so only ratios measured in one call count (docs/flash.md, docs/benchmarks.md). Runs the old and the new
+# changes, so only ratios measured in one call count (dev/log/benchmarks.md). Runs the old and the new
 # binary alternately, ROUNDS times, each run under a time limit (a hung kernel must not eat the session's device
 # time), and prints the lines that match AB_GREP, labelled.
 #
