@@ -1,4 +1,4 @@
-// `vlm bench attention` (see bench_attention.h). FLOP convention (flash-attention's benchmark, ANCHORS.md):
+// `vlm bench attention` (see bench_attention.h). FLOP convention (flash-attention's benchmark):
 // fwd = 4 * b * h * s^2 * d, halved when causal; bwd = 2.5 * fwd; fwd+bwd = 3.5 * fwd. Times are medians of --iters
 // rounds after --warmup, measured with CUDA events; each round times the forward, the backward and the two back to
 // back (whose halves are printed beside it), interleaved (see time_interleaved).

@@ -129,7 +129,7 @@ const std::vector<OptionSpec>& option_specs() {
        [](Options& o, const std::string& v) { return parse_int(v, &o.loader_opts.text_tokens); }, nullptr},
       {"--prefetch", "--loader: data.prefetch_batches (default 2)",
        [](Options& o, const std::string& v) { return parse_int(v, &o.loader_opts.prefetch, 0); }, nullptr},
-      {"--consume", "--loader: samples/s the training step consumes (default 1026, ANCHORS.md)",
+      {"--consume", "--loader: samples/s the training step consumes (default 1026: torch.compile, nanoVLM-222M)",
        [](Options& o, const std::string& v) {
          o.loader_opts.consume_given = true;
          return parse_positive(v, &o.loader_opts.consume);

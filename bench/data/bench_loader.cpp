@@ -182,7 +182,9 @@ int run_loader_bench(const LoaderBenchOptions& o) {
   std::printf("  each run: 1 warm-up batch, then %d batches drained as fast as they come; consumption reference %.0f "
               "samples/s (%s)\n",
               o.batches, o.consume,
-              o.consume_given ? "--consume" : "ANCHORS.md: the torch.compile nanoVLM-222M step; --consume to change");
+              o.consume_given ? "--consume"
+                              : "default: a torch.compile nanoVLM-222M step on an H200, dev/log/benchmarks.md; "
+                                "--consume to change");
   std::printf("  decode threads = data.decode_threads: pool workers; the prefetch thread that builds the batch "
               "decodes too\n\n");
   std::fflush(stdout);

@@ -2,8 +2,9 @@
 // prefetching, tokenizing, packing) at the nanoVLM-222M training shape (224 px center crop, normalized, caption task,
 // 49 image + up to 128 text tokens, batch 64) over img2dataset-style JPEG shards, drained for a fixed number of
 // batches per decode-thread count. Prints samples/s beside a training step's consumption (default 1026 samples/s,
-// the ANCHORS.md torch.compile peer), the loader's own timing (consumer wait = trainer stall, read / decode / pack
-// per batch, prefetch idle) and, optionally, the stall when the consumer is paced at a multiple of that rate.
+// a torch.compile nanoVLM-222M step on an H200: dev/log/benchmarks.md), the loader's own timing (consumer wait =
+// trainer stall, read / decode / pack per batch, prefetch idle) and, optionally, the stall when the consumer is paced
+// at a multiple of that rate.
 #pragma once
 
 #include <string>
@@ -25,7 +26,7 @@ struct LoaderBenchOptions {
   int batch_size = 64, image_size = 224, image_tokens = 49, text_tokens = 128, prefetch = 2;
   std::string resize_mode = "center_crop", filter = "bicubic";
   double consume = 1026.0;          // samples/s a training step consumes
-  bool consume_given = false;       // false: 1026 is the ANCHORS.md figure, said so in the output
+  bool consume_given = false;       // false: the default (the torch.compile step), said so in the output
   double pace = 2.0;                // > 0: also drain paced at pace * consume samples/s and report the stall
   std::string json_out;
 };

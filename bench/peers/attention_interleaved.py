@@ -10,7 +10,7 @@ peer, ...), each sample a window of back-to-back calls long enough to hide the h
 SM clock and power are printed per row, so a difference in clocks shows. Before timing, our outputs and gradients
 are compared with the peer's (max abs error).
 
-FLOP convention as bench_attention (flash-attention's benchmark, ANCHORS.md): fwd = 4 b h s^2 d, halved when
+FLOP convention as bench_attention (flash-attention's benchmark): fwd = 4 b h s^2 d, halved when
 causal; bwd = 2.5 fwd; fwd+bwd = 3.5 fwd. batch = --tokens / seqlen, heads = --hidden / d.
 
   python3 bench/peers/attention_interleaved.py --lib build/.../libvlm_flash_c.so [--head-dims 64,128] [--json F]

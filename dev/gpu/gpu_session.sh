@@ -8,10 +8,10 @@
 #           the CPU's, the demo config's held-out VQA, and two runs repeating bit for bit, each against its bound
 #   ab      dev/gpu/gpu_ab.sh OLD NEW bench_attention at the model's two shapes and the 1k-8k sweep (needs OLD)
 #   ibench  bench/peers/attention_interleaved.py: NEW's libvlm_flash_c.so and cuDNN in one process, the sides
-#           alternating row by row (s >= 2k of the ANCHORS sweep; IBENCH_ARGS replaces the arguments)
+#           alternating row by row (s >= 2k of the attention sweep; IBENCH_ARGS replaces the arguments)
 #   fswitch dev/gpu/gpu_flash.sh switches: NEW's bench_attention under each undecided attention switch against its
 #           default, one binary (SWITCHES and AB_ROUNDS as gpu_flash.sh reads them)
-#   fbench  dev/gpu/gpu_flash.sh bench: the ANCHORS sweep with the PyTorch SDPA peers
+#   fbench  dev/gpu/gpu_flash.sh bench: the attention sweep with the PyTorch SDPA peers
 #   train   dev/gpu/gpu_train_check.sh bench: the PyTorch training peer (eager, torch.compile), then NEW's
 #           `vlm bench train --peer`, the peer cut a minute before the deadline's end
 #   trainab NEW's `vlm bench train` against OLD's (NEW's own when OLD is unset) and under each switch of
