@@ -14,8 +14,8 @@
 //                                         one TMA reduce-add adds it into the f32 dq accumulator, asynchronously.
 // At d=128 a step's dQ is computed one step later, beside the next step's dV and dK: a warpgroup then needs the
 // other's half of dS^T from the step before, written long ago, instead of meeting it every step, and the two take
-// turns issuing S^T and dP^T, so one's softmax gradient runs while the other's products keep the tensor cores busy
-// (+2-5% on the d=128 backward, 2026-12-04). dS^T gets three buffers for it.
+// turns issuing S^T and dP^T, so one's softmax gradient runs while the other's products keep the tensor cores busy.
+// dS^T gets three buffers for it.
 // The D row sums and the final dq conversion are the portable kernels of flash_bwd_kernel.cuh.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -465,8 +465,8 @@ void run_hopper_bwd(const FlashBwdParams& p, float* dsum, float* dq_accum, cudaS
   // Persistent (one CTA per SM walking the items) for short sequences (2k keys, 256 causal), where an item is a few
   // steps and a CTA's start (barriers, K/V load) and end (dK/dV stores, the last dQ reduce-add) cost as much as its
   // work; one item per CTA otherwise (long causal items differ in cost, and the hardware balances them).
-  // Persistent causal items are walked heaviest key block first over all heads and sequences (snake_index); with a
-  // plain stride they were 5-19% slower (2026-12-04), the stride handing all heavy items to the same CTAs.
+  // Persistent causal items are walked heaviest key block first over all heads and sequences (snake_index): a plain
+  // stride hands all heavy items to the same CTAs.
   const bool persistent = flash_persistent(p.max_seqlen_k <= (p.causal ? kBwdPersistentCausalMaxKeys : 2048));
   const dim3 grid(static_cast<unsigned>(persistent ? std::min<int64_t>(items, sm_count()) : items));
   auto kernel = p.causal ? flash_bwd_sm90_kernel<kHeadDim, true> : flash_bwd_sm90_kernel<kHeadDim, false>;

@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
   using Wide = std::integral_constant<int, kN>;
   using Narrow = std::integral_constant<int, kNn>;
   // d=64: a quarter of the score exponentials on the FMA pipes (exp2_poly), as the MUFU is the softmax's bottleneck
-  // there (2026-12-04, H200, same run: forward +1-7% at s = 2k-16k, the model's shapes unchanged).
+  // there.
   constexpr bool kPolyExp = kHeadDim == 64;
   constexpr float kInf = INFINITY;
   extern __shared__ unsigned char smem_raw[];
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
     // S = Q K^T for the key step in `stage`: 64 x W per warpgroup, accumulated over the head dim in k-steps of 16.
     // Descriptors are one add from the 16-byte address of the shared tiles (desc_sw128_from), not rebuilt from
     // pointers before every k-step; with cw known warp-uniform (wg above) they stay in uniform registers, where
-    // HGMMA reads them (SASS, 2026-12-06: the R2UR moves before the main loop's HGMMAs are gone).
+    // HGMMA reads them (no R2UR move before each HGMMA).
     const uint32_t smem16 = sm90::smem_base16(sQ);
     auto issue_s = [&](auto& sacc, int stage) {
       constexpr int W = VLM_STEP_KEYS(sacc);
@@ -447,8 +447,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
         for (int j = 0; j < Ws / 2; ++j) sacc[j] = 0.f;
         // O's rescale (P_{i-2} V_{i-2} retired at the end of step i - 1): at d=128 and in the non-causal d=64
         // kernels while S_i is in the tensor pipe rather than before its issue, a second fence ordering the
-        // rescaled registers before the P V products (H100, same call, 3 rounds: forward d=128 +1-4%, d=64
-        // non-causal 1k-4k +2-4%; d=64 causal 4k-8k -3 to -5%, so there it stays before the issue).
+        // rescaled registers before the P V products (the d=64 causal kernels lost with it: theirs stays before).
         constexpr bool kRescaleUnderS = kHeadDim == 128 || !kCausal;
         if constexpr (!kRescaleUnderS) rescale_o(corr);
         sm90::mbar_wait(&full_k[s], phase_of(i));
@@ -601,13 +600,10 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   // after another (CTAs running together share its K/V in L2). Causal rows of up to two query blocks (the text
   // model's 177 tokens): fixed lists too, heaviest query block first over all pairs, walked in a snake (snake_index).
   // Longer causal rows (from hopper_fwd_dynamic_min_queries) differ in cost by up to max_seqlen / 128 key blocks, and
-  // CTAs striding a fixed list drift apart (d=128 causal 16k: 402 TFLOP/s against 607 one tile per CTA,
-  // 2026-12-03), so their persistent CTAs take tiles from a global counter, which balances like one tile per CTA and
-  // overlaps each tile's start and end with the previous one. The counter walks groups of pairs heaviest query block
-  // first, as many pairs as keep the group's K and V within hopper_fwd_causal_group_bytes, so that the tiles handed
-  // out last are light ones of several pairs (flash_tiles.h has both choices' measurements; against the former one
-  // tile per CTA over 1k keys and fixed lists below, same call, 2026-12-04: d=128 causal forward 512 +8%, 1k +13%,
-  // 2k +12%, 4k +10%, 8k +7%, 16k +1%; d=64 2k +12%, 4k +7%).
+  // CTAs striding a fixed list drift apart, so their persistent CTAs take tiles from a global counter, which balances
+  // like one tile per CTA and overlaps each tile's start and end with the previous one. The counter walks groups of
+  // pairs heaviest query block first, as many pairs as keep the group's K and V within
+  // hopper_fwd_causal_group_bytes, so that the tiles handed out last are light ones of several pairs.
   // VLM_FLASH_PERSISTENT=0 launches one CTA per tile; VLM_FLASH_DYNAMIC=0 gives causal rows the former choice (one
   // tile per CTA over 1k keys, fixed lists below), =1 the counter for every causal problem;
   // VLM_FLASH_CAUSAL_GROUP=n sets the pairs per group.
@@ -631,8 +627,8 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
     VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         cudaSharedmemCarveoutMaxShared));
   }
-  // Causal tiles skip the exponentials past the diagonal on their first step (the same results; on an H100,
-  // 2026-12-05: the text model's 177-token forward +4.6%, d=64 causal 1k-8k +0.4-1.6%). VLM_FLASH_DEAD_EXPS=0: off.
+  // Causal tiles skip the exponentials past the diagonal on their first step (the same results, less MUFU work on the
+  // diagonal block). VLM_FLASH_DEAD_EXPS=0: off.
   const int skip_dead = kCausal && flash_dead_exps(true) ? 1 : 0;
   pdl::launch(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, tq, tk, tv, tkn, tvn, p, group,
               dynamic ? flash_tile_counter(stream) : nullptr, skip_dead);

@@ -1,7 +1,7 @@
 // Pairwise (tree) reductions over one thread's registers, for the Hopper forward's softmax. A left-to-right max over
-// N values is a chain of N - 1 dependent FMNMX; the tree is ceil(log2 N) deep. ncu (2026-12-06) showed the d=64
-// forward's row max compiled as a 16-deep chain per row, and that forward waits mostly on such fixed-latency
-// dependencies. Plain header code, compiled for the device in the kernel and for the host in the CPU tests.
+// N values is a chain of N - 1 dependent FMNMX; the tree is ceil(log2 N) deep, and the d=64 forward waits mostly on
+// such fixed-latency dependencies. Plain header code, compiled for the device in the kernel and for the host in the
+// CPU tests.
 #pragma once
 
 #include <cmath>

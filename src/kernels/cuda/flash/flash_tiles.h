@@ -63,9 +63,8 @@ struct HopperFwdTile {
   // 32 KB Q + 2 x 64 KB K/V = 160 KB smem) let the next tile land during this one.
   // Wide key steps, for non-causal rows of at least hopper_fwd_wide_min_keys keys: the per-step costs (barriers, row
   // max and sum, O's rescale) spread over more keys. d=128: 160 keys (S in 80 regs, P in 40, O in 64; 32 KB Q + 2 x
-  // 80 KB K/V = 192 KB smem): +7-10% at s >= 2k, -3% at 1k (176, FA3's choice, spilled 40 bytes in ptxas). d=64: 192
-  // keys (S 96, P 48, O 32 regs; 16 KB Q + 2 x 48 KB K/V): +3% at 8k-16k, even at 2k-4k, -8% at 1k. Causal rows keep
-  // 128: 160 there was 1-6% slower at 1k-4k (the diagonal's masked work).
+  // 80 KB K/V = 192 KB smem; 176, FA3's choice, spills). d=64: 192 keys (S 96, P 48, O 32 regs; 16 KB Q + 2 x 48 KB
+  // K/V). Short rows lose: too few steps to spread the costs over. Causal rows keep 128 (the diagonal's masked work).
   // Causal with kWideKeys (d=128 only, rows of at least hopper_fwd_causal_wide_min_keys keys): mixed key steps,
   // the diagonal's 128 keys, then 160-key steps in fours (4 x 160 = 5 x 128, so none is partial) over the blocks
   // below it, then 128-key steps for the rest (kBlockN = 160 is the stages' capacity): the wide step's per-key gain
@@ -73,46 +72,38 @@ struct HopperFwdTile {
   // never mask.
   // Non-causal with kWideKeys at d=128: 128-key steps at the top of the row (one to five), then 160-key steps down
   // to key 0, so that no step but the first is partial (flash_schedule.h): a row of only 160-key steps spent up to
-  // 128 keys' work on a partial last step, 1.5% at 2k-8k keys. Forward on an H100 against the uniform 160-key steps
-  // (2026-12-06, 3 rounds, same call): 2k +3.5%, 4k +1.4%, 8k +1.0%, 16k -1.0% (0.6% of waste there; noise), 1k even.
+  // 128 keys' work on a partial last step.
   static_assert(!(kCausal && kWideKeys) || kHeadDim == 128, "mixed causal key steps at d=128 only");
   // kGroups = 1 (d=64 causal, 128-key steps): 64-query tiles of one consumer warpgroup, two CTAs per SM (the
   // warpgroups of the two CTAs interleave without turns; 8 KB Q + 2 x 32 KB K/V each), as cuDNN's 64x128 forward
   // does: a 177-token row's last tile wastes at most 63 rows of one warpgroup instead of leaving a second warpgroup
-  // idle. Forward on an H100 (2026-12-06, same binary, 2 rounds, the default's own run-to-run ratio 0.98-1.03):
-  // the text model's 177-token rows +15.5%; d=64 causal 512 -0.5%, 1k -8%, 2k -6%, 4k-8k -1.5 to -2.5%; non-causal
-  // (the vision tower's 196) even, 2k-8k -3 to -8%; d=128 with one 64 KB K/V stage -7 to -18%. So only short causal
-  // d=64 rows take it (hopper_fwd_rows64_max_queries).
+  // idle. Only there does it pay (longer rows, non-causal rows and d=128, with one K/V stage, were slower), so only
+  // short causal d=64 rows take it (hopper_fwd_rows64_max_queries).
   static_assert(kGroups == 2 || (kGroups == 1 && kHeadDim == 64 && kCausal && !kWideKeys),
                 "64-row tiles: d=64 causal, 128-key steps");
   static constexpr int kBlockM = 64 * kGroups, kBlockN = !kWideKeys ? 128 : kHeadDim == 128 ? 160 : 192,
                        kStages = 2, kConsumers = kGroups, kCtasPerSm = kGroups == 1 ? 2 : 1;
 };
-// Non-causal rows of at least this many keys (max_seqlen_k) take the wide key steps (measured 2026-12-04, above).
+// Non-causal rows of at least this many keys (max_seqlen_k) take the wide key steps: where they start to pay.
 constexpr int hopper_fwd_wide_min_keys(int head_dim) { return head_dim == 128 ? 2048 : 8192; }
-// (Measured 2026-12-04: three consumers at d=64 (192 queries, 160 regs each, spilling 40 bytes) were 2-3% faster
-// non-causal at s >= 8k, slower elsewhere: -10% at s = 1k, -5% causal, -26% at a vision tower's s = 196.)
-// Causal rows of more than this many queries take their tiles from a global counter (run_hopper_fwd): at the text
-// model's 177-token rows the counter was 3% slower than the fixed snake lists; d=128 causal 512 +8% with it.
+// Causal rows of more than this many queries take their tiles from a global counter (run_hopper_fwd); the text
+// model's 177-token rows (two query blocks) are faster on the fixed snake lists.
 constexpr int hopper_fwd_dynamic_min_queries = 257;
-// ... walking groups of (head, sequence) pairs whose K and V fit this many bytes, heaviest query block first within a
-// group: 8, 16 and 32 MB within 2% of each other (8 MB the best at 8k); one pair at a time 2-7% slower at 2k-8k,
-// all pairs at once 5-12% slower at 2k-4k (measured 2026-12-04, seventh session).
+// ... walking groups of (head, sequence) pairs whose K and V fit this many bytes (well inside L2), heaviest query
+// block first within a group: one pair at a time leaves the last tiles unbalanced, all pairs at once thrash L2.
 constexpr long long hopper_fwd_causal_group_bytes = 8ll << 20;
-// Causal d=128 rows of at least this many keys take the mixed 128/160-key steps (HopperFwdTile): forward on an H100,
-// same binary, 2 rounds (2026-12-05): 1k -7.5%, 2k -5%, 4k -2%, 8k +2.8%, 16k +2.7% (per-tile costs of the
-// transitions outweigh the wide steps' gain on short rows).
+// Causal d=128 rows of at least this many keys take the mixed 128/160-key steps (HopperFwdTile): on shorter rows the
+// per-tile costs of the transitions outweigh the wide steps' gain.
 constexpr int hopper_fwd_causal_wide_min_keys = 8192;
 // Causal d=64 rows of at most this many queries (max_seqlen_q) take the 64-row tiles (HopperFwdTile, kGroups = 1):
-// +15.5% at the text model's 177 tokens, -0.5% at 512 and -8% at 1k (H100, 2026-12-06).
+// the text model's 177 tokens gain, 512 and more lose.
 constexpr int hopper_fwd_rows64_max_queries = 256;
 
 template <int kHeadDim>
 struct HopperBwdTile {
   // 128 keys per CTA (64 per consumer warpgroup: dK + dV take 2 x kHeadDim/2 regs/thread), 64 queries per step so
   // S^T, dP^T (32 regs each) and dQ fit beside them under the 232-register consumer budget; Q/dO double-buffered.
-  // (Measured 2026-12-04: 80-query steps with dQ^T = K^T dS^T at d=128 non-causal, FA3's choice, were 5-9% slower
-  // than these 64 with the deferred dQ; docs/flash.md.)
+  // (FA3's 80-query steps with dQ^T = K^T dS^T leave no room for the deferred dQ and spill: slower here.)
   static constexpr int kBlockN = 128, kBlockM = 64, kStages = 2;
 };
 template <>

@@ -32,10 +32,8 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 }
 // Waits until the phase with this parity has completed (a fresh barrier counts its phase "-1", parity 1, as done).
 // The suspend-time hint (10 ms, as CUTLASS's barriers pass) lets the waiting warp sleep until the phase completes;
-// without it try_wait returns after a short system-dependent limit and the warp spins: ncu (2026-12-06, H100) counted
-// the producers' retry loops (YIELD, TRYWAIT, BRA) as 10% of all instructions the d=64 and d=128 forwards issued, all
-// on the producer warp's scheduler, which two consumer warps share with it. With the hint they are gone (9% fewer
-// instructions) and the d=64 causal forward's duration did not move (718.8 -> 723.8 us): kept as CUTLASS's form.
+// without it try_wait returns after a short system-dependent limit and the warp spins, its retry loop taking issue
+// slots on the scheduler that the producer warp shares with two consumer warps.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred done;\nLAB_WAIT:\n"  // labels are local to the { } block
@@ -112,9 +110,7 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(const void* p, uint32_t lbo_
 // The same descriptor for the tile at byte offset `off_bytes` from a 1024-aligned shared-memory base whose address in
 // 16-byte units is base16 (bits 0..13). One add per descriptor. Keep base16 and the offsets warp-uniform as the
 // compiler sees them (no opaque_u32 on them; a warpgroup index through __shfl_sync from lane 0): the descriptors then
-// live in uniform registers, where HGMMA reads them, instead of being moved there (R2UR) before every HGMMA. An
-// earlier form passed base16 through opaque_u32 each iteration against hoisting into registers; with uniform values
-// ptxas reports no spills (2026-12-06) and the forward's code is 8% shorter.
+// live in uniform registers, where HGMMA reads them, instead of being moved there (R2UR) before every HGMMA.
 template <uint32_t kLboBytes>
 __device__ __forceinline__ uint64_t desc_sw128_from(uint32_t base16, uint32_t off_bytes) {
   const uint32_t lo = base16 + (off_bytes >> 4) + ((kLboBytes >> 4) << 16);
