@@ -49,7 +49,7 @@ class ProfileScope {
   bool active_ = false;
 };
 
-// Brackets one op call (used by the dispatch macro of ops_check.h); does nothing unless recording.
+// Brackets one op call (used by the dispatch macro of ops/check.h); does nothing unless recording.
 class OpRange {
  public:
   OpRange(const char* op, Device device);

@@ -1,6 +1,10 @@
-// Every op vlm.cpp computes, declared once. Each has a plain CPU reference in cpu/ and a fast CUDA version in
-// cuda/; the functions here validate shapes/dtypes at the boundary and dispatch on the device of the output. Layout
-// conventions:
+// Every op vlm.cpp computes, declared once, grouped by family (the sections below). A family's files share its name:
+// the op boundary ops/<family>.cpp validates shapes/dtypes and dispatches on the device of the output, to the plain CPU
+// reference cpu/<family>.cpp or the fast CUDA version cuda/<family>.cu (gemm: cuda/gemm.cpp, on cuBLASLt); its tests
+// are tests/kernels/test_<family>.cpp and tests/kernels/cuda/test_cuda_<family>.cpp. Families: gemm, elementwise, norm,
+// activation, rope, packed, attention, loss, embedding, layout, optimizer; lm_head composes gemm and loss ops
+// (ops/lm_head.cpp, tests/kernels/test_lm_head.cpp). supports(), the device-level switches and streams declared among
+// the families, and check_index_errors are defined in ops.cpp. Layout conventions:
 //   * activations are row-major 2-D [T, C] (T = tokens or rows, C = channels) unless stated; linear, layernorm
 //     and rmsnorm also take [..., C], flattening the leading dims into T;
 //   * linear weights use the Hugging Face layout W [out_features, in_features];
@@ -45,11 +49,6 @@ namespace vlm::ops {
 // True when `op` (e.g. "attention_forward") has an implementation for `device` (every op on the CPU; every op on
 // CUDA in a build with VLM_CUDA).
 bool supports(const std::string& op, Device device);
-
-// ---- precision ---------------------------------------------------------------------------------------------
-// out = in converted between f32 and bf16 (round to nearest even; a plain copy when the dtypes match). Same shape,
-// same device, any device.
-void cast(Tensor& out, const Tensor& in);
 
 // ---- GEMM --------------------------------------------------------------------------------------------------
 // CUDA GEMMs run the cuBLASLt heuristic's first algorithm for each problem unless autotuning is on (this call, or
@@ -112,6 +111,9 @@ void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& 
 void linear_dgelu_backward(Tensor& dpre, const Tensor& dy, const Tensor& w, const Tensor& pre);
 
 // ---- elementwise -------------------------------------------------------------------------------------------
+// out = in converted between f32 and bf16 (round to nearest even; a plain copy when the dtypes match). Same shape,
+// same device, any device.
+void cast(Tensor& out, const Tensor& in);
 void fill(Tensor& x, float value);
 void scale(Tensor& x, float s);                              // x *= s
 void add(Tensor& out, const Tensor& a, const Tensor& b);     // out = a + b (out may alias a or b)
@@ -121,7 +123,7 @@ void add_rows_broadcast(Tensor& x, const Tensor& pos);
 // dpos[P, C] += sum over the B blocks of dx[B*P, C].
 void add_rows_broadcast_backward(Tensor& dpos, const Tensor& dx);
 
-// ---- normalization (over the last dim C, rows independent) ------------------------------------------------
+// ---- norm: normalization over the last dim C, rows independent ---------------------------------------------
 // y = (x - mean) * rstd * w + b;  mean, rstd [T] are saved for the backward (either may be undefined when no
 // backward follows; b may be undefined: no bias).
 void layernorm_forward(Tensor& y, Tensor& mean, Tensor& rstd, const Tensor& x, const Tensor& w, const Tensor& b,
@@ -145,7 +147,7 @@ void add_layernorm_backward(Tensor& dh, Tensor& dw, Tensor& db, const Tensor& dy
 void add_rmsnorm_backward(Tensor& dh, Tensor& dw, const Tensor& dy, const Tensor& dh_next, const Tensor& h,
                           const Tensor& w, const Tensor& rstd);
 
-// ---- activations -------------------------------------------------------------------------------------------
+// ---- activation --------------------------------------------------------------------------------------------
 // GELU with the tanh approximation (SigLIP's gelu_pytorch_tanh).
 void gelu_tanh_forward(Tensor& y, const Tensor& x);
 void gelu_tanh_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
@@ -153,7 +155,7 @@ void gelu_tanh_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
 void swiglu_forward(Tensor& y, const Tensor& gate, const Tensor& up);
 void swiglu_backward(Tensor& dgate, Tensor& dup, const Tensor& dy, const Tensor& gate, const Tensor& up);
 
-// ---- rotary position embedding (Llama / Hugging Face "rotate_half" layout) ----------------------------------
+// ---- rope: rotary position embedding (Llama / Hugging Face "rotate_half" layout) ---------------------------
 // In place on x [T, H, D] (on CUDA also row-strided: each token's H x D contiguous, tokens further apart, e.g. the
 // q and k heads of a packed projection): for i < D/2, with a = pos[t] * theta^(-2i/D):
 //   x'[i] = x[i] cos a - x[i + D/2] sin a;   x'[i + D/2] = x[i + D/2] cos a + x[i] sin a.
@@ -161,7 +163,7 @@ void rope_forward(Tensor& x, const Tensor& positions, float theta);
 // In place on dx [T, H, D]: the transpose rotation (by -a).
 void rope_backward(Tensor& dx, const Tensor& positions, float theta);
 
-// ---- packed projections (one GEMM for q/k/v, one for gate/up) ----------------------------------------------
+// ---- packed: ops on packed projections (one GEMM for q/k/v, one for gate/up) -------------------------------
 // The packed QKV projection's output qkv [T, (Hq + 2 Hkv) * D] (columns: Hq query heads, then Hkv key heads, then
 // Hkv value heads, D each) split into contiguous q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D]; with theta > 0, RoPE
 // exactly as rope_forward (same angles, rotate_half layout) is applied to q and k (positions i32 [T]); theta == 0:
@@ -234,6 +236,8 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
 // chunks with an online max/sum in fp32, no fp32 copy of the logits.
 void cross_entropy_forward_backward(Tensor& losses, Tensor& dlogits, const Tensor& logits, const Tensor& targets,
                                     float dloss, int ignore_index);
+
+// ---- lm_head: the LM head and its loss, gemm and loss ops composed (ops/lm_head.cpp) -----------------------
 // The LM head and its loss over chunks of `chunk_rows` rows, so only one [chunk_rows, V] block of logits exists at a
 // time, in the compute dtype (never a full [T, V], never an fp32 copy of bf16 logits). For each chunk: logits =
 // hidden @ w^T, then cross_entropy_forward_backward in place, then linear_backward on the logits' gradient.
@@ -243,11 +247,17 @@ void cross_entropy_forward_backward(Tensor& losses, Tensor& dlogits, const Tenso
 void lm_head_cross_entropy(Tensor& losses, Tensor& dhidden, Tensor& dw, const Tensor& hidden, const Tensor& w,
                            const Tensor& targets, float dloss, int ignore_index, int64_t chunk_rows);
 
-// ---- embeddings and data movement --------------------------------------------------------------------------
+// ---- embedding: row gathers and scatters by index ----------------------------------------------------------
 // out[T, C] = table[ids[t], :]; ids i32 [T] must lie in [0, V).
 void embedding_forward(Tensor& out, const Tensor& table, const Tensor& ids);
 // dtable[V, C] += scatter-add of dout rows at ids.
 void embedding_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids);
+// out[index[i], :] = src[i, :] for each row i of src (index i32 [N], distinct, in range).
+void scatter_rows(Tensor& out, const Tensor& src, const Tensor& index);
+// out[i, :] = src[index[i], :] (the adjoint of scatter_rows).
+void gather_rows(Tensor& out, const Tensor& src, const Tensor& index);
+
+// ---- layout: image patches and the pixel shuffle -----------------------------------------------------------
 // Patch extraction (conv with stride = kernel = p, as a GEMM's input): images [B, C, H, W] ->
 // patches [B * (H/p) * (W/p), C * p * p], patches row-major over (py, px), features ordered (c, ky, kx) to match a
 // Conv2d weight [D, C, p, p] flattened to [D, C*p*p].
@@ -258,10 +268,6 @@ void image_to_patches_backward(Tensor& dimages, const Tensor& dpatches, int patc
 // y[b, ho*(S/r)+wo, (ry*r+rx)*C + c] = x[b, (ho*r+ry)*S + wo*r+rx, c].
 void pixel_shuffle_forward(Tensor& y, const Tensor& x, int factor);
 void pixel_shuffle_backward(Tensor& dx, const Tensor& dy, int factor);  // dx overwrite
-// out[index[i], :] = src[i, :] for each row i of src (index i32 [N], distinct, in range).
-void scatter_rows(Tensor& out, const Tensor& src, const Tensor& index);
-// out[i, :] = src[index[i], :] (the adjoint of scatter_rows).
-void gather_rows(Tensor& out, const Tensor& src, const Tensor& index);
 
 // ---- optimizer ---------------------------------------------------------------------------------------------
 struct AdamWParams {
@@ -309,7 +315,7 @@ void sum_of_squares(Tensor& out, const std::vector<Tensor>& tensors);
 // in index order), no synchronization.
 void sum(Tensor& out, const Tensor& x);
 
-// ---- host reads ----------------------------------------------------------------------------------------------
+// ---- host reads (host_readback.cpp) ------------------------------------------------------------------------
 // A small tensor's copy to the host, started on the current stream when constructed and waited for only when read.
 // On CUDA: an async copy into pinned memory and an event recorded after it, so a read waits for that copy alone,
 // not for work queued after it (the training loop reads step n's loss and grad norm after queuing step n + 1, and
@@ -329,7 +335,7 @@ class HostReadback {
   std::shared_ptr<Impl> impl_;
 };
 
-// ---- errors ------------------------------------------------------------------------------------------------
+// ---- errors (ops.cpp) --------------------------------------------------------------------------------------
 // Synchronizes `device` and returns (then clears) the first bad index a CUDA op recorded there (ids, targets,
 // index or cu_seqlens out of range; repeated scatter_rows index), naming the op, entry and value. Always ok on the
 // CPU, whose ops abort instead.

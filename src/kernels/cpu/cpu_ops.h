@@ -1,11 +1,12 @@
-// The CPU reference ops, on raw pointers and sizes. ops.cpp validates shapes, dtypes, contiguity and devices
-// before calling these; they only check data-dependent invariants (ids, targets, cu_seqlens in range) and abort
-// naming the op. All tensors are contiguous row-major f32 (ids, positions, cu_seqlens: i32).
+// The CPU reference ops, on raw pointers and sizes, grouped by the file that defines them, cpu/<family>.cpp. The op
+// boundary (ops/<family>.cpp) validates shapes, dtypes, contiguity and devices before calling these; they only check
+// data-dependent invariants (ids, targets, cu_seqlens in range) and abort naming the op. All tensors are contiguous
+// row-major f32 (ids, positions, cu_seqlens: i32).
 //
 // Determinism: every output element is computed by exactly one thread in an order fixed by the shapes alone, so
 // the results are bit-identical across calls and across OpenMP thread counts. The GEMMs are OpenBLAS's, which is
-// deterministic for a fixed thread count. Gradient contracts are those of ../ops.h (dx overwrite, dw/db +=); a null
-// gradient pointer means "not needed".
+// deterministic for a fixed thread count. Gradient contracts are those of kernels/ops.h (dx overwrite, dw/db +=); a
+// null gradient pointer means "not needed".
 #pragma once
 
 #include <cstdint>

@@ -1,16 +1,17 @@
-// The op boundary, part 3 (see ops.cpp for part 1): the ops on packed projections, the QKV split (+ RoPE) of one
-// [T, (Hq + 2 Hkv) * D] projection and SwiGLU on one [T, 2I] gate/up projection. Same pattern: validate (aborting
-// with the op and tensor named), then the one VLM_DISPATCH_CUDA line, then the CPU reference.
+// The packed family's op boundary: the ops on packed projections, the QKV split (+ RoPE) of one
+// [T, (Hq + 2 Hkv) * D] projection and SwiGLU on one [T, 2I] gate/up projection. Each op validates, then dispatches
+// to cuda/packed.cu or the CPU reference in cpu/packed.cpp.
+#include "kernels/ops.h"
+
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/ops.h"
-#include "kernels/ops_check.h"
+#include "kernels/ops/check.h"
 
 namespace vlm::ops {
 
-using namespace detail;  // NOLINT: the boundary helpers of ops_check.h
+using namespace detail;  // NOLINT: the boundary helpers of ops/check.h
 
 namespace {
 

@@ -1,17 +1,19 @@
-// The chunked LM-head loss (ops::lm_head_cross_entropy): a composition of ops (linear_forward,
-// cross_entropy_forward[_backward], linear_backward) over row chunks, so it runs on every device the parts run on
-// and the [T, V] logits never exist at once. One [chunk_rows, V] logits buffer in the compute dtype is reused by
-// every chunk (on CUDA a scratch tensor on the current stream, so the chunks need no synchronization). On CUDA a bad
-// target is recorded by the cross-entropy kernel with its position inside its chunk (see ops::check_index_errors).
+// The chunked LM-head loss (ops::lm_head_cross_entropy; tests/kernels/test_lm_head.cpp): a composition of ops
+// (linear_forward, cross_entropy_forward[_backward], linear_backward) over row chunks, so it runs on every device the
+// parts run on and the [T, V] logits never exist at once. One [chunk_rows, V] logits buffer in the compute dtype is
+// reused by every chunk (on CUDA a scratch tensor on the current stream, so the chunks need no synchronization). On
+// CUDA a bad target is recorded by the cross-entropy kernel with its position inside its chunk (see
+// ops::check_index_errors).
+#include "kernels/ops.h"
+
 #include <algorithm>
 
 #include "kernels/op_profile.h"
-#include "kernels/ops.h"
-#include "kernels/ops_check.h"
+#include "kernels/ops/check.h"
 
 namespace vlm::ops {
 
-using namespace detail;  // NOLINT: the boundary helpers of ops_check.h
+using namespace detail;  // NOLINT: the boundary helpers of ops/check.h
 
 namespace {
 // An uninitialized temporary on `device` (stream-ordered on CUDA).

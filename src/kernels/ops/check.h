@@ -1,7 +1,7 @@
-// Internal to the op boundary (ops.cpp, ops_sequence.cpp): the validation helpers every op runs before it
-// dispatches, and the one dispatch point per op. Each helper aborts with a message that names the op and the
-// offending tensor. The compute dtype of a call is taken from one of its activations: f32 on the CPU (the
-// reference backend is f32 only), f32 or bf16 on CUDA (see the dtype contract in ops.h).
+// Internal to the op boundary (ops/<family>.cpp): the validation helpers every op runs before it dispatches, and the
+// one dispatch point per op. Each helper aborts with a message that names the op and the offending tensor. The
+// compute dtype of a call is taken from one of its activations: f32 on the CPU (the reference backend is f32 only),
+// f32 or bf16 on CUDA (see the dtype contract in ops.h).
 #pragma once
 
 #include <cstdint>

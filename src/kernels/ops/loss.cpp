@@ -1,0 +1,63 @@
+// The loss family's op boundary: cross entropy (forward, backward, both in one pass). Each op validates, then
+// dispatches to cuda/loss.cu or the CPU reference in cpu/loss.cpp. The chunked LM-head loss built on it is in
+// lm_head.cpp.
+#include "kernels/ops.h"
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/ops/check.h"
+
+namespace vlm::ops {
+
+using namespace detail;  // NOLINT: the boundary helpers of ops/check.h
+
+namespace {
+// logits [T, V] in the compute dtype (returned), targets i32 [T].
+DType check_logits(const char* op, const char* name, const Tensor& logits, const Tensor& targets, Device dev) {
+  const DType dt = compute_dtype(op, name, logits);
+  check_tensor(op, name, logits, dt, dev);
+  check_ndim(op, name, logits, 2);
+  VLM_CHECK(logits.dim(1) > 0, "ops::", op, ": ", name, " is ", logits.describe(), ", expected a vocabulary > 0");
+  check_i32_vector(op, "targets", targets, dev, logits.dim(0));
+  return dt;
+}
+}  // namespace
+
+void cross_entropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets, int ignore_index) {
+  const char* op = "cross_entropy_forward";
+  const Device dev = losses.device();
+  check_logits(op, "logits", logits, targets, dev);
+  check_like(op, "losses", losses, DType::f32, dev, Shape{logits.dim(0)});
+  Tensor no_dlogits;
+  VLM_DISPATCH_CUDA(dev, op, cuda::cross_entropy(losses, no_dlogits, logits, targets, 0.f, ignore_index));
+  cpu::cross_entropy_forward(losses.data<float>(), logits.data<float>(), targets.data<int32_t>(), logits.dim(0),
+                             logits.dim(1), ignore_index);
+}
+
+void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
+                            int ignore_index) {
+  const char* op = "cross_entropy_backward";
+  const Device dev = dlogits.device();
+  const DType dt = check_logits(op, "logits", logits, targets, dev);
+  check_like(op, "dlogits", dlogits, dt, dev, logits.shape());
+  Tensor no_losses;
+  VLM_DISPATCH_CUDA(dev, op, cuda::cross_entropy(no_losses, dlogits, logits, targets, dloss, ignore_index));
+  cpu::cross_entropy_backward(dlogits.data<float>(), logits.data<float>(), targets.data<int32_t>(), dloss,
+                              logits.dim(0), logits.dim(1), ignore_index);
+}
+
+void cross_entropy_forward_backward(Tensor& losses, Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                                    float dloss, int ignore_index) {
+  const char* op = "cross_entropy_forward_backward";
+  const Device dev = dlogits.device();
+  const DType dt = check_logits(op, "logits", logits, targets, dev);
+  check_like(op, "dlogits", dlogits, dt, dev, logits.shape());
+  check_like(op, "losses", losses, DType::f32, dev, Shape{logits.dim(0)});
+  VLM_DISPATCH_CUDA(dev, op, cuda::cross_entropy(losses, dlogits, logits, targets, dloss, ignore_index));
+  // The forward reads the logits before the backward overwrites them (dlogits may alias logits).
+  cpu::cross_entropy_forward(losses.data<float>(), logits.data<float>(), targets.data<int32_t>(), logits.dim(0),
+                             logits.dim(1), ignore_index);
+  cpu::cross_entropy_backward(dlogits.data<float>(), logits.data<float>(), targets.data<int32_t>(), dloss,
+                              logits.dim(0), logits.dim(1), ignore_index);
+}
+
+}  // namespace vlm::ops
