@@ -1,8 +1,8 @@
-// The CUDA ops, at the Tensor level: one entry per op of ../ops.h, called by ops.cpp after it has validated shapes,
-// dtypes, devices and contiguity (so these only read sizes and pointers). Semantics, shapes and the dtype contract
-// are those of ops.h. Every entry runs on current_stream() of the output's device (cuda_context.h), launches
-// asynchronously and never synchronizes.
-// No CUDA headers here: ops.cpp includes this file when built with VLM_HAVE_CUDA.
+// The CUDA ops, at the Tensor level: one entry per op of kernels/ops.h, called by ops/<family>.cpp after it has
+// validated shapes, dtypes, devices and contiguity (so these only read sizes and pointers), grouped by the file that
+// defines them, cuda/<family>.cu. Semantics, shapes and the dtype contract are those of ops.h. Every entry runs on
+// current_stream() of the output's device (cuda_context.h), launches asynchronously and never synchronizes.
+// No CUDA headers here: the op boundary includes this file when built with VLM_HAVE_CUDA.
 #pragma once
 
 #include <vector>
@@ -53,6 +53,8 @@ void add(Tensor& out, const Tensor& a, const Tensor& b);
 void add_inplace(Tensor& a, const Tensor& b);
 void add_rows_broadcast(Tensor& x, const Tensor& pos, int64_t blocks);
 void add_rows_broadcast_backward(Tensor& dpos, const Tensor& dx, int64_t blocks);
+
+// ---- activation.cu ---------------------------------------------------------------------------------------------
 void gelu_tanh_forward(Tensor& y, const Tensor& x);
 void gelu_tanh_backward(Tensor& dx, const Tensor& dy, const Tensor& x);
 void swiglu_forward(Tensor& y, const Tensor& gate, const Tensor& up);

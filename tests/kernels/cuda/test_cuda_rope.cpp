@@ -1,7 +1,7 @@
-// RoPE on CUDA against the CPU reference, on the shapes of both CUDA paths: the vector one (D/2 a multiple of 8 (bf16)
-// / 4 (f32), a 16-byte aligned x; threads rotate up to 4 heads each, so head counts that leave a partial group) and
-// the scalar fallback (other head dims, x starting 1 or 3 elements into its buffer), and row-strided x (the q and k
-// heads of a packed projection). test_cuda_elementwise.cpp has the general cases.
+// RoPE on CUDA against the CPU reference: general shapes and theta, then the shapes of both CUDA paths: the vector
+// one (D/2 a multiple of 8 (bf16) / 4 (f32), a 16-byte aligned x; threads rotate up to 4 heads each, so head counts
+// that leave a partial group) and the scalar fallback (other head dims, x starting 1 or 3 elements into its buffer),
+// and row-strided x (the q and k heads of a packed projection).
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -10,6 +10,39 @@
 
 namespace vlm::testing {
 namespace {
+
+TEST(CudaRope, ForwardAndBackwardMatchCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  struct Case {
+    int64_t tokens, heads, dim;
+    float theta;
+  };
+  const Case cases[] = {{1, 1, 2, 10000.f}, {3, 2, 6, 10000.f}, {17, 3, 64, 10000.f}, {129, 2, 128, 100000.f},
+                        {5, 9, 34, 500.f}};
+  uint64_t seed = 300;
+  for (DType dt : compute_dtypes())
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " T=" << c.tokens << " H=" << c.heads << " D=" << c.dim);
+      const Tensor x = random_normal({c.tokens, c.heads, c.dim}, seed++);
+      std::vector<int32_t> pos(static_cast<size_t>(c.tokens));
+      for (int64_t t = 0; t < c.tokens; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>((t * 37) % 4099);
+      const Tensor positions = i32_tensor(pos), positions_gpu = gpu_i32(pos);
+      // Angles up to 4099 rad: f32 cos/sin of large angles agree to a few ulp of the angle's range reduction.
+      const Tolerance tol = output_tolerance(dt, {1e-5, 2e-6});
+      for (bool backward : {false, true}) {
+        Tensor ref = rounded(x, dt);
+        Guarded out(x, dt);
+        if (backward) {
+          ops::rope_backward(ref, positions, c.theta);
+          ops::rope_backward(out.view(), positions_gpu, c.theta);
+        } else {
+          ops::rope_forward(ref, positions, c.theta);
+          ops::rope_forward(out.view(), positions_gpu, c.theta);
+        }
+        EXPECT_TRUE(matches(out, ref, tol)) << (backward ? "backward" : "forward");
+      }
+    }
+}
 
 TEST(CudaRope, VectorAndOffsetPathsMatchCpu) {
   VLM_SKIP_WITHOUT_CUDA();
