@@ -43,7 +43,7 @@ struct Options {
   std::string precision = "bf16";
   int profile_steps = 3;
   int trace_steps = 2;  // 0: no kernel trace
-  float grad_clip = AdamWConfig{}.grad_clip;  // as the trainer: global-norm clipping at 1 (0 = off)
+  float grad_clip = ops::AdamWSettings{}.grad_clip;  // as the trainer: global-norm clipping at 1 (0 = off)
   bool gemm_autotune = true;
   bool deterministic = false;
   std::string recompute = "none";
@@ -260,9 +260,9 @@ int bench_train_main(int argc, char** argv) {
   VlmModel model(cfg, dev, dtype);
   model.init_weights(1);
   model.set_recompute(*parse_recompute(o.recompute));
-  AdamWConfig opt_config;
-  opt_config.grad_clip = o.grad_clip;
-  AdamW opt(model.params(), opt_config);
+  ops::AdamWSettings adamw;
+  adamw.grad_clip = o.grad_clip;
+  AdamW opt(model.params(), adamw);
   const VlmInputs in = synthetic_batch(cfg, o.batch, o.text_tokens, dev);
   const float grad_scale = 1.f / static_cast<float>(o.batch * o.text_tokens);
   StepLoss last_loss;  // read once the timed steps are done

@@ -270,36 +270,44 @@ void pixel_shuffle_forward(Tensor& y, const Tensor& x, int factor);
 void pixel_shuffle_backward(Tensor& dx, const Tensor& dy, int factor);  // dx overwrite
 
 // ---- optimizer ---------------------------------------------------------------------------------------------
-struct AdamWParams {
+// AdamW's settings, one struct from the run file to the op: the run file's train.lr, train.beta1, train.beta2,
+// train.eps, train.weight_decay and train.grad_clip bind to these fields (so these defaults are the run file's), the
+// trainer's optimizer holds them, and the AdamW ops take them. At an op, lr is the step's learning rate (the trainer
+// passes the schedule's value, train.lr being its peak) and weight_decay applies to the tensors passed (the trainer
+// passes 0 for parameters without decay).
+struct AdamWSettings {
   float lr = 1e-3f;
   float beta1 = 0.9f;
-  float beta2 = 0.999f;
+  float beta2 = 0.95f;
   float eps = 1e-8f;
-  float weight_decay = 0.f;
-  int64_t step = 1;          // 1-based step count for the bias correction
-  float grad_scale = 1.f;    // grads are multiplied by this first (e.g. the clipping factor)
-  // Global-norm clipping decided on the device (the adamw_step_multi overload that takes the gradients' sum of
-  // squares): when max_grad_norm > 0 and norm = sqrt(sum) exceeds it, grads are also multiplied by
-  // max_grad_norm / (norm + 1e-6), that factor computed in double and rounded to float once.
-  float max_grad_norm = 0.f;
+  float weight_decay = 0.01f;  // decoupled (Loshchilov & Hutter)
+  // The global gradient-norm limit (0 = off) of the adamw_step_multi overload that takes the gradients' sum of
+  // squares: when norm = sqrt(sum) exceeds it, grads are multiplied by grad_clip / (norm + 1e-6), that factor
+  // computed in double and rounded to float once. The other overloads do not clip.
+  float grad_clip = 1.f;
 };
-// Decoupled weight decay (Loshchilov & Hutter): p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p).
-// param, grad, m, v: same shape, f32.
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p);
+// One step (1-based, for the bias corrections) on param, grad, m, v (same shape, f32), with g = grad * grad_scale:
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2;
+//   param -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * param),  m_hat = m / (1 - beta1^step),
+//   v_hat = v / (1 - beta2^step), the corrections computed in double and rounded to float once.
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWSettings& s, int64_t step,
+                float grad_scale = 1.f);
 // The same, also writing param_bf16 (bf16, same shape and device) = the updated param rounded to bf16: the weight
 // copy the bf16 forward/backward reads.
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p, Tensor& param_bf16);
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWSettings& s, int64_t step,
+                float grad_scale, Tensor& param_bf16);
 // One parameter tensor of a multi-tensor step; param_bf16 is optional (undefined: no copy written).
 struct AdamWTensors {
   Tensor param, grad, m, v;
   Tensor param_bf16;
 };
-// adamw_step over many tensors (all on one device) with one set of hyperparameters; on CUDA a few fused launches
-// cover all of them (up to 64 tensors per launch).
-void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParams& p);
-// The same with the clipping factor read from grad_sum_of_squares (f64 [1] on the tensors' device, as the
+// adamw_step over many tensors (all on one device) with one set of settings; on CUDA a few fused launches cover all
+// of them (up to 64 tensors per launch).
+void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWSettings& s, int64_t step,
+                      float grad_scale = 1.f);
+// The same clipped by s.grad_clip, the norm read from grad_sum_of_squares (f64 [1] on the tensors' device, as the
 // sum_of_squares overload below writes it) on the device: a clipped step with no host synchronization.
-void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParams& p,
+void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWSettings& s, int64_t step,
                       const Tensor& grad_sum_of_squares);
 // Every byte of every tensor (contiguous, any dtype, all on one device) set to zero: what ParameterStore::zero_grads
 // does to a model's few hundred gradient buffers, on CUDA in a few fused launches (up to 64 tensors per launch)

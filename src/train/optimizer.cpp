@@ -3,13 +3,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/safetensors.h"
 #include "kernels/ops.h"
 
 namespace vlm {
 
-AdamW::AdamW(ParameterStore& params, const AdamWConfig& config) : params_(params), config_(config) {
+AdamW::AdamW(ParameterStore& params, const ops::AdamWSettings& settings, LrScales lr_scale)
+    : params_(params), settings_(settings), lr_scale_(std::move(lr_scale)) {
   for (auto& p : params.all()) {
     if (!p.trainable) continue;
     states_.push_back({&p, Tensor::zeros(p.value.shape(), DType::f32, p.value.device()),
@@ -44,18 +46,13 @@ GradNorm AdamW::step(float lr) {
   Tensor norm_sq = Tensor::empty(Shape{1}, DType::f64, states_.front().param->value.device());
   ops::sum_of_squares(norm_sq, grads_);
   for (const UpdateSet& set : update_sets_) {
-    auto it = config_.lr_scale.find(set.group);
-    const float scale = it == config_.lr_scale.end() ? 1.f : it->second;
+    auto it = lr_scale_.find(set.group);
+    const float scale = it == lr_scale_.end() ? 1.f : it->second;
     if (scale == 0.f) continue;
-    ops::AdamWParams p;
-    p.lr = lr * scale;
-    p.beta1 = config_.beta1;
-    p.beta2 = config_.beta2;
-    p.eps = config_.eps;
-    p.weight_decay = set.decay ? config_.weight_decay : 0.f;
-    p.step = step_;
-    p.max_grad_norm = config_.grad_clip;
-    ops::adamw_step_multi(set.tensors, p, norm_sq);
+    ops::AdamWSettings s = settings_;
+    s.lr = lr * scale;
+    if (!set.decay) s.weight_decay = 0.f;
+    ops::adamw_step_multi(set.tensors, s, step_, norm_sq);
   }
   return GradNorm(ops::HostReadback(norm_sq));
 }

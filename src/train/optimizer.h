@@ -1,6 +1,7 @@
-// AdamW over a ParameterStore: fp32 master weights, fp32 first and second moments, per-part learning-rate
-// multipliers, frozen parts skipped, global-norm gradient clipping. One step is a few multi-tensor launches (one
-// per model part and weight-decay setting), which in bf16 mode also refresh the parameters' bf16 compute copies.
+// AdamW over a ParameterStore: fp32 master weights, fp32 first and second moments, the run file's settings
+// (ops::AdamWSettings, the struct the op takes), per-part learning-rate multipliers, frozen parts skipped,
+// global-norm gradient clipping. One step is a few multi-tensor launches (one per model part and weight-decay
+// setting), which in bf16 mode also refresh the parameters' bf16 compute copies.
 // The clipping factor is computed and applied on the device, so a step never waits for the device.
 #pragma once
 
@@ -25,15 +26,13 @@ class GradNorm {
   ops::HostReadback sum_of_squares_;
 };
 
-struct AdamWConfig {
-  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.01f;
-  float grad_clip = 1.f;  // 0 = off
-  std::map<ParamGroup, float> lr_scale;  // missing = 1
-};
+// Learning-rate multipliers per model part (train.lr_scale_*); a part not listed: 1.
+using LrScales = std::map<ParamGroup, float>;
 
 class AdamW {
  public:
-  AdamW(ParameterStore& params, const AdamWConfig& config);
+  // settings.lr (the schedule's peak) is not read: step() takes each step's learning rate.
+  AdamW(ParameterStore& params, const ops::AdamWSettings& settings, LrScales lr_scale = {});
 
   // Global L2 norm of the trainable gradients (computed in double; synchronizes).
   double grad_norm() const;
@@ -54,10 +53,10 @@ class AdamW {
     Tensor m, v;
   };
   ParameterStore& params_;
-  AdamWConfig config_;
+  ops::AdamWSettings settings_;
+  LrScales lr_scale_;
   std::vector<State> states_;  // trainable params only
-  // states_ split by (model part, weight decay): each set shares its AdamW hyperparameters and is one
-  // adamw_step_multi call.
+  // states_ split by (model part, weight decay): each set shares its AdamW settings and is one adamw_step_multi call.
   struct UpdateSet {
     ParamGroup group;
     bool decay;

@@ -49,7 +49,7 @@ void add_run_options(OptionSet& o, RunConfig& c) {
   o.add("train.steps", &t.steps, "optimizer steps", positive<int64_t>());
   o.add("train.batch_size", &t.batch_size, "samples per micro-batch", positive<int>());
   o.add("train.grad_accum", &t.grad_accum, "micro-batches per optimizer step", positive<int>());
-  o.add("train.lr", &t.lr, "peak learning rate", positive<float>());
+  o.add("train.lr", &t.adamw.lr, "peak learning rate", positive<float>());
   o.add("train.lr_scale_vision", &t.lr_scale_vision, "learning-rate multiplier of the vision encoder",
         non_negative<float>());
   o.add("train.lr_scale_projector", &t.lr_scale_projector, "learning-rate multiplier of the projector",
@@ -57,11 +57,11 @@ void add_run_options(OptionSet& o, RunConfig& c) {
   o.add("train.lr_scale_text", &t.lr_scale_text, "learning-rate multiplier of the decoder", non_negative<float>());
   o.add("train.warmup_steps", &t.warmup_steps, "linear warm-up steps", non_negative<int64_t>());
   o.add("train.min_lr_ratio", &t.min_lr_ratio, "final lr as a fraction of the peak (cosine)", in_range(0.f, 1.f));
-  o.add("train.weight_decay", &t.weight_decay, "decoupled weight decay", non_negative<float>());
-  o.add("train.beta1", &t.beta1, "AdamW beta1", in_range(0.f, 0.99999f));
-  o.add("train.beta2", &t.beta2, "AdamW beta2", in_range(0.f, 0.99999f));
-  o.add("train.eps", &t.eps, "AdamW epsilon", positive<float>());
-  o.add("train.grad_clip", &t.grad_clip, "global gradient-norm clip (0 = off)", non_negative<float>());
+  o.add("train.weight_decay", &t.adamw.weight_decay, "decoupled weight decay", non_negative<float>());
+  o.add("train.beta1", &t.adamw.beta1, "AdamW beta1", in_range(0.f, 0.99999f));
+  o.add("train.beta2", &t.adamw.beta2, "AdamW beta2", in_range(0.f, 0.99999f));
+  o.add("train.eps", &t.adamw.eps, "AdamW epsilon", positive<float>());
+  o.add("train.grad_clip", &t.adamw.grad_clip, "global gradient-norm clip (0 = off)", non_negative<float>());
   o.add("train.freeze", &t.freeze, "model parts to freeze (vision, projector, text)",
         OptionCheck<std::vector<std::string>>([](const std::vector<std::string>& v) {
           for (const auto& s : v)

@@ -8,6 +8,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/options.h"
+#include "kernels/ops.h"
 #include "model/model_config.h"
 
 namespace vlm {
@@ -56,17 +57,12 @@ struct OptimConfig {
   int64_t steps = 1000;
   int batch_size = 32;                    // samples per micro-batch
   int grad_accum = 1;                     // micro-batches per optimizer step
-  float lr = 1e-3f;
+  ops::AdamWSettings adamw;               // train.lr (the peak), beta1, beta2, eps, weight_decay, grad_clip
   float lr_scale_vision = 1.f;            // per-part learning-rate multipliers
   float lr_scale_projector = 1.f;
   float lr_scale_text = 1.f;
   int64_t warmup_steps = 50;
   float min_lr_ratio = 0.1f;              // cosine decays to lr * min_lr_ratio
-  float weight_decay = 0.01f;
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float grad_clip = 1.f;                  // global norm; 0 disables
   std::vector<std::string> freeze;        // parts not trained: vision, projector, text
   int64_t seed = 1234;
   std::string device = "cpu";

@@ -229,16 +229,10 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     for (auto& p : model.params().all())
       if (p.group == g) p.trainable = false;
   }
-  AdamWConfig ac;
-  ac.beta1 = c.train.beta1;
-  ac.beta2 = c.train.beta2;
-  ac.eps = c.train.eps;
-  ac.weight_decay = c.train.weight_decay;
-  ac.grad_clip = c.train.grad_clip;
-  ac.lr_scale = {{ParamGroup::vision, c.train.lr_scale_vision},
-                 {ParamGroup::projector, c.train.lr_scale_projector},
-                 {ParamGroup::text, c.train.lr_scale_text}};
-  AdamW opt(model.params(), ac);
+  AdamW opt(model.params(), c.train.adamw,
+            {{ParamGroup::vision, c.train.lr_scale_vision},
+             {ParamGroup::projector, c.train.lr_scale_projector},
+             {ParamGroup::text, c.train.lr_scale_text}});
 
   VLM_ASSIGN_OR_RETURN(VlmDataOptions train_data, make_data_options(c, c.data.train_shards, false));
   train_data.rank = dp.rank();
@@ -349,7 +343,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
         read_next_step();
       }
     }
-    const float lr = lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
+    const float lr = lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.adamw.lr, c.train.min_lr_ratio);
     const double t_opt = now_seconds();
     VLM_RETURN_IF_ERROR(dp.sum_gradients(model.params()));  // data parallel: every rank's share, before clipping
     GradNorm grad_norm = opt.step(lr);

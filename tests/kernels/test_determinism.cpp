@@ -104,10 +104,10 @@ TEST(Determinism, HeavyOpsAreBitwiseReproducible) {
   expect_deterministic("adamw_and_sum_of_squares", [&] {
     Tensor p = random_normal({200000}, 50), g = random_normal({200000}, 51);
     Tensor m = random_normal({200000}, 52, 0.1f), v = random_uniform({200000}, 53, 0.f, 0.01f);
-    ops::AdamWParams hp;
-    hp.step = 7;
+    ops::AdamWSettings hp;
+    hp.beta2 = 0.999f;
     hp.weight_decay = 0.1f;
-    ops::adamw_step(p, g, m, v, hp);
+    ops::adamw_step(p, g, m, v, hp, 7);
     const double sq = ops::sum_of_squares({p, g, m, v});
     Tensor sq_bits = Tensor::from_vector(std::vector<int64_t>{0}, {1});
     std::memcpy(sq_bits.data<int64_t>(), &sq, sizeof sq);

@@ -347,11 +347,11 @@ TEST(Dispatch, MalformedCallsAbortNamingTheOp) {
       {"adamw_step",
        [&] {
          Tensor p = f32({3}), m = f32({3}), v = f32({2});
-         ops::adamw_step(p, f32({3}), m, v, {});
+         ops::adamw_step(p, f32({3}), m, v, {}, 1);
        }},
       {"adamw_step_multi",
        [&] {
-         ops::adamw_step_multi({{f32({3}), f32({3}), f32({3}), f32({4}), none}}, {});
+         ops::adamw_step_multi({{f32({3}), f32({3}), f32({3}), f32({4}), none}}, {}, 1);
        }},
       {"sum_of_squares",
        [&] {

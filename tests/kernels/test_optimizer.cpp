@@ -17,10 +17,10 @@ struct AdamState {
 
 // One step of: g = grad * grad_scale; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 // p -= lr * (m / (1 - b1^t) / (sqrt(v / (1 - b2^t)) + eps) + wd * p).
-void adamw_ref(AdamState& s, const Doubles& grad, const ops::AdamWParams& hp) {
-  const double t = static_cast<double>(hp.step);
+void adamw_ref(AdamState& s, const Doubles& grad, const ops::AdamWSettings& hp, int64_t step, float grad_scale) {
+  const double t = static_cast<double>(step);
   for (size_t i = 0; i < s.p.size(); ++i) {
-    const double g = grad[i] * hp.grad_scale;
+    const double g = grad[i] * grad_scale;
     s.m[i] = hp.beta1 * s.m[i] + (1.0 - hp.beta1) * g;
     s.v[i] = hp.beta2 * s.v[i] + (1.0 - hp.beta2) * g * g;
     const double m_hat = s.m[i] / (1.0 - std::pow(static_cast<double>(hp.beta1), t));
@@ -38,15 +38,14 @@ TEST(AdamW, MatchesFloat64ReferenceOverSeveralSteps) {
         Tensor param = random_normal({n}, seed++), m = Tensor::zeros({n}, DType::f32),
                v = Tensor::zeros({n}, DType::f32);
         AdamState ref{to_doubles(param), Doubles(static_cast<size_t>(n), 0.0), Doubles(static_cast<size_t>(n), 0.0)};
-        ops::AdamWParams hp;
+        ops::AdamWSettings hp;
         hp.lr = 1e-2f;
+        hp.beta2 = 0.999f;
         hp.weight_decay = wd;
-        hp.grad_scale = grad_scale;
         for (int64_t step : {1, 2, 3, 4, 1000}) {
-          hp.step = step;
           Tensor grad = random_normal({n}, seed++, 0.1f);
-          adamw_ref(ref, to_doubles(grad), hp);
-          ops::adamw_step(param, grad, m, v, hp);
+          adamw_ref(ref, to_doubles(grad), hp, step, grad_scale);
+          ops::adamw_step(param, grad, m, v, hp, step, grad_scale);
           // m and v can cancel to near 0: their f32 error scales with the terms (|g| ~ 0.1), not with m or v.
           EXPECT_TRUE(all_close(m, from_doubles(ref.m, m.shape()), 1e-5, 5e-8)) << "step " << step;
           EXPECT_TRUE(all_close(v, from_doubles(ref.v, v.shape()), 1e-5, 1e-12)) << "step " << step;
@@ -59,9 +58,7 @@ TEST(AdamW, StepZeroAborts) {
   use_threadsafe_death_tests();
   Tensor p = random_normal({3}, 1), g = random_normal({3}, 2), m = Tensor::zeros({3}, DType::f32);
   Tensor v = Tensor::zeros({3}, DType::f32);
-  ops::AdamWParams hp;
-  hp.step = 0;
-  EXPECT_DEATH(ops::adamw_step(p, g, m, v, hp), "ops::adamw_step: step 0 must be >= 1");
+  EXPECT_DEATH(ops::adamw_step(p, g, m, v, ops::AdamWSettings{}, 0), "ops::adamw_step: step 0 must be >= 1");
 }
 
 TEST(SumOfSquares, MatchesFloat64Reference) {
@@ -112,7 +109,7 @@ TEST(Sum, RejectsAnOutputThatIsNotOneF64) {
 }
 
 // The clipping factor read from a sum-of-squares tensor gives the same update, bit for bit, as the factor computed
-// on the host and passed as grad_scale (what AdamW did before it moved onto the device), on both sides of the limit.
+// on the host and passed as grad_scale, on both sides of the limit.
 TEST(AdamW, ClipFromSumOfSquaresMatchesHostClip) {
   for (double norm_sq : {0.25, 4.0, 1e6, 0.0}) {
     SCOPED_TRACE(::testing::Message() << "sum of squares " << norm_sq);
@@ -122,16 +119,13 @@ TEST(AdamW, ClipFromSumOfSquaresMatchesHostClip) {
     Tensor p1 = random_normal({37}, 5), g = random_normal({37}, 6), m1 = random_normal({37}, 7, 0.1f);
     Tensor v1 = random_uniform({37}, 8, 0.f, 0.01f);
     Tensor p2 = p1.clone(), m2 = m1.clone(), v2 = v1.clone();
-    ops::AdamWParams hp;
+    ops::AdamWSettings hp;
     hp.lr = 1e-2f;
+    hp.beta2 = 0.999f;
     hp.weight_decay = 0.1f;
-    hp.step = 3;
-    ops::AdamWParams host = hp;
-    host.grad_scale = clip;
-    ops::adamw_step_multi({{p1, g, m1, v1, Tensor()}}, host);
-    ops::AdamWParams device = hp;
-    device.max_grad_norm = max_norm;
-    ops::adamw_step_multi({{p2, g, m2, v2, Tensor()}}, device, f64_scalar(norm_sq));
+    hp.grad_clip = max_norm;
+    ops::adamw_step_multi({{p1, g, m1, v1, Tensor()}}, hp, 3, clip);
+    ops::adamw_step_multi({{p2, g, m2, v2, Tensor()}}, hp, 3, f64_scalar(norm_sq));
     EXPECT_TRUE(bitwise_equal(p1, p2));
     EXPECT_TRUE(bitwise_equal(m1, m2));
     EXPECT_TRUE(bitwise_equal(v1, v2));

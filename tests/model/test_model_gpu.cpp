@@ -180,7 +180,7 @@ TEST(ModelGpu, Bf16OptimizerStepRefreshesTheComputeCopies) {
   const ModelConfig c = tiny_config(false, 24);
   VlmModel model(c, Device::cuda(0), DType::bf16);
   model.init_weights(7);
-  AdamW opt(model.params(), AdamWConfig{});
+  AdamW opt(model.params(), ops::AdamWSettings{});
   const VlmInputs in = on_device(make_inputs(c, 3), Device::cuda(0));
   model.params().zero_grads();
   const double before = model.forward_backward(in, 1.f).loss_sum();

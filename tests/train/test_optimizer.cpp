@@ -36,11 +36,11 @@ struct Store {
 
 TEST(AdamW, ClipsTheGlobalNormAndRespectsScalesAndFreezing) {
   Store st;
-  AdamWConfig c;
+  ops::AdamWSettings c;
   c.weight_decay = 0;
   c.grad_clip = 1.f;
-  c.lr_scale = {{ParamGroup::text, 0.5f}};
-  AdamW opt(st.s, c);
+  const LrScales lr_scale = {{ParamGroup::text, 0.5f}};
+  AdamW opt(st.s, c, lr_scale);
   EXPECT_NEAR(opt.grad_norm(), std::sqrt(4 * 9.0 + 3 * 16.0), 1e-5);
   opt.step(0.1f);
   // First Adam step moves every element by ~lr (m_hat / sqrt(v_hat) = sign(g)), whatever the clip factor.
@@ -50,7 +50,7 @@ TEST(AdamW, ClipsTheGlobalNormAndRespectsScalesAndFreezing) {
 
   Store frozen;
   frozen.b->trainable = false;
-  AdamW opt2(frozen.s, c);
+  AdamW opt2(frozen.s, c, lr_scale);
   opt2.step(0.1f);
   EXPECT_FLOAT_EQ(frozen.b->value.data<float>()[0], 1.f);
 }
@@ -73,12 +73,12 @@ ParameterStore random_store(uint64_t seed) {
 
 TEST(AdamW, MultiTensorStepEqualsOneStepPerTensorBitForBit) {
   ParameterStore fused = random_store(5), single = random_store(5);
-  AdamWConfig c;
+  ops::AdamWSettings c;
   c.weight_decay = 0.1f;
   c.grad_clip = 0.5f;  // active: the norm of these gradients is far above it
-  c.lr_scale = {{ParamGroup::vision, 4.f}, {ParamGroup::projector, 0.f}};
-  AdamW opt(fused, c);
-  // The reference: the per-tensor update AdamW did before the multi-tensor launches, same hyperparameters.
+  const LrScales lr_scale = {{ParamGroup::vision, 4.f}, {ParamGroup::projector, 0.f}};
+  AdamW opt(fused, c, lr_scale);
+  // The reference: one single-tensor update per parameter with the same settings, clipped on the host.
   std::vector<Tensor> m, v;
   for (auto& p : single.all()) {
     m.push_back(Tensor::zeros(p.value.shape(), DType::f32));
@@ -93,16 +93,12 @@ TEST(AdamW, MultiTensorStepEqualsOneStepPerTensorBitForBit) {
     EXPECT_EQ(norm, ref_norm);
     size_t i = 0;
     for (auto& p : single.all()) {
-      const float scale = c.lr_scale.count(p.group) ? c.lr_scale.at(p.group) : 1.f;
-      ops::AdamWParams ap;
-      ap.lr = lr * scale;
-      ap.beta1 = c.beta1;
-      ap.beta2 = c.beta2;
-      ap.eps = c.eps;
-      ap.weight_decay = p.decay ? c.weight_decay : 0.f;
-      ap.step = step;
-      ap.grad_scale = static_cast<float>(c.grad_clip / (ref_norm + 1e-6));
-      if (scale != 0.f) ops::adamw_step(p.value, p.grad, m[i], v[i], ap);
+      const float scale = lr_scale.count(p.group) ? lr_scale.at(p.group) : 1.f;
+      ops::AdamWSettings s = c;
+      s.lr = lr * scale;
+      s.weight_decay = p.decay ? c.weight_decay : 0.f;
+      const auto clip = static_cast<float>(c.grad_clip / (ref_norm + 1e-6));
+      if (scale != 0.f) ops::adamw_step(p.value, p.grad, m[i], v[i], s, step, clip);
       ++i;
     }
   }
@@ -132,9 +128,7 @@ TEST(AdamW, RefreshesTheBf16ComputeCopies) {
     EXPECT_EQ(&p.weight(), &p.compute);
     EXPECT_TRUE(matches_master(p)) << p.name << " after set_compute_dtype";
   }
-  AdamWConfig c;
-  c.lr_scale = {{ParamGroup::text, 0.f}};
-  AdamW opt(s, c);
+  AdamW opt(s, ops::AdamWSettings{}, {{ParamGroup::text, 0.f}});
   opt.step(0.05f);
   opt.step(0.05f);
   for (const auto& p : s.all()) EXPECT_TRUE(matches_master(p)) << p.name << " after two steps";
@@ -152,7 +146,7 @@ TEST(AdamW, RefreshesTheBf16ComputeCopies) {
 
 TEST(AdamW, StateRoundTripsThroughSafetensors) {
   Store x, y;
-  AdamWConfig c;
+  const ops::AdamWSettings c;
   AdamW ox(x.s, c), oy(y.s, c);
   ox.step(0.01f);
   ox.step(0.01f);

@@ -22,14 +22,14 @@ TEST(RunConfig, PresetThenFileThenSet) {
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->model.vision.hidden, 768);  // from the preset
   EXPECT_EQ(c->model.text.layers, 2);      // the file beats the preset
-  EXPECT_FLOAT_EQ(c->train.lr, 0.25f);     // --set beats the file
+  EXPECT_FLOAT_EQ(c->train.adamw.lr, 0.25f);  // --set beats the file
   EXPECT_EQ(c->train.freeze, std::vector<std::string>{"vision"});
   // The resolved dump loads back to the same values.
   const std::string again_path = write("b", resolved);
   auto again = load_run_config(again_path, {});
   ASSERT_TRUE(again.ok()) << again.status().to_string();
   EXPECT_EQ(again->model.text.layers, 2);
-  EXPECT_FLOAT_EQ(again->train.lr, 0.25f);
+  EXPECT_FLOAT_EQ(again->train.adamw.lr, 0.25f);
 }
 
 TEST(RunConfig, BadValuesNameFileKeyAndReason) {

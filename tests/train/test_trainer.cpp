@@ -232,7 +232,7 @@ TEST(Trainer, ANonFiniteLossStopsTheRunBeforeItsCheckpoint) {
   c.train.warmup_steps = 0;
   c.train.ckpt_every = 1;
   c.train.keep_last = 10;
-  c.train.lr = 1e30f;  // step 1's update leaves weights near 1e30: step 2's forward overflows
+  c.train.adamw.lr = 1e30f;  // step 1's update leaves weights near 1e30: step 2's forward overflows
   const std::string dir = testing::scratch_dir("nan_loss");
   auto r = run_training(options_for(c, dir));
   ASSERT_FALSE(r.ok());

@@ -63,7 +63,7 @@ RunConfig tiny_run_config(const std::string& dir) {
   c.train.batch_size = 4;
   c.train.grad_accum = 2;
   c.train.warmup_steps = 2;
-  c.train.lr = 3e-3f;
+  c.train.adamw.lr = 3e-3f;
   c.train.ckpt_every = 3;
   c.train.threads = 2;
   c.eval.samples = 5;
@@ -84,13 +84,7 @@ std::vector<double> plain_loop_losses(const RunConfig& c, Device device) {
   VlmModel model(c.model, device, *dtype);
   model.init_weights(static_cast<uint64_t>(c.train.seed));
   model.set_recompute(*recompute);
-  AdamWConfig ac;
-  ac.beta1 = c.train.beta1;
-  ac.beta2 = c.train.beta2;
-  ac.eps = c.train.eps;
-  ac.weight_decay = c.train.weight_decay;
-  ac.grad_clip = c.train.grad_clip;
-  AdamW opt(model.params(), ac);
+  AdamW opt(model.params(), c.train.adamw);
   std::vector<double> losses;
   for (int64_t step = 1; step <= c.train.steps; ++step) {
     model.params().zero_grads();
@@ -107,7 +101,7 @@ std::vector<double> plain_loop_losses(const RunConfig& c, Device device) {
     for (const auto& b : micro)
       if (b.n_samples > 0) loss_sum += model.forward_backward(to_model_inputs(b, device), grad_scale).loss_sum();
     losses.push_back(loss_sum / static_cast<double>(target_tokens));
-    opt.step(lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio));
+    opt.step(lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.adamw.lr, c.train.min_lr_ratio));
   }
   return losses;
 }

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/adamw_scalars.h"
+
 namespace vlm::ops::cpu {
 
 // ---- gemm.cpp ----------------------------------------------------------------------------------------------
@@ -139,12 +141,7 @@ void pixel_shuffle_forward(float* y, const float* x, int64_t batch, int64_t side
 void pixel_shuffle_backward(float* dx, const float* dy, int64_t batch, int64_t side, int64_t cols, int64_t factor);
 
 // ---- optimizer.cpp -----------------------------------------------------------------------------------------
-// One AdamW step over n elements (see ops::AdamWParams; bias corrections precomputed by the caller in double).
-struct AdamWScalars {
-  float lr, beta1, beta2, eps, weight_decay, grad_scale;
-  float bias_correction1;  // 1 - beta1^step
-  float bias_correction2;  // 1 - beta2^step
-};
+// One AdamW step over n elements (see ops::adamw_step; the scalars of kernels/adamw_scalars.h, clipping included).
 void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWScalars& s);
 // sum_i x[i]^2 in double, in fixed-size chunks summed in order (independent of the thread count).
 double sum_of_squares(const float* x, int64_t n);

@@ -1,4 +1,4 @@
-// AdamW update and the global sum of squares (for gradient-norm clipping).
+// The optimizer family's CPU reference: the AdamW update and the global sum of squares (for gradient-norm clipping).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -15,9 +15,11 @@ constexpr int64_t kSquareChunk = int64_t{1} << 14;
 }  // namespace
 
 void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWScalars& s) {
+  float grad_scale = s.grad_scale;  // as the CUDA kernel scales them
+  if (s.grad_sum_of_squares != nullptr) grad_scale *= clip_factor(*s.grad_sum_of_squares, s.max_grad_norm);
 #pragma omp parallel for schedule(static) if (n >= kParallelMinWork / 4)
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i] * s.grad_scale;
+    const float g = grad[i] * grad_scale;
     const float mi = s.beta1 * m[i] + (1.f - s.beta1) * g;
     const float vi = s.beta2 * v[i] + (1.f - s.beta2) * g * g;
     m[i] = mi;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/adamw_scalars.h"
 #include "kernels/ops.h"
 
 namespace vlm::ops::cuda {
@@ -112,13 +113,7 @@ void image_to_patches(Tensor& dst, const Tensor& src, int64_t channels, int64_t 
 void pixel_shuffle(Tensor& dst, const Tensor& src, int64_t side, int64_t cols, int64_t factor, bool backward);
 
 // ---- optimizer.cu ----------------------------------------------------------------------------------------------
-// Bias corrections precomputed in double by the caller (1 - beta^step).
-// With grad_sum_of_squares set (device memory), grads are also scaled by the clipping factor of max_grad_norm.
-struct AdamWScalars {
-  float lr, beta1, beta2, eps, weight_decay, grad_scale, bias_correction1, bias_correction2;
-  float max_grad_norm = 0.f;
-  const double* grad_sum_of_squares = nullptr;
-};
+// The step's scalars as kernels/adamw_scalars.h defines them (grad_sum_of_squares, when set, in device memory).
 // Every entry validated: param, grad, m, v f32 of one shape; param_bf16 undefined or bf16 of that shape.
 void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWScalars& s);
 // Every tensor contiguous, all on one device: their bytes set to zero.

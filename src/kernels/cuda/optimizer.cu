@@ -7,7 +7,7 @@
 // list alone (deterministic). Nothing here synchronizes.
 #include <vector>
 
-#include "kernels/clip_factor.h"
+#include "kernels/adamw_scalars.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/adamw_scalars.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/clip_factor.h"
 #include "kernels/ops/check.h"
 
 namespace vlm::ops {
@@ -17,10 +17,10 @@ namespace vlm::ops {
 using namespace detail;  // NOLINT: the boundary helpers of ops/check.h
 
 namespace {
-void check_adamw_params(const char* op, const AdamWParams& p) {
-  VLM_CHECK(p.step >= 1, "ops::", op, ": step ", p.step, " must be >= 1 (1-based, for the bias correction)");
-  VLM_CHECK(p.beta1 >= 0.f && p.beta1 < 1.f && p.beta2 >= 0.f && p.beta2 < 1.f, "ops::", op, ": betas (", p.beta1, ", ",
-            p.beta2, ") must lie in [0, 1)");
+void check_adamw_settings(const char* op, const AdamWSettings& s, int64_t step) {
+  VLM_CHECK(step >= 1, "ops::", op, ": step ", step, " must be >= 1 (1-based, for the bias correction)");
+  VLM_CHECK(s.beta1 >= 0.f && s.beta1 < 1.f && s.beta2 >= 0.f && s.beta2 < 1.f, "ops::", op, ": betas (", s.beta1, ", ",
+            s.beta2, ") must lie in [0, 1)");
 }
 
 // One tensor set: param, grad, m, v f32 of one shape on `dev`; param_bf16 (optional) bf16 of that shape.
@@ -32,22 +32,28 @@ void check_adamw_tensors(const char* op, const AdamWTensors& t, Device dev) {
   check_optional(op, "param_bf16", t.param_bf16, DType::bf16, dev, t.param.shape());
 }
 
-// The step's scalars with the bias corrections computed in double.
-cpu::AdamWScalars adamw_scalars(const AdamWParams& p) {
-  const double step = static_cast<double>(p.step);
-  return {p.lr,
-          p.beta1,
-          p.beta2,
-          p.eps,
-          p.weight_decay,
-          p.grad_scale,
-          static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), step)),
-          static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), step))};
+// The kernels' scalars of one step, filled here alone for the CPU and the CUDA kernel: the bias corrections computed
+// in double; with grad_sum_of_squares defined, the clipping limit and the sum's address (read by the kernel).
+AdamWScalars adamw_scalars(const AdamWSettings& s, int64_t step, float grad_scale, const Tensor& grad_sum_of_squares) {
+  const double t = static_cast<double>(step);
+  AdamWScalars k{s.lr,
+                 s.beta1,
+                 s.beta2,
+                 s.eps,
+                 s.weight_decay,
+                 grad_scale,
+                 static_cast<float>(1.0 - std::pow(static_cast<double>(s.beta1), t)),
+                 static_cast<float>(1.0 - std::pow(static_cast<double>(s.beta2), t))};
+  if (grad_sum_of_squares.defined()) {
+    k.max_grad_norm = s.grad_clip;
+    k.grad_sum_of_squares = grad_sum_of_squares.data<double>();
+  }
+  return k;
 }
 
-void adamw_cpu(const AdamWTensors& t, const cpu::AdamWScalars& s) {
+void adamw_cpu(const AdamWTensors& t, const AdamWScalars& k) {
   cpu::adamw_step(t.param.data<float>(), t.grad.data<float>(), t.m.data<float>(), t.v.data<float>(), t.param.numel(),
-                  s);
+                  k);
   if (!t.param_bf16.defined()) return;
   const float* src = t.param.data<float>();
   auto* dst = static_cast<uint16_t*>(t.param_bf16.raw_data());
@@ -68,61 +74,48 @@ void check_f64_scalar(const char* op, const Tensor& out) {
   check_tensor(op, "out", out, DType::f64, out.device());
   VLM_CHECK(out.numel() == 1, "ops::", op, ": out must hold one f64, got ", out.describe());
 }
-
-#ifdef VLM_HAVE_CUDA
-cuda::AdamWScalars to_cuda(const cpu::AdamWScalars& s) {
-  return {s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.grad_scale, s.bias_correction1, s.bias_correction2};
-}
-#endif
 }  // namespace
 
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p) {
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWSettings& s, int64_t step,
+                float grad_scale) {
   Tensor none;
-  adamw_step(param, grad, m, v, p, none);
+  adamw_step(param, grad, m, v, s, step, grad_scale, none);
 }
 
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWParams& p, Tensor& param_bf16) {
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWSettings& s, int64_t step,
+                float grad_scale, Tensor& param_bf16) {
   const char* op = "adamw_step";
   const AdamWTensors t{param, grad, m, v, param_bf16};
   check_adamw_tensors(op, t, param.device());
-  check_adamw_params(op, p);
-  const cpu::AdamWScalars s = adamw_scalars(p);
-  VLM_DISPATCH_CUDA(param.device(), op, cuda::adamw_step_multi({t}, to_cuda(s)));
-  adamw_cpu(t, s);
+  check_adamw_settings(op, s, step);
+  const AdamWScalars k = adamw_scalars(s, step, grad_scale, Tensor());
+  VLM_DISPATCH_CUDA(param.device(), op, cuda::adamw_step_multi({t}, k));
+  adamw_cpu(t, k);
 }
 
-void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParams& p) {
+void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWSettings& s, int64_t step,
+                      float grad_scale) {
   const char* op = "adamw_step_multi";
-  check_adamw_params(op, p);
+  check_adamw_settings(op, s, step);
   if (tensors.empty()) return;
   const Device dev = tensors.front().param.device();
   check_adamw_list(op, tensors, dev);
-  const cpu::AdamWScalars s = adamw_scalars(p);
-  VLM_DISPATCH_CUDA(dev, op, cuda::adamw_step_multi(tensors, to_cuda(s)));
-  for (const AdamWTensors& t : tensors) adamw_cpu(t, s);
+  const AdamWScalars k = adamw_scalars(s, step, grad_scale, Tensor());
+  VLM_DISPATCH_CUDA(dev, op, cuda::adamw_step_multi(tensors, k));
+  for (const AdamWTensors& t : tensors) adamw_cpu(t, k);
 }
 
-void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWParams& p,
+void adamw_step_multi(const std::vector<AdamWTensors>& tensors, const AdamWSettings& s, int64_t step,
                       const Tensor& grad_sum_of_squares) {
   const char* op = "adamw_step_multi";
-  check_adamw_params(op, p);
+  check_adamw_settings(op, s, step);
   if (tensors.empty()) return;
   const Device dev = tensors.front().param.device();
   check_like(op, "grad_sum_of_squares", grad_sum_of_squares, DType::f64, dev, Shape{1});
   check_adamw_list(op, tensors, dev);
-  cpu::AdamWScalars s = adamw_scalars(p);
-  const profile::OpRange range(op, dev);  // not through VLM_DISPATCH_CUDA: the CUDA call takes extra scalars
-#ifdef VLM_HAVE_CUDA
-  if (dev.is_cuda()) {
-    cuda::AdamWScalars cs = to_cuda(s);
-    cs.max_grad_norm = p.max_grad_norm;
-    cs.grad_sum_of_squares = grad_sum_of_squares.data<double>();
-    cuda::adamw_step_multi(tensors, cs);
-    return;
-  }
-#endif
-  s.grad_scale *= clip_factor(grad_sum_of_squares.data<double>()[0], p.max_grad_norm);
-  for (const AdamWTensors& t : tensors) adamw_cpu(t, s);
+  const AdamWScalars k = adamw_scalars(s, step, 1.f, grad_sum_of_squares);
+  VLM_DISPATCH_CUDA(dev, op, cuda::adamw_step_multi(tensors, k));
+  for (const AdamWTensors& t : tensors) adamw_cpu(t, k);
 }
 
 double sum_of_squares(const std::vector<Tensor>& tensors) {

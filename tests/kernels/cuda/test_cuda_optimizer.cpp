@@ -19,17 +19,16 @@ namespace {
 // One fp32 update from identical state: the GPU may contract a multiply-add (FMA) that the CPU rounds twice.
 constexpr Tolerance kUpdate{2e-6, 1e-7};
 
-ops::AdamWParams params_at(int64_t step) {
-  ops::AdamWParams p;
+ops::AdamWSettings settings() {
+  ops::AdamWSettings p;
   p.lr = 1e-2f;
   p.beta1 = 0.9f;
   p.beta2 = 0.95f;
   p.eps = 1e-8f;
   p.weight_decay = 0.1f;
-  p.step = step;
-  p.grad_scale = 0.5f;
   return p;
 }
+constexpr float kGradScale = 0.5f;
 
 struct HostState {
   Tensor param, grad, m, v;
@@ -46,13 +45,13 @@ TEST(CudaOptimizer, AdamWMatchesCpuWithAndWithoutTheBf16Copy) {
     for (bool copy : {false, true}) {
       SCOPED_TRACE(::testing::Message() << "n=" << n << (copy ? " with bf16 copy" : ""));
       const HostState s = random_state(n, seed += 4);
-      const ops::AdamWParams p = params_at(7);
+      const ops::AdamWSettings p = settings();
       HostState ref{s.param.clone(), s.grad, s.m.clone(), s.v.clone()};
       Tensor ref_bf16 = Tensor::empty({n}, DType::bf16);
-      ops::adamw_step(ref.param, ref.grad, ref.m, ref.v, p, ref_bf16);
+      ops::adamw_step(ref.param, ref.grad, ref.m, ref.v, p, 7, kGradScale, ref_bf16);
       Guarded param(s.param, DType::f32), m(s.m, DType::f32), v(s.v, DType::f32), bf16(Shape{n}, DType::bf16);
-      if (copy) ops::adamw_step(param.view(), s.grad.to(gpu()), m.view(), v.view(), p, bf16.view());
-      else ops::adamw_step(param.view(), s.grad.to(gpu()), m.view(), v.view(), p);
+      if (copy) ops::adamw_step(param.view(), s.grad.to(gpu()), m.view(), v.view(), p, 7, kGradScale, bf16.view());
+      else ops::adamw_step(param.view(), s.grad.to(gpu()), m.view(), v.view(), p, 7, kGradScale);
       EXPECT_TRUE(matches(param, ref.param, kUpdate));
       EXPECT_TRUE(matches(m, ref.m, kUpdate));
       EXPECT_TRUE(matches(v, ref.v, kUpdate));
@@ -88,9 +87,9 @@ TEST(CudaOptimizer, MultiTensorAdamWMatchesCpu) {
     gpu_set.push_back({gpu_params.back().view(), s.grad.to(gpu()), gpu_m.back().view(), gpu_v.back().view(),
                        copy ? gpu_copy.back().view() : Tensor()});
   }
-  const ops::AdamWParams p = params_at(1);
-  ops::adamw_step_multi(cpu_set, p);
-  ops::adamw_step_multi(gpu_set, p);
+  const ops::AdamWSettings p = settings();
+  ops::adamw_step_multi(cpu_set, p, 1, kGradScale);
+  ops::adamw_step_multi(gpu_set, p, 1, kGradScale);
   for (int i = 0; i < kTensors; ++i) {
     SCOPED_TRACE(::testing::Message() << "tensor " << i << " n=" << host[static_cast<size_t>(i)].param.numel());
     const ops::AdamWTensors& ref = cpu_set[static_cast<size_t>(i)];
@@ -164,15 +163,14 @@ TEST(CudaOptimizer, AdamWClipFromDeviceSumMatchesCpu) {
     SCOPED_TRACE(::testing::Message() << "sum of squares " << norm_sq);
     const int64_t n = 10007;
     const HostState s = random_state(n, 300);
-    ops::AdamWParams p = params_at(5);
-    p.grad_scale = 1.f;
-    p.max_grad_norm = 2.f;
+    ops::AdamWSettings p = settings();
+    p.grad_clip = 2.f;
     HostState ref{s.param.clone(), s.grad, s.m.clone(), s.v.clone()};
     Tensor sum_cpu = Tensor::empty(Shape{1}, DType::f64);
     sum_cpu.data<double>()[0] = norm_sq;
-    ops::adamw_step_multi({{ref.param, ref.grad, ref.m, ref.v, Tensor()}}, p, sum_cpu);
+    ops::adamw_step_multi({{ref.param, ref.grad, ref.m, ref.v, Tensor()}}, p, 5, sum_cpu);
     Guarded param(s.param, DType::f32), m(s.m, DType::f32), v(s.v, DType::f32), bf16(Shape{n}, DType::bf16);
-    ops::adamw_step_multi({{param.view(), s.grad.to(gpu()), m.view(), v.view(), bf16.view()}}, p,
+    ops::adamw_step_multi({{param.view(), s.grad.to(gpu()), m.view(), v.view(), bf16.view()}}, p, 5,
                           gpu_f64_scalar(norm_sq));
     EXPECT_TRUE(matches(param, ref.param, kUpdate));
     EXPECT_TRUE(matches(m, ref.m, kUpdate));
