@@ -67,17 +67,16 @@ void matmul_batched(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a,
 
 // Makes the calling thread's ops on `device` run on a stream of their own (cuda::dedicated_stream, which stays
 // ordered with the legacy default stream) instead of the legacy default stream, when the environment asks for it:
-// VLM_MAIN_STREAM=1 (off by default: no faster, measured 2026-12-06). The trainer and `vlm bench train` call it
-// before their first op.
+// VLM_MAIN_STREAM=1 (off by default: the step is no faster on a stream of its own). The trainer and `vlm bench train`
+// call it before their first op.
 // Our kernels are launched for programmatic dependent launch (on by default; VLM_PDL=0 turns it off) and may overlap
-// their predecessor's tail on either stream (the step measured 1.010x with it on the legacy default stream, 1.008x with
-// VLM_MAIN_STREAM=1 as well, 2026-12-06). No effect on the CPU.
+// their predecessor's tail on either stream. No effect on the CPU.
 void use_compute_stream(Device device);
 
 // Weight gradients (linear_backward's dw) issued while one of these lives run on a second stream of the device,
 // beside the scope's other work (the next input gradients, norms, attention); the outermost scope's end makes the
-// current stream wait for them and releases the dy and x they read (the models open one per block: joining one
-// block later measured no faster and held 160 MB more). Without a scope, linear_backward still runs its dw beside
+// current stream wait for them and releases the dy and x they read (the models open one per block: joining later
+// only holds those inputs longer). Without a scope, linear_backward still runs its dw beside
 // its own dx. Results are bit-identical either way (same algorithms, same accumulation order into each dw). Param
 // gradients a scope's weight gradients write must not be read inside it. No effect on the CPU; the environment
 // VLM_GEMM_OVERLAP=0 turns the side stream off.
