@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
     flash_fwd_sm90_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                           const __grid_constant__ CUtensorMap tm_v, const __grid_constant__ CUtensorMap tm_kn,
                           const __grid_constant__ CUtensorMap tm_vn, const FlashFwdParams p,
-                          int group_heads, int* tile_counter, int skip_dead_exps) {
+                          int group_heads, int* tile_counter) {
   pdl::grid_begin();
 #if VLM_FLASH_SM90A
   using Shape = HopperFwdShape<kHeadDim, kCausal, kWideKeys, kGroups>;
@@ -504,9 +504,9 @@ __global__ void __launch_bounds__(HopperFwdShape<kHeadDim, kCausal, kWideKeys, k
           // The first accumulator tile past every visible key of this warp's 16 rows (kNn / 8: none).
           const int n0 = first_key(0);
           int dead_from = kNn / 8;
-          if (kCausal && skip_dead_exps) {
+          if (kCausal) {
             int visible = sb.k_len - n0;  // keys of this step before the keys' end
-            if (kCausal) visible = min(visible, m0 + cw * 64 + wi * 16 + 15 + diag + 1 - n0);
+            visible = min(visible, m0 + cw * 64 + wi * 16 + 15 + diag + 1 - n0);
             dead_from = max(0, min(kNn / 8, (visible + 7) / 8));
           }
           softmax(sacc, n0, dead_from);
@@ -627,11 +627,8 @@ void run_hopper_fwd(const FlashFwdParams& p, cudaStream_t stream) {
     VLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         cudaSharedmemCarveoutMaxShared));
   }
-  // Causal tiles skip the exponentials past the diagonal on their first step (the same results, less MUFU work on the
-  // diagonal block). VLM_FLASH_DEAD_EXPS=0: off.
-  const int skip_dead = kCausal && flash_dead_exps(true) ? 1 : 0;
   pdl::launch(kernel, grid, Shape::kThreads, Shape::kSmemBytes, stream, tq, tk, tv, tkn, tvn, p, group,
-              dynamic ? flash_tile_counter(stream) : nullptr, skip_dead);
+              dynamic ? flash_tile_counter(stream) : nullptr);
   VLM_CUDA_CHECK_LAUNCH();
 }
 

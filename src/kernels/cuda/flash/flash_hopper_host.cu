@@ -102,11 +102,6 @@ bool flash_dynamic(bool automatic) {
   return forced < 0 ? automatic : forced == 1;
 }
 
-bool flash_dead_exps(bool automatic) {
-  static const int forced = env_int("VLM_FLASH_DEAD_EXPS", -1, 0, 1);  // -1: unset
-  return forced < 0 ? automatic : forced == 1;
-}
-
 bool flash_fwd_rows64(bool automatic) {
   static const int forced = env_int("VLM_FLASH_FWD_ROWS64", -1, 0, 1);  // -1: unset
   return forced < 0 ? automatic : forced == 1;

@@ -39,9 +39,6 @@ bool flash_wide_keys(bool automatic);
 // they finish one): `automatic` (rows of more than two query blocks) unless VLM_FLASH_DYNAMIC is 0 or 1, for tests
 // and A/B runs. Read once.
 bool flash_dynamic(bool automatic);
-// Whether the Hopper forward's causal tiles skip the exponentials of accumulator tiles wholly past the diagonal on
-// their masked first step: `automatic` unless VLM_FLASH_DEAD_EXPS is 0 or 1, for tests and A/B runs. Read once.
-bool flash_dead_exps(bool automatic);
 
 // Whether the Hopper forward's d=64 causal rows take 64-row tiles of one consumer warpgroup, two CTAs per SM
 // (HopperFwdTile; `automatic`: rows of at most hopper_fwd_rows64_max_queries queries) unless VLM_FLASH_FWD_ROWS64 is 0
