@@ -78,8 +78,7 @@ void use_compute_stream(Device device);
 // current stream wait for them and releases the dy and x they read (the models open one per block: joining later
 // only holds those inputs longer). Without a scope, linear_backward still runs its dw beside
 // its own dx. Results are bit-identical either way (same algorithms, same accumulation order into each dw). Param
-// gradients a scope's weight gradients write must not be read inside it. No effect on the CPU; the environment
-// VLM_GEMM_OVERLAP=0 turns the side stream off.
+// gradients a scope's weight gradients write must not be read inside it. No effect on the CPU.
 class WeightGradOverlap {
  public:
   explicit WeightGradOverlap(Device device);
@@ -95,8 +94,8 @@ class WeightGradOverlap {
 void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b);
 // A block's closing residual: y[T, out] = x[T, in] @ w[out, in]^T + b[out] + residual[T, out] (b may be
 // undefined; y must not alias residual or x). On CUDA one cuBLASLt GEMM reading the residual as its C operand
-// (beta = 1), so neither the product nor the sum makes an extra pass over memory (VLM_GEMM_RESIDUAL=0: the GEMM,
-// then an add); on the CPU linear_forward then the add, bit for bit.
+// (beta = 1), so neither the product nor the sum makes an extra pass over memory; on the CPU linear_forward then
+// the add, bit for bit.
 void linear_add_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual);
 // dx[T, in] = dy @ w (overwrite);  dw[out, in] += dy^T @ x;  db[out] += sum_t dy[t, :].
 void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const Tensor& x, const Tensor& w);

@@ -7,10 +7,10 @@
 // Per device: one cuBLASLt handle; per (device, stream): a 32 MiB workspace; per problem (shape, dtypes, flags,
 // epilogue, pointer alignments): one algorithm, cached, so a shape always runs the same algorithm and repeated calls
 // are bit-identical. The algorithm is the heuristic's first, or with autotuning on (set_gemm_autotune, or
-// VLM_GEMM_AUTOTUNE=1) the fastest of the heuristic's first kAutotuneCandidates (VLM_GEMM_CANDIDATES), timed on first
-// use into a scratch output (VLM_GEMM_AUTOTUNE_LOG=1 prints each choice and its split-K). Split-K candidates are
-// left out of f32-input GEMMs, so that autotuned fp32 runs repeat (VLM_GEMM_SPLITK, below). Weight gradients run on a
-// side stream beside the input gradients (ops::WeightGradOverlap).
+// VLM_GEMM_AUTOTUNE=1) the fastest of the heuristic's first kAutotuneCandidates, timed on first use into a scratch
+// output (VLM_GEMM_AUTOTUNE_LOG=1 prints each choice and its split-K). Split-K candidates are left out of f32-input
+// GEMMs, so that autotuned fp32 runs repeat (splitk_allowed). linear_add_forward reads the residual as cuBLASLt's C.
+// Weight gradients run on a side stream beside the input gradients (ops::WeightGradOverlap).
 // Autotuned choices can differ between processes (timing noise), and with them the rounding of results.
 // Compute type is always 32F (no TF32), so f32 GEMMs are fp32.
 #include <cublasLt.h>
@@ -44,14 +44,9 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // what NVIDIA recommends for Hopper
 constexpr int kMaxDevices = 64;
-constexpr int kAutotuneCandidates = 8;  // the heuristic's top choices timed when autotuning (VLM_GEMM_CANDIDATES)
-constexpr int kMaxCandidates = 64;
-constexpr int kAutotuneRuns = 3;  // timed runs per candidate (after one untimed)
+constexpr int kAutotuneCandidates = 8;  // the heuristic's top choices timed when autotuning
+constexpr int kAutotuneRuns = 3;        // timed runs per candidate (after one untimed)
 
-int candidate_count() {
-  static const int n = env_int("VLM_GEMM_CANDIDATES", kAutotuneCandidates, 1, kMaxCandidates);
-  return n;
-}
 bool autotune_log() {
   static const bool on = env_int("VLM_GEMM_AUTOTUNE_LOG", 0, 0, 1) == 1;
   return on;
@@ -81,18 +76,11 @@ GemmAlgoConfig gemm_algo_config(const cublasLtMatmulAlgo_t& algo) {
   return c;
 }
 
-// Which GEMMs may take the heuristic's split-K candidates (each adds a reduction kernel over a workspace):
-// VLM_GEMM_SPLITK=2 (default) all but those with f32 inputs, 1 all, 0 none (unless it offers nothing else).
-// With split-K in the f32 candidates, two fp32 training runs of the demo config (autotuning on, as training has it
-// by default) differed from the first step's loss on (H100, 2026-12-06), most likely because timing picked other
-// split-K variants in each process (within a process results repeat, and serializing launches changed nothing).
-// Without them the runs repeated bit for bit over 300 steps; the f32 path is the parity path, where that matters
-// more than speed. bf16 keeps split-K: leaving it out everywhere measured 0.997x of the step (nineteenth session),
-// and `train.deterministic` gives bf16 runs that repeat.
-bool splitk_allowed(cudaDataType_t in_type) {
-  static const int mode = env_int("VLM_GEMM_SPLITK", 2, 0, 2);
-  return mode == 1 || (mode == 2 && in_type != CUDA_R_32F);
-}
+// Whether a GEMM may take the heuristic's split-K candidates (each adds a reduction kernel over a workspace): all
+// but those with f32 inputs. Autotuning may pick a different split-K variant in each process, and with it other
+// rounding, so fp32 runs (the parity path, where repeating bit for bit matters more than speed) leave split-K out;
+// bf16 keeps it, and `train.deterministic` gives bf16 runs that repeat.
+bool splitk_allowed(cudaDataType_t in_type) { return in_type != CUDA_R_32F; }
 // Drops the split-K entries of results[0, found) in place, keeping their order; returns how many are left (the
 // first entry alone when every one is split-K).
 int without_splitk(cublasLtMatmulHeuristicResult_t* results, int found) {
@@ -322,12 +310,12 @@ bool run_gemm(const Gemm& g, Device dev) {
       // partials (measured: dx of a [7, 256] x [256, 100] bf16 GEMM off by 13 ulps).
       set_pref(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
       const bool tune = g_autotune.on();
-      std::array<cublasLtMatmulHeuristicResult_t, kMaxCandidates> results{};
+      std::array<cublasLtMatmulHeuristicResult_t, kAutotuneCandidates> results{};
       int found = 0;
       const bool splitk = splitk_allowed(g.in_type);
       const cublasStatus_t status =
           cublasLtMatmulAlgoGetHeuristic(handle, desc.d, la.l, lb.l, lc.l, lc.l, pref.p,
-                                         tune || !splitk ? candidate_count() : 1, results.data(), &found);
+                                         tune || !splitk ? kAutotuneCandidates : 1, results.data(), &found);
       if (status == CUBLAS_STATUS_SUCCESS && !splitk) found = without_splitk(results.data(), found);
       if (!tune) found = std::min(found, 1);
       std::optional<cublasLtMatmulAlgo_t> entry;
@@ -427,19 +415,11 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
   linear_gemm(y, nullptr, x, w, b);
 }
 
-namespace {
-// VLM_GEMM_RESIDUAL=0: linear_add_forward as the GEMM, then an add kernel (the former path, for A/B runs).
-bool residual_epilogue_enabled() {
-  static const bool on = env_int("VLM_GEMM_RESIDUAL", 1, 0, 1) == 1;
-  return on;
-}
-}  // namespace
-
 void linear_add_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& residual) {
   const int64_t rows = rows_of(x), out = w.dim(0), in = w.dim(1);
   if (rows == 0 || out == 0) return;
   DeviceGuard guard(y.device());
-  if (in > 0 && residual_epilogue_enabled()) {
+  if (in > 0) {
     // One GEMM reading the residual as cuBLASLt's C (beta = 1): y = x w^T + residual, then + b in the epilogue.
     Gemm g = product(y, x, w, rows, out, in);
     g.trans_b = true;
@@ -451,8 +431,8 @@ void linear_add_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tenso
     }
     if (run_gemm(g, y.device())) return;
   }
-  // Switched off, an empty inner dimension, or no algorithm for the fused form: the two ops (y = product +
-  // residual, the same bits as residual + product).
+  // An empty inner dimension, or no algorithm for the fused form: the two ops (y = product + residual, the same
+  // bits as residual + product).
   linear_forward(y, x, w, b);
   add_inplace(y, residual);
 }
@@ -486,11 +466,6 @@ struct OverlapState {
   std::vector<Tensor> keep;  // inputs of pending weight gradients
 };
 thread_local std::array<OverlapState, kMaxDevices> t_overlap;
-
-bool overlap_enabled() {
-  static const bool on = env_int("VLM_GEMM_OVERLAP", 1, 0, 1) == 1;
-  return on;
-}
 
 OverlapState& overlap_state(Device dev) {
   VLM_CHECK(dev.index >= 0 && dev.index < kMaxDevices, "gemm: device index ", dev.index, " out of range");
@@ -552,7 +527,7 @@ void linear_backward(Tensor& dx, Tensor& dw, Tensor& db, const Tensor& dy, const
   DeviceGuard guard(dev);
   const bool want_dx = dx.defined() && rows > 0 && in > 0, want_dw = dw.defined() && rows > 0 && out > 0 && in > 0;
   OverlapState& st = overlap_state(dev);
-  const bool side = want_dw && overlap_enabled() && (st.depth > 0 || want_dx);
+  const bool side = want_dw && (st.depth > 0 || want_dx);
   if (want_dw) {  // db goes with dw, or alone below
     if (side) {
       run_on_side_stream(dev, st, [&] { weight_grad(dw, db, dy, x, rows, dev); });

@@ -301,7 +301,7 @@ TEST(CudaGemm, RepeatedCallsAreBitwiseIdentical) {
 // Small layers (the tiny demo model's: 64-patch ViT at width 128, a 512 -> 128 projector over 16 tokens an image, a
 // 384-token vocabulary) and narrow ones over many rows (weight gradients with a long reduction): shapes with few
 // output tiles, which cuBLASLt's heuristic answers with split-K algorithms. f32-input split-K made fp32 training runs
-// differ from the first step on (2026-12-06, H100), so gemm.cpp leaves it out for f32 (VLM_GEMM_SPLITK). Every output
+// differ from the first step on, so gemm.cpp leaves it out for f32 (splitk_allowed). Every output
 // here must repeat bit for bit over several calls, and match the CPU. (This passed with split-K allowed too: within a
 // process a shape keeps its algorithm; the runs differed between processes, which gpu_train_check.sh's repro step
 // checks.)
