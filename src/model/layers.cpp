@@ -3,7 +3,6 @@
 
 #include <cmath>
 
-#include "core/env.h"
 #include "kernels/ops.h"
 
 namespace vlm {
@@ -185,10 +184,7 @@ SeqInfo checked_seq_info(SeqInfo seq, int64_t rows) {
   return seq;
 }
 
-bool SelfAttention::reads_packed_qkv(const Tensor& x) const {
-  static const bool split = env_int("VLM_ATTN_SPLIT_QKV", 0, 0, 1) == 1;
-  return x.device().is_cuda() && !split;
-}
+bool SelfAttention::reads_packed_qkv(const Tensor& x) const { return x.device().is_cuda(); }
 
 Tensor SelfAttention::forward(const Tensor& x, const SeqInfo& seq, Saved& s) const {
   const int64_t T = x.dim(0);

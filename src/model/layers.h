@@ -99,8 +99,8 @@ struct AttentionShape {
 // q/k/v/o projections around ops::attention. Names follow HF: {prefix}.q_proj, k_proj, v_proj, and the output
 // projection named by `out_name` ("o_proj" for Llama, "out_proj" for SigLIP). q, k and v are one packed projection
 // (one GEMM). On CUDA attention reads them where the projection wrote them (row-strided views), RoPE rotating the q
-// and k heads in place, and writes dq, dk, dv straight into the packed gradient; on the CPU (and on CUDA with
-// VLM_ATTN_SPLIT_QKV=1, the former path, the same bits) ops::qkv_split_forward copies them into heads with RoPE.
+// and k heads in place, and writes dq, dk, dv straight into the packed gradient; on the CPU, whose ops take contiguous
+// tensors only, ops::qkv_split_forward copies them into heads with RoPE.
 struct SelfAttention {
   PackedLinear qkv;  // parts q_proj [H*D, hidden], k_proj, v_proj [Hkv*D, hidden]
   Linear o;
@@ -108,9 +108,8 @@ struct SelfAttention {
   struct Saved {
     Tensor q, k, v, out, lse;  // q/k after RoPE; [T, H, D] (on CUDA row-strided views of the projection)
   };
-  // On CUDA (unless VLM_ATTN_SPLIT_QKV=1) attention reads q, k, v as column slices of the packed projection, RoPE
-  // rotating q and k there, and writes dq, dk, dv into the packed gradient: no split copies (the CPU ops take
-  // contiguous tensors only).
+  // On CUDA attention reads q, k, v as column slices of the packed projection, RoPE rotating q and k there, and
+  // writes dq, dk, dv into the packed gradient: no split copies (the CPU ops take contiguous tensors only).
   bool reads_packed_qkv(const Tensor& x) const;
   static SelfAttention create(ParameterStore& store, const std::string& prefix, const std::string& out_name,
                               ParamGroup group, int hidden, const AttentionShape& shape, bool qkv_bias, bool out_bias,
