@@ -252,7 +252,6 @@ int bench_train_main(int argc, char** argv) {
     return 2;
   }
   const Device dev = Device::cuda(0);
-  ops::use_compute_stream(dev);  // VLM_MAIN_STREAM=1 (see ops.h)
   ops::set_deterministic(o.deterministic);
   ops::set_attention_flash(o.attention == "flash");
   if (!o.gemm_autotune) ops::set_gemm_autotune(false);

@@ -86,15 +86,6 @@ void set_gemm_autotune(bool on) {
 #endif
 }
 
-void use_compute_stream(Device device) {
-#ifdef VLM_HAVE_CUDA
-  static const bool dedicated = env_int("VLM_MAIN_STREAM", 0, 0, 1) == 1;
-  if (device.is_cuda() && dedicated) cuda::set_current_stream(device.index, cuda::dedicated_stream(device.index));
-#else
-  (void)device;
-#endif
-}
-
 WeightGradOverlap::WeightGradOverlap(Device device) : device_(device) {
 #ifdef VLM_HAVE_CUDA
   if (device_.is_cuda()) cuda::weight_grad_overlap_begin(device_);

@@ -65,14 +65,6 @@ void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool tr
 void matmul_batched(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha = 1.f,
                     float beta = 0.f);
 
-// Makes the calling thread's ops on `device` run on a stream of their own (cuda::dedicated_stream, which stays
-// ordered with the legacy default stream) instead of the legacy default stream, when the environment asks for it:
-// VLM_MAIN_STREAM=1 (off by default: the step is no faster on a stream of its own). The trainer and `vlm bench train`
-// call it before their first op.
-// Our kernels are launched for programmatic dependent launch (on by default; VLM_PDL=0 turns it off) and may overlap
-// their predecessor's tail on either stream. No effect on the CPU.
-void use_compute_stream(Device device);
-
 // Weight gradients (linear_backward's dw) issued while one of these lives run on a second stream of the device,
 // beside the scope's other work (the next input gradients, norms, attention); the outermost scope's end makes the
 // current stream wait for them and releases the dy and x they read (the models open one per block: joining later

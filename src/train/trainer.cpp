@@ -189,7 +189,6 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     omp_set_num_threads(c.train.threads);
     openblas_set_num_threads(c.train.threads);
   }
-  ops::use_compute_stream(device);  // VLM_MAIN_STREAM=1: a stream of its own instead of the legacy default
   VLM_ASSIGN_OR_RETURN(DType compute_dtype, training_compute_dtype(c.train));
   if (c.data.tokenizer.empty()) return invalid_argument("data.tokenizer: no tokenizer.json given");
   VLM_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::load(c.data.tokenizer));

@@ -20,8 +20,7 @@ void check_device_index(int device) {
 }
 
 thread_local std::array<StreamHandle, kMaxDevices> t_streams{};
-// Dedicated and side streams live as long as the thread (never destroyed: work may still be queued on them at exit).
-thread_local std::array<StreamHandle, kMaxDevices> t_dedicated_streams{};
+// Side streams live as long as the thread (never destroyed: work may still be queued on them at exit).
 thread_local std::array<StreamHandle, kMaxDevices> t_side_streams{};
 
 StreamHandle create_stream(int device, unsigned flags) {
@@ -44,13 +43,6 @@ StreamHandle current_stream(int device) {
 void set_current_stream(int device, StreamHandle stream) {
   check_device_index(device);
   t_streams[static_cast<size_t>(device)] = stream;
-}
-
-StreamHandle dedicated_stream(int device) {
-  check_device_index(device);
-  StreamHandle& s = t_dedicated_streams[static_cast<size_t>(device)];
-  if (s == nullptr) s = create_stream(device, cudaStreamDefault);
-  return s;
 }
 
 StreamHandle side_stream(int device) {

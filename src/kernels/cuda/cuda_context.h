@@ -17,11 +17,6 @@ StreamHandle current_stream(int device);
 void set_current_stream(int device, StreamHandle stream);
 inline StreamHandle current_stream(Device device) { return current_stream(device.index); }
 
-// This thread's own stream for `device` (created on first use, never destroyed), for use as the current stream in
-// place of the legacy default stream (ops::use_compute_stream). It is a blocking stream: work left on the legacy
-// default stream (Tensor copies, zero_ without a stream) stays ordered with it.
-StreamHandle dedicated_stream(int device);
-
 // A second stream of `device` (per host thread, created on first use, not synchronizing with the legacy default
 // stream) for work that overlaps the current stream's: the weight gradients of linear_backward (gemm.cpp).
 StreamHandle side_stream(int device);
