@@ -30,8 +30,8 @@ void weight_grad_overlap_begin(Device device);
 void weight_grad_overlap_end(Device device);
 
 // ---- pdl.cuh (defined in elementwise.cu) -------------------------------------------------------------------------
-// Tests: every later launch of our kernels with programmatic dependent launch (1), without (0), or as VLM_PDL says
-// (-1).
+// Tests: every later launch of our kernels with programmatic dependent launch (1), without (0), or back to the
+// default, with (-1).
 void set_pdl_for_testing(int on);
 
 // ---- attention.cu ------------------------------------------------------------------------------------------------

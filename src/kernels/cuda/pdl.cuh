@@ -8,9 +8,8 @@
 // that far (griddepcontrol.launch_dependents). Both are no-ops for a kernel launched without the attribute, and
 // cuBLASLt's kernels, launched without it, keep plain stream order on both sides.
 //
-// pdl::launch(kernel, grid, block, smem, stream, args...) launches with the attribute when PDL is on: by default on a
-// device of compute capability 9.0 or more (the training step 1.005x and 1.010x with it on H100s, 2026-12-06,
-// docs/benchmarks.md); VLM_PDL=0 turns it off.
+// pdl::launch(kernel, grid, block, smem, stream, args...) launches with the attribute on a device of compute
+// capability 9.0 or more (a faster training step); tests may launch without it to compare the bits.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,7 +19,6 @@
 #include <utility>
 
 #include "core/cuda_check.h"
-#include "core/env.h"
 
 namespace vlm::pdl {
 
@@ -32,23 +30,22 @@ __device__ __forceinline__ void grid_begin() {
 }
 
 namespace detail {
-inline std::atomic<int>& forced() {  // -1: VLM_PDL decides; 0 / 1: force_for_testing
+inline std::atomic<int>& forced() {  // -1: not forced; 0 / 1: force_for_testing
   static std::atomic<int> f{-1};
   return f;
 }
 }  // namespace detail
 
-// Tests: PDL on (1) or off (0) for every later launch, or back to what VLM_PDL says (-1).
+// Tests: PDL on (1) or off (0) for every later launch, or back to the default, on (-1).
 inline void force_for_testing(int on) { detail::forced().store(on); }
 
-// Whether launches on `device` carry the PDL attribute: unless VLM_PDL=0 (or force_for_testing(0)), on a device of
-// compute capability 9.0 or more.
+// Whether launches on `device` carry the PDL attribute: unless force_for_testing(0), on a device of compute
+// capability 9.0 or more.
 inline bool enabled(int device) {
   constexpr int kMaxDevices = 64;
   static std::array<std::atomic<int>, kMaxDevices> major{};  // 0: not asked yet
-  static const bool asked = env_int("VLM_PDL", 1, 0, 1) == 1;
   const int f = detail::forced().load(std::memory_order_relaxed);
-  if (!(f == 1 || (f < 0 && asked)) || device < 0 || device >= kMaxDevices) return false;
+  if (f == 0 || device < 0 || device >= kMaxDevices) return false;
   int m = major[static_cast<size_t>(device)].load(std::memory_order_relaxed);
   if (m == 0) {
     VLM_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, device));
