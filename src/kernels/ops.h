@@ -51,8 +51,8 @@ namespace vlm::ops {
 bool supports(const std::string& op, Device device);
 
 // ---- GEMM --------------------------------------------------------------------------------------------------
-// CUDA GEMMs run the cuBLASLt heuristic's first algorithm for each problem unless autotuning is on (this call, or
-// the environment VLM_GEMM_AUTOTUNE=1): then the fastest of its top candidates, timed on the first call of each
+// CUDA GEMMs run the cuBLASLt heuristic's first algorithm for each problem unless autotuning is on (this call; the
+// trainer's set_deterministic(false)): then the fastest of its top candidates, timed on the first call of each
 // problem. Either way a problem keeps its algorithm for the process's life (repeats are bit-identical); autotuned
 // choices may differ between processes. No effect on the CPU.
 void set_gemm_autotune(bool on);
@@ -193,9 +193,9 @@ void check_cu_seqlens(const Tensor& cu_seqlens, int64_t rows, int max_seqlen);
 // dq, dk, dv overwritten (dk/dv sum over the q heads that share a kv head).
 // CUDA: by default the fastest backward (the Hopper FlashAttention backward where it applies), whose dQ sums arrive
 // by TMA reduce-adds in no fixed order, so the last bits of dq vary run to run (as PyTorch's SDPA backends do).
-// set_attention_deterministic(true), the environment VLM_ATTENTION_DETERMINISTIC=1, or train.deterministic = true
-// switches to the portable backward that sums dQ per query block in a fixed order: bit-identical gradients run to
-// run (and with activation recomputation), at about half the backward's speed on Hopper. The CPU always is.
+// set_attention_deterministic(true), or train.deterministic = true (set_deterministic), switches to the portable
+// backward that sums dQ per query block in a fixed order: bit-identical gradients run to run (and with activation
+// recomputation), at about half the backward's speed on Hopper. The CPU always is.
 void set_attention_deterministic(bool on);
 bool attention_deterministic();
 // CUDA attention through our FlashAttention kernels wherever they support the problem (the default) or, off, through

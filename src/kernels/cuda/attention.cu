@@ -244,7 +244,7 @@ void check_both_cu_seqlens(const Tensor& cu_q, const Tensor& cu_k, int64_t token
   if (!same) check_cu_seqlens(cu_k, tokens_k, max_k, dev, stream);
 }
 
-EnvSwitch g_deterministic("VLM_ATTENTION_DETERMINISTIC", false);
+std::atomic<bool> g_deterministic{false};  // set_attention_deterministic
 EnvSwitch g_flash("VLM_ATTENTION_FLASH", true);
 
 // q, k, v and their gradients may be row-strided [T, H, D] (ops::attention_forward): flash reads and writes them in
@@ -321,8 +321,8 @@ void check_cu_seqlens(const Tensor& cu_seqlens, int64_t rows, int max_seqlen) {
   check_index_errors_now("check_cu_seqlens", dev);
 }
 
-void set_attention_deterministic(bool on) { g_deterministic.set(on); }
-bool attention_deterministic() { return g_deterministic.on(); }
+void set_attention_deterministic(bool on) { g_deterministic.store(on); }
+bool attention_deterministic() { return g_deterministic.load(); }
 void set_attention_flash(bool on) { g_flash.set(on); }
 bool attention_flash() { return g_flash.on(); }
 
@@ -354,7 +354,7 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
     flash::FlashOptions options;
     options.scale = scale;
     options.causal = causal;
-    options.deterministic = g_deterministic.on();
+    options.deterministic = g_deterministic.load();
     const Status s = flash::flash_attention_backward(dq_t, dk_t, dv_t, dout, q, k, v, out, lse, cu_seqlens_q,
                                                      cu_seqlens_k, max_seqlen_q, max_seqlen_k, options,
                                                      current_stream(dev));

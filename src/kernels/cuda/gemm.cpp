@@ -6,11 +6,11 @@
 // op(b)^T @ op(a)^T, so cuBLASLt's A is our b and its B is our a, with the same transpose flags and no copies.
 // Per device: one cuBLASLt handle; per (device, stream): a 32 MiB workspace; per problem (shape, dtypes, flags,
 // epilogue, pointer alignments): one algorithm, cached, so a shape always runs the same algorithm and repeated calls
-// are bit-identical. The algorithm is the heuristic's first, or with autotuning on (set_gemm_autotune, or
-// VLM_GEMM_AUTOTUNE=1) the fastest of the heuristic's first kAutotuneCandidates, timed on first use into a scratch
-// output (VLM_GEMM_AUTOTUNE_LOG=1 prints each choice and its split-K). Split-K candidates are left out of f32-input
-// GEMMs, so that autotuned fp32 runs repeat (splitk_allowed). linear_add_forward reads the residual as cuBLASLt's C.
-// Weight gradients run on a side stream beside the input gradients (ops::WeightGradOverlap).
+// are bit-identical. The algorithm is the heuristic's first, or with autotuning on (set_gemm_autotune: the trainer
+// unless train.deterministic) the fastest of the heuristic's first kAutotuneCandidates, timed on first use into a
+// scratch output (VLM_GEMM_AUTOTUNE_LOG=1 prints each choice and its split-K). Split-K candidates are left out of
+// f32-input GEMMs, so that autotuned fp32 runs repeat (splitk_allowed). linear_add_forward reads the residual as
+// cuBLASLt's C. Weight gradients run on a side stream beside the input gradients (ops::WeightGradOverlap).
 // Autotuned choices can differ between processes (timing noise), and with them the rounding of results.
 // Compute type is always 32F (no TF32), so f32 GEMMs are fp32.
 #include <cublasLt.h>
@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -90,7 +91,7 @@ int without_splitk(cublasLtMatmulHeuristicResult_t* results, int found) {
   return kept > 0 ? kept : std::min(found, 1);
 }
 
-EnvSwitch g_autotune("VLM_GEMM_AUTOTUNE", false);
+std::atomic<bool> g_autotune{false};  // set_gemm_autotune
 
 // One row-major GEMM: out[m, n] (ld n) = alpha * op(a) @ op(b) + beta * c for each of `batch` entries (c = out
 // unless given: a separate addend of out's type and layout), with an optional epilogue: + bias[n] (in the out
@@ -309,7 +310,7 @@ bool run_gemm(const Gemm& g, Device dev) {
       // Split-K partial sums only in the compute type (fp32): the in-place and output-type schemes would add bf16
       // partials (measured: dx of a [7, 256] x [256, 100] bf16 GEMM off by 13 ulps).
       set_pref(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
-      const bool tune = g_autotune.on();
+      const bool tune = g_autotune.load();
       std::array<cublasLtMatmulHeuristicResult_t, kAutotuneCandidates> results{};
       int found = 0;
       const bool splitk = splitk_allowed(g.in_type);
@@ -384,7 +385,7 @@ bool linear_gemm(Tensor& y, Tensor* pre, const Tensor& x, const Tensor& w, const
 
 }  // namespace
 
-void set_gemm_autotune(bool on) { g_autotune.set(on); }
+void set_gemm_autotune(bool on) { g_autotune.store(on); }
 
 void matmul(Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, float alpha, float beta,
             bool batched) {
