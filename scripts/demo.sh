@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo, end to end on a CPU: install dependencies, build, make the embedded "shapes" dataset (train split and
 # a separately seeded held-out split), train a BPE tokenizer on it, train the tiny VLM, evaluate on held-out
-# questions and say where the results are.
+# questions and say where the results are. VLM_DEMO_TRAIN_SAMPLES: training samples to render (default 50000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -14,7 +14,7 @@ scripts/build.sh cpu --target vlm
 VLM=build/apps/vlm/vlm
 
 data=data/shapes
-train_samples="${DEMO_TRAIN_SAMPLES:-50000}"
+train_samples="${VLM_DEMO_TRAIN_SAMPLES:-50000}"
 if [ ! -f "$data/.done-$train_samples" ]; then
   say "rendering the shapes dataset: $train_samples training samples (seed 1), 1000 held-out (seed 2)"
   rm -rf "$data"

@@ -10,7 +10,7 @@ scripts/build.sh cpu
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="$PATH:/usr/local/cuda/bin"
   echo "[test] compiling the cuda preset (sm_90a)"
-  VLM_TESTS_CUDA=1 scripts/build.sh cuda
+  scripts/build.sh cuda
 else
   echo "[test] nvcc not found: skipping the cuda preset compile"
 fi

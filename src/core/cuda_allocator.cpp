@@ -8,9 +8,8 @@
 #include <vector>
 
 #ifdef VLM_HAVE_CUDA
-#include <cstdlib>
-
 #include "core/cuda_check.h"
+#include "core/env.h"
 #endif
 
 namespace vlm {
@@ -18,10 +17,7 @@ namespace vlm {
 #ifdef VLM_HAVE_CUDA
 namespace detail {
 bool cuda_sync_after_launch() {
-  static const bool sync = [] {
-    const char* e = std::getenv("VLM_CUDA_SYNC");
-    return e && e[0] == '1';
-  }();
+  static const bool sync = env::flag("VLM_CUDA_SYNC");
   return sync;
 }
 }  // namespace detail

@@ -3,19 +3,19 @@
 
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
+#include <string>
+
+#include "core/env.h"
 
 namespace vlm {
 namespace {
 LogLevel initial_level() {
-  const char* env = std::getenv("VLM_LOG_LEVEL");
-  if (!env) return LogLevel::info;
-  if (!std::strcmp(env, "debug")) return LogLevel::debug;
-  if (!std::strcmp(env, "warn")) return LogLevel::warn;
-  if (!std::strcmp(env, "error")) return LogLevel::error;
-  if (!std::strcmp(env, "off")) return LogLevel::off;
+  const std::string level = env::text("VLM_LOG_LEVEL");
+  if (level == "debug") return LogLevel::debug;
+  if (level == "warn") return LogLevel::warn;
+  if (level == "error") return LogLevel::error;
+  if (level == "off") return LogLevel::off;
   return LogLevel::info;
 }
 std::atomic<int>& level_ref() {

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/env.h"
 #include "core/status.h"
 
 namespace vlm::testing {
@@ -69,8 +70,8 @@ void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
 }
 
 std::string skimage_data_dir() {
-  if (const char* env = std::getenv("VLM_SKIMAGE_DATA"); env && *env)
-    return std::filesystem::is_directory(env) ? env : "";
+  if (const std::string dir = env::text("VLM_SKIMAGE_DATA"); !dir.empty())
+    return std::filesystem::is_directory(dir) ? dir : "";
   for (const char* dir : {"/usr/lib/python3/dist-packages/skimage/data", "/usr/local/share/vlm/test-images/skimage"})
     if (std::filesystem::is_directory(dir)) return dir;
   return "";

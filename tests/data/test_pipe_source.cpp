@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/env.h"
 #include "data/pipe_source.h"
 #include "data/sample_stream.h"
 #include "data/tar.h"
@@ -325,11 +326,10 @@ TEST(PipeSource, CommandFailingMidShardKeepsTheGoodSamplesThenFailsNamingIt) {
 }
 
 TEST(PipeSource, LongStreamArrivesExactly) {
-  // One cat writes a 1 MiB random file `mib` times over (1 GiB by default; VLM_TEST_LONG_PIPE_BYTES sets the MiB
+  // One cat writes a 1 MiB random file `mib` times over (1 GiB by default; VLM_TEST_LONG_PIPE_MIB sets the MiB
   // count, e.g. 5000 to cross 4 GiB): every byte's value depends on its offset, so a lost, repeated or reordered
   // chunk shows up as a mismatch.
-  uint64_t mib = 1024;
-  if (const char* env = std::getenv("VLM_TEST_LONG_PIPE_MIB")) mib = std::strtoull(env, nullptr, 10);
+  const uint64_t mib = static_cast<uint64_t>(env::integer("VLM_TEST_LONG_PIPE_MIB"));
   constexpr size_t kUnit = 1u << 20;
   const std::string path = testing::scratch_dir("pipe_long") + "/unit.bin";
   const auto unit = random_bytes(kUnit, 99);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "core/philox.h"
@@ -25,5 +26,18 @@ Tensor filled(const Shape& shape, DType dtype, const std::function<double(int64_
 
 // A fresh empty directory under the build's temp area, removed when the test's process exits.
 std::string scratch_dir(const std::string& name);
+
+// Sets environment variable `name` to `value` (nullptr: unsets it) for the scope; restores the former state on exit.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
 
 }  // namespace vlm::testing

@@ -13,6 +13,8 @@
 // cu_seqlens are checked by a one-block kernel that records violations (cuda_context.h); the main kernels clamp
 // them so a bad table cannot make them read or write out of bounds.
 
+#include <atomic>
+
 #include "core/env.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -245,7 +247,7 @@ void check_both_cu_seqlens(const Tensor& cu_q, const Tensor& cu_k, int64_t token
 }
 
 std::atomic<bool> g_deterministic{false};  // set_attention_deterministic
-EnvSwitch g_flash("VLM_ATTENTION_FLASH", true);
+EnvSwitch g_flash("VLM_ATTENTION_FLASH");     // set_attention_flash, until then the environment
 
 // q, k, v and their gradients may be row-strided [T, H, D] (ops::attention_forward): flash reads and writes them in
 // place; the simple kernels take contiguous copies (cudaMemcpy2D over the T rows of H x D elements).

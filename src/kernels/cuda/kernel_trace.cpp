@@ -17,6 +17,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/env.h"
+
 namespace vlm::ops::trace {
 
 namespace {
@@ -229,7 +231,7 @@ std::string cap(std::string s) {
 
 std::vector<std::string> cupti_library_candidates() {
   std::vector<std::string> names;
-  if (const char* env = std::getenv("VLM_CUPTI_LIB"); env && *env) names.emplace_back(env);
+  if (std::string lib = env::text("VLM_CUPTI_LIB"); !lib.empty()) names.push_back(std::move(lib));
   names.emplace_back("libcupti.so.13");
   names.emplace_back("libcupti.so");
   return names;

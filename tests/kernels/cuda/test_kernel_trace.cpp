@@ -191,15 +191,13 @@ TEST(KernelTraceApi, BeginWithoutADeviceFailsAndLeavesNoTraceRunning) {
 }
 
 TEST(KernelTraceApi, LibraryCandidatesPutTheEnvironmentFirst) {
-  const char* old = std::getenv("VLM_CUPTI_LIB");
-  const std::string saved = old ? old : "";
-  ::setenv("VLM_CUPTI_LIB", "/opt/cupti/libcupti.so.13", 1);
-  EXPECT_EQ(ops::trace::cupti_library_candidates(),
-            (std::vector<std::string>{"/opt/cupti/libcupti.so.13", "libcupti.so.13", "libcupti.so"}));
-  ::setenv("VLM_CUPTI_LIB", "", 1);
+  {
+    const ScopedEnv lib("VLM_CUPTI_LIB", "/opt/cupti/libcupti.so.13");
+    EXPECT_EQ(ops::trace::cupti_library_candidates(),
+              (std::vector<std::string>{"/opt/cupti/libcupti.so.13", "libcupti.so.13", "libcupti.so"}));
+  }
+  const ScopedEnv empty("VLM_CUPTI_LIB", "");
   EXPECT_EQ(ops::trace::cupti_library_candidates(), (std::vector<std::string>{"libcupti.so.13", "libcupti.so"}));
-  if (old) ::setenv("VLM_CUPTI_LIB", saved.c_str(), 1);
-  else ::unsetenv("VLM_CUPTI_LIB");
 }
 
 // N launches of ops::scale (map_kernel<..., Scale>) and one memset, traced twice: each trace holds its own work.

@@ -6,7 +6,6 @@
 
 #include "core/allocator.h"
 #include "core/cuda_check.h"
-#include "core/env.h"
 #include "kernels/cuda/flash/flash_dispatch.h"
 #include "kernels/cuda/flash/flash_launch.h"
 #include "kernels/cuda/flash/flash_tiles.h"

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "core/cuda_check.h"
@@ -88,33 +89,33 @@ int sm_count() {
 }
 
 bool flash_persistent(bool automatic) {
-  static const int forced = env_int("VLM_FLASH_PERSISTENT", -1, 0, 1);  // -1: unset
-  return forced < 0 ? automatic : forced == 1;
+  static const std::optional<int> forced = env::integer_if_set("VLM_FLASH_PERSISTENT");
+  return forced ? *forced == 1 : automatic;
 }
 
 bool flash_wide_keys(bool automatic) {
-  static const int forced = env_int("VLM_FLASH_WIDE_KEYS", -1, 0, 1);  // -1: unset
-  return forced < 0 ? automatic : forced == 1;
+  static const std::optional<int> forced = env::integer_if_set("VLM_FLASH_WIDE_KEYS");
+  return forced ? *forced == 1 : automatic;
 }
 
 bool flash_dynamic(bool automatic) {
-  static const int forced = env_int("VLM_FLASH_DYNAMIC", -1, 0, 1);  // -1: unset
-  return forced < 0 ? automatic : forced == 1;
+  static const std::optional<int> forced = env::integer_if_set("VLM_FLASH_DYNAMIC");
+  return forced ? *forced == 1 : automatic;
 }
 
 bool flash_fwd_rows64(bool automatic) {
-  static const int forced = env_int("VLM_FLASH_FWD_ROWS64", -1, 0, 1);  // -1: unset
-  return forced < 0 ? automatic : forced == 1;
+  static const std::optional<int> forced = env::integer_if_set("VLM_FLASH_FWD_ROWS64");
+  return forced ? *forced == 1 : automatic;
 }
 
 bool flash_causal_wide(bool automatic) {
-  static const int forced = env_int("VLM_FLASH_CAUSAL_WIDE", -1, 0, 1);  // -1: unset
-  return forced < 0 ? automatic : forced == 1;
+  static const std::optional<int> forced = env::integer_if_set("VLM_FLASH_CAUSAL_WIDE");
+  return forced ? *forced == 1 : automatic;
 }
 
 int flash_causal_group(int automatic) {
-  static const int forced = env_int("VLM_FLASH_CAUSAL_GROUP", 0, 0, 1 << 30);  // 0: unset
-  return forced > 0 ? forced : automatic;
+  static const std::optional<int> forced = env::integer_if_set("VLM_FLASH_CAUSAL_GROUP");
+  return forced ? *forced : automatic;
 }
 
 int* flash_tile_counter(cudaStream_t stream) {
