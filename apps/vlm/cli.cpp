@@ -1,8 +1,13 @@
-// Flags implementation.
+// Flags and the command tables' dispatch.
 #include "cli.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "commands.h"
 
 namespace vlm::cli {
 
@@ -102,6 +107,41 @@ int parse_command_flags(Flags& flags, int argc, char** argv, int first, const st
     return 0;
   }
   return -1;
+}
+
+namespace {
+void collect(const std::vector<Command>& table, const std::string& prefix,
+             std::vector<std::pair<std::string, const char*>>& out) {
+  for (const Command& c : table) {
+    if (c.subcommands != nullptr) collect(*c.subcommands, prefix + c.name + " ", out);
+    else out.emplace_back(prefix + c.name, c.summary);
+  }
+}
+}  // namespace
+
+std::string command_lines(const std::vector<Command>& table, const std::string& prefix) {
+  std::vector<std::pair<std::string, const char*>> lines;
+  collect(table, prefix, lines);
+  size_t width = 0;
+  for (const auto& l : lines) width = std::max(width, l.first.size());
+  std::string out;
+  for (const auto& [name, summary] : lines)
+    out += "  " + name + std::string(width - name.size() + 2, ' ') + summary + "\n";
+  return out;
+}
+
+int dispatch(const char* usage, const char* noun, const std::vector<Command>& table, int argc, char** argv,
+             int first) {
+  const std::string help = str("usage: ", usage, " <", noun, "> [flags]\n\n", noun, "s:\n", command_lines(table, ""),
+                               "\n`", usage, " <", noun, "> --help` lists its flags.\n");
+  if (first >= argc || !std::strcmp(argv[first], "--help") || !std::strcmp(argv[first], "-h")) {
+    std::printf("%s", help.c_str());
+    return first >= argc ? 2 : 0;
+  }
+  for (const Command& c : table)
+    if (!std::strcmp(argv[first], c.name)) return c.run(argc, argv, first + 1);
+  std::fprintf(stderr, "%s: unknown %s '%s'\n\n%s", usage, noun, argv[first], help.c_str());
+  return 2;
 }
 
 }  // namespace vlm::cli

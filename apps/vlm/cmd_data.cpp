@@ -1,4 +1,5 @@
-// `vlm data <tool>`: synth (generate the embedded datasets), tokenizer-train (BPE vocabulary from shards).
+// `vlm data <tool>`: the tools' table, synth (generate the embedded datasets) and tokenizer-train (BPE vocabulary
+// from shards).
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -129,28 +130,18 @@ int data_tokenizer_train(int argc, char** argv, int first) {
 
 }  // namespace
 
-int cmd_data(int argc, char** argv, int first) {
-  const char* usage =
-      "usage: vlm data <tool> [flags]\n\ntools:\n"
-      "  synth            render a synthetic dataset (shapes) as webdataset shards\n"
-      "  build            images + captions (folder, CSV, JSONL) -> shards in img2dataset's layout\n"
-      "  inspect          statistics and a contact sheet of a set of shards\n"
-      "  dedup            exact / near-duplicate images and captions: keep-list, report, rewritten shards\n"
-      "  filter           rewrite shards keeping samples that pass size / aspect / caption / metadata filters\n"
-      "  tokenizer-train  train a BPE tokenizer.json on the text of shards\n";
-  if (first >= argc || !std::strcmp(argv[first], "--help") || !std::strcmp(argv[first], "-h")) {
-    std::printf("%s", usage);
-    return first >= argc ? 2 : 0;
-  }
-  const std::string tool = argv[first];
-  if (tool == "synth") return data_synth(argc, argv, first + 1);
-  if (tool == "tokenizer-train") return data_tokenizer_train(argc, argv, first + 1);
-  if (tool == "build") return data_build(argc, argv, first + 1);
-  if (tool == "inspect") return data_inspect(argc, argv, first + 1);
-  if (tool == "dedup") return data_dedup(argc, argv, first + 1);
-  if (tool == "filter") return data_filter(argc, argv, first + 1);
-  std::fprintf(stderr, "vlm data: unknown tool '%s'\n\n%s", tool.c_str(), usage);
-  return 2;
+const std::vector<Command>& data_tools() {
+  static const std::vector<Command> tools = {
+      {"synth", "render a synthetic dataset (shapes) as webdataset shards", data_synth},
+      {"build", "images + captions (folder, CSV, JSONL) -> shards in img2dataset's layout", data_build},
+      {"inspect", "statistics and a contact sheet of a set of shards", data_inspect},
+      {"dedup", "exact / near-duplicate images and captions: keep-list, report, rewritten shards", data_dedup},
+      {"filter", "rewrite shards keeping samples that pass size / aspect / caption / metadata filters", data_filter},
+      {"tokenizer-train", "train a BPE tokenizer.json on the text of shards", data_tokenizer_train},
+  };
+  return tools;
 }
+
+int cmd_data(int argc, char** argv, int first) { return dispatch("vlm data", "tool", data_tools(), argc, argv, first); }
 
 }  // namespace vlm::cli

@@ -1,41 +1,57 @@
-// vlm: the one command-line entry point. `vlm <command> --help` describes each command.
+// vlm: the one command-line entry point. `vlm --help` lists the commands (from the dispatch table below and the
+// tables of `vlm data` and `vlm bench`), `vlm <command> --help` each command's flags, `vlm --help-env` the
+// environment variables vlm.cpp reads (core/env.h's registry).
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "commands.h"
+#include "core/env.h"
 
 namespace {
 
-struct Command {
-  const char* name;
-  const char* summary;
-  int (*run)(int, char**, int);
-};
+using vlm::cli::Command;
 
-const Command kCommands[] = {
-    {"train", "train a VLM from a TOML run file (--resume continues a run exactly)", vlm::cli::cmd_train},
-    {"eval", "evaluate a checkpoint on held-out shards (VQA accuracy, caption exact match)", vlm::cli::cmd_eval},
-    {"data", "dataset tools: synth, tokenizer-train", vlm::cli::cmd_data},
-    {"bench", "benchmarks against the peers: attention (FlashAttention vs PyTorch SDPA), data (decode + resize vs Pillow)", vlm::cli::cmd_bench},
-};
-
-void print_usage() {
-  std::printf("vlm.cpp — train and serve vision-language models\n\nusage: vlm <command> [flags]\n\ncommands:\n");
-  for (const auto& c : kCommands) std::printf("  %-8s %s\n", c.name, c.summary);
-  std::printf("\n`vlm <command> --help` lists a command's flags.\n");
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table = {
+      {"train", "train a VLM from a TOML run file (--resume continues a run exactly)", vlm::cli::cmd_train},
+      {"eval", "evaluate a checkpoint on held-out shards (VQA accuracy, caption exact match)", vlm::cli::cmd_eval},
+      {"data", "dataset tools", vlm::cli::cmd_data, &vlm::cli::data_tools()},
+      {"bench", "benchmarks against the peers", vlm::cli::cmd_bench, &vlm::cli::benchmarks()},
+  };
+  return table;
 }
+
+void print_usage(FILE* out) {
+  std::fprintf(out,
+               "vlm.cpp: train and evaluate vision-language models, build and clean their datasets, benchmark "
+               "against peers\n\nusage: vlm <command> [flags]\n\ncommands:\n%s\n"
+               "`vlm <command> --help` lists a command's flags; `vlm --help-env` the environment variables vlm.cpp "
+               "reads\n(`vlm --help-env --markdown` writes docs/env.md).\n",
+               vlm::cli::command_lines(commands(), "").c_str());
+}
+
+bool is(const char* arg, const char* name) { return std::strcmp(arg, name) == 0; }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
-    print_usage();
+  if (argc < 2 || is(argv[1], "--help") || is(argv[1], "-h") || is(argv[1], "help")) {
+    print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  for (const auto& c : kCommands)
-    if (!std::strcmp(argv[1], c.name)) return c.run(argc, argv, 2);
+  if (is(argv[1], "--help-env")) {
+    if (argc == 2 || (argc == 3 && is(argv[2], "--markdown"))) {
+      std::printf("%s", (argc == 2 ? vlm::env::help_text() : vlm::env::markdown()).c_str());
+      return 0;
+    }
+    std::fprintf(stderr, "usage: vlm --help-env [--markdown]\n");
+    return 2;
+  }
+  for (const Command& c : commands())
+    if (is(argv[1], c.name)) return c.run(argc, argv, 2);
   std::fprintf(stderr, "vlm: unknown command '%s'\n\n", argv[1]);
-  print_usage();
+  print_usage(stderr);
   return 2;
 }

@@ -5,7 +5,7 @@
 
 namespace vlm::bench {
 
-// argv[0] is "train". Returns the process exit code.
+// argv[0] is the program or subcommand name. Returns the process exit code.
 int bench_train_main(int argc, char** argv);
 
 }  // namespace vlm::bench

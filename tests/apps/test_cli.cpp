@@ -1,11 +1,16 @@
-// The `vlm` binary as a user meets it: generated help, exit codes, errors that name the file, key and reason, and
-// a tiny end-to-end run (synth -> tokenizer-train -> train -> eval -> resume).
+// The `vlm` binary as a user meets it: generated help (commands, flags, environment variables), exit codes, errors
+// that name the file, key and reason, and a tiny end-to-end run (synth -> tokenizer-train -> train -> eval -> resume).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "core/env.h"
 #include "testing/test_util.h"
 
 namespace {
@@ -34,6 +39,59 @@ TEST(Cli, HelpIsGeneratedFromTheOptionDeclarations) {
   EXPECT_EQ(run("").code, 2);
   EXPECT_EQ(run("frobnicate").code, 2);
   EXPECT_EQ(run("data synth --help").code, 0);
+}
+
+// The command lines of a help text's "<heading>:" section ("  name [subcommand]  summary"): the names.
+std::vector<std::string> listed(const std::string& help, const std::string& heading) {
+  std::istringstream in(help.substr(help.find(heading + ":\n") + heading.size() + 2));
+  std::vector<std::string> names;
+  for (std::string line; std::getline(in, line) && line.rfind("  ", 0) == 0;)
+    names.push_back(line.substr(2, line.find("  ", 2) - 2));
+  return names;
+}
+
+// `vlm --help` lists what the dispatch tables run (the data tools and benchmarks as "data <tool>" and
+// "bench <benchmark>"), `vlm data --help` and `vlm bench --help` their own, and every listed command answers --help.
+TEST(Cli, HelpListsEveryCommandAndEachAnswersHelp) {
+  const CliResult r = run("--help");
+  ASSERT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("--help-env"), std::string::npos) << r.out;
+  const std::vector<std::string> commands = listed(r.out, "commands");
+  EXPECT_EQ(commands, (std::vector<std::string>{"train", "eval", "data synth", "data build", "data inspect",
+                                                "data dedup", "data filter", "data tokenizer-train",
+                                                "bench attention", "bench data", "bench train"}))
+      << r.out;
+  for (const auto& [level, noun] : {std::pair{"data", "tools"}, std::pair{"bench", "benchmarks"}}) {
+    const CliResult sub = run(std::string(level) + " --help");
+    EXPECT_EQ(sub.code, 0) << sub.out;
+    std::vector<std::string> expected;
+    for (const std::string& c : commands)
+      if (c.rfind(std::string(level) + " ", 0) == 0) expected.push_back(c.substr(std::string(level).size() + 1));
+    EXPECT_EQ(listed(sub.out, noun), expected) << sub.out;
+    EXPECT_EQ(run(level).code, 2);
+    const CliResult unknown = run(std::string(level) + " frobnicate");
+    EXPECT_EQ(unknown.code, 2);
+    EXPECT_NE(unknown.out.find("unknown"), std::string::npos) << unknown.out;
+  }
+  for (const std::string& c : commands) {
+    const CliResult h = run(c + " --help");
+    EXPECT_EQ(h.code, 0) << c << ": " << h.out;
+    EXPECT_NE(h.out.find("vlm " + c), std::string::npos) << c << ": " << h.out;
+  }
+}
+
+// `vlm --help-env` lists every declared environment variable; --markdown prints docs/env.md's text.
+TEST(Cli, HelpEnvListsEveryRegistryEntry) {
+  const CliResult r = run("--help-env");
+  ASSERT_EQ(r.code, 0);
+  for (const vlm::env::Var& v : vlm::env::registry()) {
+    EXPECT_NE(r.out.find(std::string("  ") + v.name + "="), std::string::npos) << v.name;
+    EXPECT_NE(r.out.find(v.meaning), std::string::npos) << v.name;
+  }
+  const CliResult md = run("--help-env --markdown");
+  EXPECT_EQ(md.code, 0);
+  EXPECT_EQ(md.out, vlm::env::markdown());
+  EXPECT_EQ(run("--help-env --bogus").code, 2);
 }
 
 // `vlm bench train` parses its options before it looks for a GPU, so a bad value fails with exit code 2 anywhere.
