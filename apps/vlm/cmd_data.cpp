@@ -7,11 +7,11 @@
 #include "cli.h"
 #include "commands.h"
 #include "core/logging.h"
-#include "data/prompt.h"
-#include "data/sample_stream.h"
-#include "data/shard_spec.h"
-#include "data/synth_shapes.h"
+#include "data/io/shard_spec.h"
+#include "data/loader/prompt.h"
+#include "data/loader/sample_stream.h"
 #include "data/tokenizer/bpe_trainer.h"
+#include "data/tools/synth_shapes.h"
 #include "track/metrics.h"
 
 namespace vlm::cli {

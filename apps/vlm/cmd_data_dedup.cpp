@@ -8,7 +8,7 @@
 #include "commands.h"
 #include "data/dedup/dedup_job.h"
 #include "data/dedup/filter_job.h"
-#include "data/shard_spec.h"
+#include "data/io/shard_spec.h"
 #include "track/progress.h"
 
 namespace vlm::cli {

@@ -3,9 +3,9 @@
 
 #include "cli.h"
 #include "commands.h"
-#include "data/dataset_build.h"
-#include "data/dataset_inspect.h"
-#include "data/shard_spec.h"
+#include "data/io/shard_spec.h"
+#include "data/tools/dataset_build.h"
+#include "data/tools/dataset_inspect.h"
 #include "track/progress.h"
 
 namespace vlm::cli {

@@ -23,7 +23,7 @@
 #include "bench/bench_options.h"
 #include "bench/data/bench_loader.h"
 #include "bench/data/bench_shards.h"
-#include "data/image_pipeline.h"
+#include "data/image/image_pipeline.h"
 #include "data/tokenizer/tokenizer.h"
 
 namespace vlm::bench {

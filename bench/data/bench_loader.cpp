@@ -15,8 +15,8 @@
 
 #include <time.h>
 
+#include "data/loader/vlm_batch.h"
 #include "data/tokenizer/bpe_trainer.h"
-#include "data/vlm_batch.h"
 
 namespace vlm::bench {
 namespace {

@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/philox.h"
-#include "data/image.h"
-#include "data/tar.h"
-#include "data/transforms.h"
-#include "data/webdataset.h"
+#include "data/image/image.h"
+#include "data/image/transforms.h"
+#include "data/io/tar.h"
+#include "data/io/webdataset.h"
 
 namespace vlm::bench {
 namespace {

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/logging.h"
-#include "data/sample_stream.h"
+#include "data/loader/sample_stream.h"
 #include "model/generate.h"
 
 namespace vlm {

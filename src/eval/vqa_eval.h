@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "data/vlm_batch.h"
+#include "data/loader/vlm_batch.h"
 #include "model/vlm.h"
 
 namespace vlm {

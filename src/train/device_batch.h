@@ -19,7 +19,7 @@
 
 #include <memory>
 
-#include "data/vlm_batch.h"
+#include "data/loader/vlm_batch.h"
 #include "model/vlm.h"
 
 namespace vlm {

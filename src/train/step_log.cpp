@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "data/filters.h"
+#include "data/loader/filters.h"
 #include "kernels/ops.h"
 
 namespace vlm {

@@ -10,7 +10,7 @@
 
 #include "core/device.h"
 #include "core/status.h"
-#include "data/vlm_batch.h"
+#include "data/loader/vlm_batch.h"
 #include "dist/communicator.h"
 #include "model/vlm.h"
 #include "track/metrics.h"

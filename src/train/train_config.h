@@ -35,7 +35,7 @@ struct DataConfig {
   bool dedup_exact = false;               // drop samples whose image bytes repeat within the epoch (per rank)
 };
 
-// Pre-decode sample filters (data/filters.h); every value's default disables its check. Counters per reason land
+// Pre-decode sample filters (data/loader/filters.h); every value's default disables its check. Counters per reason land
 // in metrics.jsonl (samples_filtered) and the loader state.
 struct DataFilterConfig {
   int min_side = 0;                       // both sides at least this many pixels

@@ -13,7 +13,7 @@
 
 #include "core/logging.h"
 #include "core/safetensors.h"
-#include "data/shard_spec.h"
+#include "data/io/shard_spec.h"
 #include "kernels/ops.h"
 #include "track/metrics.h"
 #include "track/run_dir.h"

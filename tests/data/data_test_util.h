@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "data/image.h"
+#include "data/image/image.h"
 
 namespace vlm::testing {
 

@@ -5,9 +5,9 @@
 #include <fstream>
 #include <set>
 
-#include "data/data_plan.h"
-#include "data/partitioned_stream.h"
-#include "data/tar.h"
+#include "data/io/tar.h"
+#include "data/loader/data_plan.h"
+#include "data/loader/partitioned_stream.h"
 #include "testing/test_util.h"
 
 namespace vlm {

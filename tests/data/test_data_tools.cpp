@@ -7,11 +7,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "data/data_plan.h"
-#include "data/dataset_build.h"
-#include "data/dataset_inspect.h"
-#include "data/sample_stream.h"
-#include "data/shard_spec.h"
+#include "data/io/shard_spec.h"
+#include "data/loader/data_plan.h"
+#include "data/loader/sample_stream.h"
+#include "data/tools/dataset_build.h"
+#include "data/tools/dataset_inspect.h"
 #include "data_test_util.h"
 #include "testing/test_util.h"
 

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
-#include "data/filters.h"
-#include "data/webdataset.h"
+#include "data/io/webdataset.h"
+#include "data/loader/filters.h"
 #include "data_test_util.h"
 
 namespace vlm {

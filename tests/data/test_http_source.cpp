@@ -8,9 +8,9 @@
 #include <fstream>
 #include <random>
 
-#include "data/http_source.h"
-#include "data/sample_stream.h"
-#include "data/tar.h"
+#include "data/io/http_source.h"
+#include "data/io/tar.h"
+#include "data/loader/sample_stream.h"
 #include "http_test_server.h"
 #include "testing/test_util.h"
 

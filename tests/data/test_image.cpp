@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "core/philox.h"
-#include "data/image.h"
+#include "data/image/image.h"
 #include "data_test_util.h"
 
 namespace vlm {

@@ -8,8 +8,8 @@
 #include <chrono>
 #include <cmath>
 
-#include "data/image_pipeline.h"
-#include "data/webdataset.h"
+#include "data/image/image_pipeline.h"
+#include "data/io/webdataset.h"
 #include "data_test_util.h"
 
 namespace vlm {

@@ -8,9 +8,9 @@
 #include <filesystem>
 
 #include "core/philox.h"
-#include "data/image.h"
-#include "data/image_pipeline.h"
-#include "data/transforms.h"
+#include "data/image/image.h"
+#include "data/image/image_pipeline.h"
+#include "data/image/transforms.h"
 #include "data_test_util.h"
 
 namespace vlm {

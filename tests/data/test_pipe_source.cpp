@@ -19,10 +19,10 @@
 #include <thread>
 
 #include "core/env.h"
-#include "data/pipe_source.h"
-#include "data/sample_stream.h"
-#include "data/tar.h"
-#include "data/webdataset.h"
+#include "data/io/pipe_source.h"
+#include "data/io/tar.h"
+#include "data/io/webdataset.h"
+#include "data/loader/sample_stream.h"
 #include "data_test_util.h"
 #include "testing/test_util.h"
 

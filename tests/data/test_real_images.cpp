@@ -16,8 +16,8 @@
 #include <map>
 
 #include "core/philox.h"
-#include "data/image.h"
-#include "data/image_pipeline.h"
+#include "data/image/image.h"
+#include "data/image/image_pipeline.h"
 #include "data_test_util.h"
 
 namespace vlm {

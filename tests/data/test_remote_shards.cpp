@@ -6,11 +6,11 @@
 
 #include <cstdlib>
 
-#include "data/shard_spec.h"
-#include "data/synth_shapes.h"
-#include "data/tar.h"
+#include "data/io/shard_spec.h"
+#include "data/io/tar.h"
+#include "data/loader/vlm_batch.h"
 #include "data/tokenizer/bpe_trainer.h"
-#include "data/vlm_batch.h"
+#include "data/tools/synth_shapes.h"
 #include "data_test_util.h"
 #include "http_test_server.h"
 #include "testing/test_util.h"

@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/sample_stream.h"
-#include "data/tar.h"
+#include "data/io/tar.h"
+#include "data/loader/sample_stream.h"
 #include "data_test_util.h"
 #include "testing/test_util.h"
 

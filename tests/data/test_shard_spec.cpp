@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "data/shard_spec.h"
+#include "data/io/shard_spec.h"
 #include "testing/test_util.h"
 
 namespace vlm {

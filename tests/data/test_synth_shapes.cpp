@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "data/synth_shapes.h"
-#include "data/webdataset.h"
+#include "data/io/webdataset.h"
+#include "data/tools/synth_shapes.h"
 #include "data_test_util.h"
 #include "testing/test_util.h"
 

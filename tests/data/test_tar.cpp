@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "core/philox.h"
-#include "data/tar.h"
+#include "data/io/tar.h"
 #include "data_test_util.h"
 #include "testing/test_util.h"
 

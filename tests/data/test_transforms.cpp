@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/transforms.h"
+#include "data/image/transforms.h"
 #include "data_test_util.h"
 
 namespace vlm {

@@ -7,11 +7,11 @@
 
 #include <set>
 
-#include "data/synth_shapes.h"
-#include "data/tar.h"
+#include "data/io/tar.h"
+#include "data/io/webdataset.h"
+#include "data/loader/vlm_batch.h"
 #include "data/tokenizer/bpe_trainer.h"
-#include "data/vlm_batch.h"
-#include "data/webdataset.h"
+#include "data/tools/synth_shapes.h"
 #include "data_test_util.h"
 #include "testing/test_util.h"
 

@@ -5,10 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/synth_shapes.h"
-#include "data/tar.h"
+#include "data/io/tar.h"
+#include "data/loader/vlm_batch.h"
 #include "data/tokenizer/bpe_trainer.h"
-#include "data/vlm_batch.h"
+#include "data/tools/synth_shapes.h"
 #include "testing/test_util.h"
 
 namespace vlm {

@@ -6,11 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/tar.h"
+#include "data/image/transforms.h"
+#include "data/io/tar.h"
+#include "data/io/webdataset.h"
+#include "data/loader/vlm_batch.h"
 #include "data/tokenizer/bpe_trainer.h"
-#include "data/transforms.h"
-#include "data/vlm_batch.h"
-#include "data/webdataset.h"
 #include "data_test_util.h"
 #include "testing/test_util.h"
 

@@ -1,7 +1,7 @@
 // webdataset grouping: key/field split, grouping, skipping, duplicate fields, truncated shards.
 #include <gtest/gtest.h>
 
-#include "data/webdataset.h"
+#include "data/io/webdataset.h"
 #include "data_test_util.h"
 #include "testing/test_util.h"
 

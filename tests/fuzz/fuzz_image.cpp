@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "data/image.h"
+#include "data/image/image.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

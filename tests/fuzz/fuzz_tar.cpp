@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "data/tar.h"
+#include "data/io/tar.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   vlm::TarReaderOptions o;

@@ -5,9 +5,9 @@
 
 #include <filesystem>
 
-#include "data/synth_shapes.h"
 #include "data/tokenizer/bpe_trainer.h"
 #include "data/tokenizer/tokenizer.h"
+#include "data/tools/synth_shapes.h"
 #include "train/device_batch.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "data/dedup/content_hash.h"
+#include "data/io/content_hash.h"
 
 namespace vlm {
 

@@ -1,6 +1,6 @@
-// The `vlm data filter` job as a library call: run filter_sample() (data/filters.h: image header size and aspect,
-// caption cleaning and length, img2dataset metadata thresholds and `field op value` rules) on every sample of the
-// shards and rewrite them into <out_dir>/<shard name> keeping the passing samples (shard_subset.h, shards in
+// The `vlm data filter` job as a library call: run filter_sample() (data/loader/filters.h: image header size and
+// aspect, caption cleaning and length, img2dataset metadata thresholds and `field op value` rules) on every sample of
+// the shards and rewrite them into <out_dir>/<shard name> keeping the passing samples (shard_subset.h, shards in
 // parallel on a thread pool), with one counter per rejection reason, a few example keys per reason, and
 // <out_dir>/filter_report.json. Bad shards are reported, never fatal.
 #pragma once
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "data/dedup/shard_subset.h"
-#include "data/filters.h"
+#include "data/loader/filters.h"
 
 namespace vlm {
 

@@ -7,7 +7,7 @@
 
 #include "core/philox.h"
 #include "core/status.h"
-#include "data/dedup/content_hash.h"
+#include "data/io/content_hash.h"
 
 namespace vlm {
 namespace {

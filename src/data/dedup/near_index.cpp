@@ -9,9 +9,9 @@
 #include <unordered_map>
 
 #include "core/status.h"
-#include "data/dedup/content_hash.h"
 #include "data/dedup/minhash.h"
 #include "data/dedup/phash.h"
+#include "data/io/content_hash.h"
 
 namespace vlm {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "data/transforms.h"
+#include "data/image/transforms.h"
 
 namespace vlm {
 namespace {

@@ -25,7 +25,7 @@
 #include <cstdint>
 
 #include "core/status.h"
-#include "data/image.h"
+#include "data/image/image.h"
 
 namespace vlm {
 

@@ -16,9 +16,9 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "data/dedup/content_hash.h"
 #include "data/dedup/minhash.h"
-#include "data/webdataset.h"
+#include "data/io/content_hash.h"
+#include "data/io/webdataset.h"
 
 namespace vlm {
 

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "core/logging.h"
-#include "data/tar.h"
+#include "data/io/tar.h"
 
 namespace vlm {
 namespace fs = std::filesystem;

@@ -15,7 +15,7 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "data/webdataset.h"
+#include "data/io/webdataset.h"
 
 namespace vlm {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "data/dedup/dedup_job.h"
-#include "data/shard_spec.h"
+#include "data/io/shard_spec.h"
 #include "dedup_test_util.h"
 
 int main(int argc, char** argv) {

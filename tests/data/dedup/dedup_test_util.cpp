@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "core/status.h"
-#include "data/tar.h"
-#include "data/transforms.h"
+#include "data/image/transforms.h"
+#include "data/io/tar.h"
 
 namespace vlm::testing {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/philox.h"
-#include "data/image.h"
+#include "data/image/image.h"
 
 namespace vlm::testing {
 

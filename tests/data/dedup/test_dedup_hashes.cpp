@@ -7,12 +7,12 @@
 #include <cmath>
 #include <thread>
 
-#include "data/dedup/content_hash.h"
 #include "data/dedup/exact_dedup_set.h"
 #include "data/dedup/minhash.h"
 #include "data/dedup/phash.h"
 #include "data/dedup/sample_hashes.h"
-#include "data/transforms.h"
+#include "data/image/transforms.h"
+#include "data/io/content_hash.h"
 #include "dedup_test_util.h"
 
 namespace vlm {

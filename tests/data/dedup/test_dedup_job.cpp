@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/dedup/dedup_job.h"
-#include "data/sample_stream.h"
+#include "data/loader/sample_stream.h"
 #include "dedup_test_util.h"
 
 namespace vlm {

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/dedup/filter_job.h"
-#include "data/webdataset.h"
+#include "data/io/webdataset.h"
 #include "dedup_test_util.h"
 
 namespace vlm {
