@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages vlm.cpp builds against, when any is missing. Safe to run repeatedly.
 # Also unpacks the sample images of python3-skimage (real photos, a truncated JPEG, PNGs of many colour types) for
-# the real-image tests (tests/data/test_real_images.cpp; they skip without them): only the package's data folder,
+# the real-image tests (tests/data/image/test_real_images.cpp; they skip without them): only the package's data folder,
 # a 20 MB download, into /usr/local/share/vlm/test-images/skimage; installing the package would pull numpy, scipy
 # and matplotlib (86 MB). VLM_NO_TEST_IMAGES=1 skips that step.
 set -euo pipefail

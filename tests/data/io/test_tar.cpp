@@ -364,7 +364,8 @@ TEST(Tar, MutationFuzzTerminates) {
 }
 
 TEST(ByteSource, OpenSourceSchemes) {
-  // http(s):// and pipe: are tested against real servers and commands in test_data_sources.
+  // http(s):// and pipe: are tested against real servers and commands in test_http_source.cpp and
+  // test_pipe_source.cpp.
   for (const char* url : {"s3://bucket/a.tar", "ftp://host/a.tar"}) {
     auto s = open_source(url);
     ASSERT_FALSE(s.ok());
