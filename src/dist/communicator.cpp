@@ -2,6 +2,7 @@
 #include "dist/communicator.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace vlm::dist {
@@ -56,6 +57,7 @@ class LocalCommunicator final : public Communicator {
   Status do_all_gather(Tensor& out, const Tensor& in) override { return copy(out, in); }
   Status do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp) override { return copy(out, in); }
   Status do_broadcast(Tensor&, int) override { return Status(); }
+  Status do_gather(Tensor& out, const Tensor& in, int) override { return copy(out, in); }
 
  private:
   static Status copy(Tensor& out, const Tensor& in) {
@@ -105,6 +107,20 @@ Status Communicator::broadcast(Tensor& tensor, int root) {
   return tensor.numel() == 0 ? Status() : do_broadcast(tensor, root);
 }
 
+Status Communicator::gather(Tensor& out, const Tensor& in, int root) {
+  if (root < 0 || root >= size())
+    return invalid_argument(str("gather: root ", root, " is not a rank of a world of ", size()));
+  if (rank() != root) {
+    VLM_RETURN_IF_ERROR(check_tensor("gather", "in", in));
+  } else {
+    VLM_RETURN_IF_ERROR(check_pair("gather", out, in));
+    if (out.numel() != static_cast<int64_t>(size()) * in.numel())
+      return invalid_argument(str("gather: out (", out.describe(), ") must hold ", size(), " x in (", in.describe(),
+                                  ") elements"));
+  }
+  return in.numel() == 0 ? Status() : do_gather(out, in, root);
+}
+
 Expected<std::vector<std::string>> all_gather_strings(Communicator& comm, const std::string& mine) {
   const int n = comm.size();
   Tensor length = Tensor::empty({1}, DType::i64), lengths = Tensor::empty({n}, DType::i64);
@@ -121,6 +137,65 @@ Expected<std::vector<std::string>> all_gather_strings(Communicator& comm, const 
   for (int r = 0; r < n; ++r)
     all[static_cast<size_t>(r)].assign(bytes + r * longest, static_cast<size_t>(lengths.data<int64_t>()[r]));
   return all;
+}
+
+Expected<std::vector<std::string>> gather_strings(Communicator& comm, const std::string& mine, int root,
+                                                  size_t round_bytes) {
+  const int n = comm.size();
+  if (root < 0 || root >= n)
+    return invalid_argument(str("gather_strings: root ", root, " is not a rank of a world of ", n));
+  if (round_bytes == 0) return invalid_argument("gather_strings: round_bytes is 0");
+  Tensor length = Tensor::empty({1}, DType::i64), lengths = Tensor::empty({n}, DType::i64);
+  length.data<int64_t>()[0] = static_cast<int64_t>(mine.size());
+  VLM_RETURN_IF_ERROR(comm.all_gather(lengths, length).with_context("gather_strings (lengths)"));
+  const int64_t* len = lengths.data<int64_t>();
+  const int64_t longest = *std::max_element(len, len + n);
+  const bool is_root = comm.rank() == root;
+  std::vector<std::string> all;
+  if (is_root) {
+    all.resize(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) all[static_cast<size_t>(r)].resize(static_cast<size_t>(len[r]));
+  }
+  const int64_t round = static_cast<int64_t>(std::min<size_t>(round_bytes, INT64_MAX));
+  Tensor piece, gathered;  // reused while the round size stays the same (all rounds but a shorter last one)
+  for (int64_t off = 0; off < longest; off += round) {
+    const int64_t m = std::min(round, longest - off);
+    if (!piece.defined() || piece.numel() != m) {
+      piece = Tensor::empty({m}, DType::u8);
+      if (is_root) gathered = Tensor::empty({n * m}, DType::u8);
+    }
+    // This rank's bytes [off, off + m), zero-padded past its end.
+    auto* p = static_cast<char*>(piece.raw_data());
+    const int64_t have = std::clamp<int64_t>(static_cast<int64_t>(mine.size()) - off, 0, m);
+    if (have > 0) std::memcpy(p, mine.data() + off, static_cast<size_t>(have));
+    std::memset(p + have, 0, static_cast<size_t>(m - have));
+    VLM_RETURN_IF_ERROR(comm.gather(gathered, piece, root).with_context("gather_strings (bytes)"));
+    if (!is_root) continue;
+    const char* bytes = static_cast<const char*>(gathered.raw_data());
+    for (int r = 0; r < n; ++r) {
+      const int64_t take = std::clamp<int64_t>(len[r] - off, 0, m);
+      if (take > 0) std::memcpy(all[static_cast<size_t>(r)].data() + off, bytes + r * m, static_cast<size_t>(take));
+    }
+  }
+  return all;
+}
+
+Status broadcast_string(Communicator& comm, std::string& text, int root) {
+  if (root < 0 || root >= comm.size())
+    return invalid_argument(str("broadcast_string: root ", root, " is not a rank of a world of ", comm.size()));
+  Tensor length = Tensor::empty({1}, DType::i64);
+  length.data<int64_t>()[0] = static_cast<int64_t>(text.size());
+  VLM_RETURN_IF_ERROR(comm.broadcast(length, root).with_context("broadcast_string (length)"));
+  const int64_t n = length.data<int64_t>()[0];
+  if (n == 0) {
+    text.clear();
+    return Status();
+  }
+  Tensor bytes = Tensor::empty({n}, DType::u8);
+  if (comm.rank() == root) std::memcpy(bytes.raw_data(), text.data(), text.size());
+  VLM_RETURN_IF_ERROR(comm.broadcast(bytes, root).with_context("broadcast_string (bytes)"));
+  text.assign(static_cast<const char*>(bytes.raw_data()), static_cast<size_t>(n));
+  return Status();
 }
 
 std::unique_ptr<Communicator> make_local_communicator() { return std::make_unique<LocalCommunicator>(); }

@@ -10,6 +10,8 @@
 //   reduce_scatter(out, in, op)  out = this rank's slice of op over ranks of in: in.numel() == size() * out.numel();
 //                              rank r gets elements [r * out.numel(), (r + 1) * out.numel()).
 //   broadcast(t, root)         t = root's t on every rank.
+//   gather(out, in, root)      on root: out = [in of rank 0, in of rank 1, ...], out.numel() == size() * in.numel();
+//                              on the other ranks `out` is neither checked nor written (it may be undefined).
 // Mismatched sizes, dtypes or devices are reported as errors naming the collective and the tensors, before anything
 // is sent (so one rank's bad call does not leave the others waiting in a half-started collective).
 #pragma once
@@ -38,6 +40,7 @@ class Communicator {
   Status all_gather(Tensor& out, const Tensor& in);
   Status reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op);
   Status broadcast(Tensor& tensor, int root);
+  Status gather(Tensor& out, const Tensor& in, int root);
   virtual Status barrier() = 0;
   // Ends every rank's process with exit status `code` (MPI_Abort), for a rank that fails where the others wait in a
   // collective it will never join. A world of one returns (its caller reports the error).
@@ -49,6 +52,7 @@ class Communicator {
   virtual Status do_all_gather(Tensor& out, const Tensor& in) = 0;
   virtual Status do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) = 0;
   virtual Status do_broadcast(Tensor& tensor, int root) = 0;
+  virtual Status do_gather(Tensor& out, const Tensor& in, int root) = 0;
 };
 
 // `value` reduced over the ranks by `op`: a one-element all_reduce (T: float, double, int32_t or int64_t).
@@ -63,6 +67,16 @@ Expected<T> all_reduce_value(Communicator& comm, T value, ReduceOp op) {
 // Every rank's `mine` (any length, possibly empty), in rank order, on every rank: for variable-size records such as
 // each rank's data-loader state. Two all_gathers: the lengths, then the bytes padded to the longest.
 Expected<std::vector<std::string>> all_gather_strings(Communicator& comm, const std::string& mine);
+
+// Every rank's `mine` (any length, possibly empty), in rank order, on `root` only (the other ranks get an empty
+// vector): for records too large to hold on every rank. The lengths go through all_gather, then the bytes through
+// gathers of at most `round_bytes` per rank each (padded to the longest), so no single message nears MPI's int
+// counts and root's scratch stays size() * round_bytes.
+Expected<std::vector<std::string>> gather_strings(Communicator& comm, const std::string& mine, int root,
+                                                  size_t round_bytes = size_t{64} << 20);
+
+// Root's `text` (any length) on every rank: its length, then its bytes.
+Status broadcast_string(Communicator& comm, std::string& text, int root);
 
 // A world of one: every collective is this rank's own data (copied where out and in differ).
 std::unique_ptr<Communicator> make_local_communicator();

@@ -1,7 +1,8 @@
 // The MPI backend of Communicator for CPU tensors (see communicator.h). MPI is initialized on first use (thread level
 // FUNNELED: collectives come from one thread) and finalized at exit; the communicator works on a duplicate of
 // MPI_COMM_WORLD so its messages never meet another library's. Counts go to MPI as int: all_reduce and broadcast are
-// sent in chunks of at most 2^30 elements, all_gather and reduce_scatter take per-rank parts of at most INT_MAX.
+// sent in chunks of at most 2^30 elements, all_gather, gather and reduce_scatter take per-rank parts of at most
+// INT_MAX.
 // bf16 has no MPI type: it travels as 16-bit words, and its reductions run in f32 and are rounded once; u8 (bytes) is
 // gathered and broadcast only.
 #include <algorithm>
@@ -144,6 +145,15 @@ class MpiCommunicator final : public Communicator {
                                    "Reduce_scatter"));
     if (divide != 1.f) divide_floating(out, divide);
     return Status();
+  }
+
+  Status do_gather(Tensor& out, const Tensor& in, int root) override {
+    VLM_RETURN_IF_ERROR(check_count("gather", in.numel()));
+    const int count = static_cast<int>(in.numel());
+    void* recv = rank_ == root ? out.raw_data() : nullptr;  // only root's receive buffer is read
+    return mpi_status(MPI_Gather(in.raw_data(), count, wire_type(in.dtype()), recv, count, wire_type(in.dtype()), root,
+                                 comm_),
+                      "Gather");
   }
 
   Status do_broadcast(Tensor& t, int root) override {

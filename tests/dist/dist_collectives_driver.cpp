@@ -1,5 +1,5 @@
 // Runs every collective of the communicator this launch gets (mpirun: MPI; alone: the world of one) on values whose
-// results are exact in every dtype, and checks them against closed forms on every rank.
+// results are exact in every dtype, and checks them against closed forms on every rank (gather: on its root).
 //   dist_collectives_driver check      exit 0 when every check passed on this rank (prints "rank r of n: k checks")
 //   dist_collectives_driver has-mpi    exit 0 when vlm_dist was built with MPI
 #include <cstdio>
@@ -86,6 +86,11 @@ int run_checks(Communicator& comm) {
       Tensor b = make(m, dt, [&](int64_t i) { return r * 3 + i % 5; });
       c.expect_ok(comm.broadcast(b, n - 1), tag + "broadcast");
       c.expect(b, [&](int64_t i) { return (n - 1) * 3 + i % 5; }, tag + "broadcast");
+
+      // gather to the last rank; the others pass no output.
+      Tensor at_root = r == n - 1 ? Tensor::zeros({n * m}, dt) : Tensor();
+      c.expect_ok(comm.gather(at_root, mine, n - 1), tag + "gather");
+      if (r == n - 1) c.expect(at_root, [&](int64_t j) { return (j / m) * 16 + (j % m) % 16; }, tag + "gather");
     }
   }
   // Bytes: gathered and broadcast, never reduced.
@@ -121,6 +126,31 @@ int run_checks(Communicator& comm) {
     if (!ok) {
       std::fprintf(stderr, "rank %d: all_gather_strings: %s\n", r,
                    all.ok() ? "wrong contents" : all.status().message().c_str());
+      ++c.failures;
+    }
+  }
+  // Strings gathered to one rank in rounds of 1000 bytes (several rounds, ranks of different lengths, rank 0's
+  // empty), then one broadcast back from it.
+  for (int root : {0, n - 1}) {
+    auto text_of = [](int q) {
+      std::string t(static_cast<size_t>(q) * 1700 + 3, '\0');
+      for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<char>((q * 31 + i) % 251);
+      return q == 0 ? std::string() : t;
+    };
+    const vlm::Expected<std::vector<std::string>> all = vlm::dist::gather_strings(comm, text_of(r), root, 1000);
+    ++c.checks;
+    bool ok = all.ok() && all->size() == (r == root ? static_cast<size_t>(n) : 0u);
+    for (int q = 0; ok && r == root && q < n; ++q) ok = (*all)[static_cast<size_t>(q)] == text_of(q);
+    if (!ok) {
+      std::fprintf(stderr, "rank %d: gather_strings to %d: %s\n", r, root,
+                   all.ok() ? "wrong contents" : all.status().message().c_str());
+      ++c.failures;
+    }
+    std::string text = r == root ? std::string(5000, 'r') + std::to_string(root) : std::string("stale");
+    c.expect_ok(vlm::dist::broadcast_string(comm, text, root), "broadcast_string");
+    ++c.checks;
+    if (text != std::string(5000, 'r') + std::to_string(root)) {
+      std::fprintf(stderr, "rank %d: broadcast_string from %d: wrong text of %zu bytes\n", r, root, text.size());
       ++c.failures;
     }
   }

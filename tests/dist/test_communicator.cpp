@@ -92,6 +92,47 @@ TEST(LocalCommunicator, GathersStringsOfAnyLength) {
   }
 }
 
+TEST(LocalCommunicator, GatherIsTheRanksOwnDataOnRootOnly) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  for (DType dt : {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64, DType::u8}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor original = iota(19, dt, 1.0);
+    Tensor out = Tensor::zeros({19}, dt);
+    ASSERT_TRUE(comm->gather(out, original, 0).ok());
+    EXPECT_TRUE(same_values(out, original));
+  }
+  Tensor out = Tensor::zeros({4}, DType::f32), undefined;
+  const Status wrong_size = comm->gather(out, iota(3, DType::f32), 0);
+  EXPECT_EQ(wrong_size.code(), StatusCode::invalid_argument);
+  EXPECT_NE(wrong_size.message().find("gather: out"), std::string::npos) << wrong_size.message();
+  EXPECT_EQ(comm->gather(undefined, iota(3, DType::f32), 0).code(), StatusCode::invalid_argument);  // root's out
+  const Status bad_root = comm->gather(out, iota(4, DType::f32), 1);
+  EXPECT_NE(bad_root.message().find("gather: root 1"), std::string::npos) << bad_root.message();
+}
+
+TEST(LocalCommunicator, GathersStringsToRootInRounds) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  // round_bytes 7: several rounds, and a last one shorter than the rest.
+  const std::string with_nul = std::string(100, 'x') + std::string(1, '\0') + "end";
+  for (const std::string& s : {std::string(), std::string("abc"), with_nul}) {
+    for (size_t round : {size_t{7}, size_t{1000}}) {
+      const Expected<std::vector<std::string>> all = gather_strings(*comm, s, 0, round);
+      ASSERT_TRUE(all.ok()) << all.status().message();
+      ASSERT_EQ(all->size(), 1u);
+      EXPECT_EQ((*all)[0], s);
+    }
+  }
+  EXPECT_EQ(gather_strings(*comm, "x", 1).status().code(), StatusCode::invalid_argument);
+  EXPECT_EQ(gather_strings(*comm, "x", 0, 0).status().code(), StatusCode::invalid_argument);
+  std::string text = "kept";
+  ASSERT_TRUE(broadcast_string(*comm, text, 0).ok());
+  EXPECT_EQ(text, "kept");
+  std::string empty;
+  ASSERT_TRUE(broadcast_string(*comm, empty, 0).ok());
+  EXPECT_EQ(empty, "");
+  EXPECT_EQ(broadcast_string(*comm, text, -1).code(), StatusCode::invalid_argument);
+}
+
 TEST(Communicator, OneRankLaunchGetsTheLocalBackend) {
   LaunchInfo info;  // a world of one
   Expected<std::unique_ptr<Communicator>> comm = make_communicator(info);
