@@ -9,6 +9,7 @@
 #include "data/dedup/dedup_job.h"
 #include "data/dedup/filter_job.h"
 #include "data/io/shard_spec.h"
+#include "dist/communicator.h"
 #include "track/progress.h"
 
 namespace vlm::cli {
@@ -70,7 +71,9 @@ int data_dedup(int argc, char** argv, int first) {
   if (threads < 0 || num_perm < 1 || num_perm > 4096 || max_examples < 0)
     return usage_error("--threads >= 0, --num-perm in [1, 4096], --max-examples >= 0");
 
-  auto world = DedupWorld::get();
+  auto launch = dist::launch_info_from_env();
+  if (!launch.ok()) return fail(launch.status());
+  auto world = dist::make_communicator(*launch);  // a world of one unless launched by mpirun / srun
   if (!world.ok()) return fail(world.status());
   auto list = expand_shard_spec(shards);
   if (!list.ok()) return fail(list.status());

@@ -1,6 +1,6 @@
-// The whole `vlm data dedup` job as a library call: hash every sample of the shards (spread over the ranks of an
-// MPI launch: rank r hashes shards r, r + size, ...; then the records are gathered to rank 0 and put back in shard
-// list order, so the result is the same for any number of ranks), cluster on rank 0, write
+// The whole `vlm data dedup` job as a library call: hash every sample of the shards (spread over the ranks of the
+// communicator, e.g. an mpirun launch: rank r hashes shards r, r + size, ...; then the records are gathered to rank 0
+// and put back in shard list order, so the result is the same for any number of ranks), cluster on rank 0, write
 //   <out>/keep.jsonl      one {"shard": ..., "key": ...} per kept sample, in shard order
 //   <out>/removed.jsonl   per dropped sample: shard, key, kind, duplicate_of(_shard) (the kept sample of its
 //                         cluster), matched(_shard) (its strongest pair's other end), phash_distance or
@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "data/dedup/dedup_cluster.h"
-#include "data/dedup/dedup_world.h"
 #include "data/dedup/sample_hashes.h"
 #include "data/dedup/shard_subset.h"
+#include "dist/communicator.h"
 
 namespace vlm {
 
@@ -44,7 +44,8 @@ struct DedupJobSummary {
   std::vector<std::string> files;  // written on this rank
 };
 
-Expected<DedupJobSummary> run_dedup_job(const DedupJobOptions& options, DedupWorld& world);
+// Every rank of `comm` calls it with the same options (a world of one: make_local_communicator()).
+Expected<DedupJobSummary> run_dedup_job(const DedupJobOptions& options, dist::Communicator& comm);
 
 // Writers used by the job (exposed for tests).
 // Writes `path` through `path.tmp` + rename, so a reader never sees half a file.

@@ -5,7 +5,7 @@
 set -eu
 driver="$1"
 if ! command -v mpirun >/dev/null 2>&1; then echo "mpirun not found: skipped"; exit 77; fi
-if ! "$driver" has-mpi; then echo "vlm_dedup built without MPI: skipped"; exit 77; fi
+if ! "$driver" has-mpi; then echo "vlm_dist built without MPI: skipped"; exit 77; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/data"

@@ -46,9 +46,8 @@ std::vector<std::string> keys_in_shards(const std::vector<std::string>& shards) 
 }
 
 DedupJobSummary run_job(const DedupJobOptions& o) {
-  auto world = DedupWorld::get();
-  EXPECT_TRUE(world.ok());
-  auto summary = run_dedup_job(o, **world);
+  auto world = dist::make_local_communicator();
+  auto summary = run_dedup_job(o, *world);
   EXPECT_TRUE(summary.ok()) << summary.status().to_string();
   return summary.ok() ? std::move(*summary) : DedupJobSummary{};
 }
@@ -200,14 +199,14 @@ TEST(DedupJob, EdgeCases) {
   EXPECT_EQ(s.result.cluster_size_histogram[50], 1u);
   EXPECT_EQ(s.scan.shards_failed, 1u);  // the missing shard is reported, not fatal
   // Bad options are errors naming the field.
-  auto world = DedupWorld::get();
+  auto world = dist::make_local_communicator();
   o.criteria.phash_distance = 40;
-  auto bad = run_dedup_job(o, **world);
+  auto bad = run_dedup_job(o, *world);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("phash_distance"), std::string::npos);
   o.criteria = DedupCriteria{};
   o.shards.clear();
-  EXPECT_FALSE(run_dedup_job(o, **world).ok());
+  EXPECT_FALSE(run_dedup_job(o, *world).ok());
 }
 
 TEST(DedupJob, RewriteRefusesToOverwriteInputsOrCollide) {
