@@ -7,44 +7,7 @@ namespace vlm {
 
 void add_run_options(OptionSet& o, RunConfig& c) {
   add_model_options(o, c.model);
-  DataConfig& d = c.data;
-  o.add("data.train_shards", &d.train_shards, "training shards (dir, brace pattern or @list.txt)");
-  o.add("data.val_shards", &d.val_shards, "held-out shards for eval");
-  o.add("data.tokenizer", &d.tokenizer, "tokenizer.json path");
-  o.add("data.task", &d.task, "what the samples teach", one_of({"vqa", "caption", "mixed"}));
-  o.add("data.max_turns", &d.max_turns, "question/answer turns per training sequence", positive<int>());
-  o.add("data.caption_prompt", &d.caption_prompt, "user prompt for captioning");
-  o.add("data.chat_template", &d.chat_template, "prompt format", one_of({"chat", "plain"}));
-  o.add("data.resize", &d.resize, "resize filter", one_of({"bicubic", "bilinear"}));
-  o.add("data.image_mean", &d.image_mean, "per-channel mean for normalization");
-  o.add("data.image_std", &d.image_std, "per-channel std for normalization");
-  o.add("data.epochs", &d.epochs, "passes over the training shards (0 = until train.steps)", non_negative<int>());
-  o.add("data.shuffle_shards", &d.shuffle_shards, "reshuffle the shard order every epoch");
-  o.add("data.shuffle_window", &d.shuffle_window, "shuffle samples within windows of this many (0 = read order)",
-        non_negative<int64_t>());
-  o.add("data.decode_threads", &d.decode_threads, "image decode workers besides the training thread",
-        non_negative<int>());
-  o.add("data.prefetch_batches", &d.prefetch_batches, "batches built ahead on a background thread",
-        non_negative<int>());
-  o.add("data.resize_mode", &d.resize_mode, "how images become squares (training; eval always center-crops)",
-        one_of({"center_crop", "border_pad", "random_resized_crop"}));
-  o.add("data.max_pixels", &d.max_pixels, "skip source images with more pixels (decompression bombs)",
-        positive<int64_t>());
-  o.add("data.dct_scaling", &d.dct_scaling, "decode large JPEGs at 1/2..1/8 scale in the DCT domain (Pillow draft())");
-  o.add("data.dedup_exact", &d.dedup_exact, "drop samples whose image bytes already appeared this epoch (online)");
-  DataFilterConfig& f = c.filter;
-  o.add("filter.min_side", &f.min_side, "drop images whose shorter side is below this (0 = off)", non_negative<int>());
-  o.add("filter.max_aspect_ratio", &f.max_aspect_ratio, "drop images with max(w,h)/min(w,h) above this (0 = off)",
-        non_negative<double>());
-  o.add("filter.min_caption_chars", &f.min_caption_chars, "drop cleaned captions shorter than this (0 = off)",
-        non_negative<int>());
-  o.add("filter.max_caption_chars", &f.max_caption_chars, "drop cleaned captions longer than this (0 = off)",
-        non_negative<int>());
-  o.add("filter.min_similarity", &f.min_similarity, "keep json similarity >= this, e.g. 0.28 (< 0 = off)");
-  o.add("filter.max_punsafe", &f.max_punsafe, "keep json punsafe < this, e.g. 0.5 (< 0 = off)");
-  o.add("filter.max_pwatermark", &f.max_pwatermark, "keep json pwatermark < this, e.g. 0.8 (< 0 = off)");
-  o.add("filter.rules", &f.rules, "json rules that must all hold, e.g. [\"aesthetic >= 5\", \"lang == en\"]");
-  o.add("filter.missing_field_fails", &f.missing_field_fails, "drop samples lacking a thresholded json field");
+  add_data_options(o, c.data, c.filter);
   OptimConfig& t = c.train;
   o.add("train.steps", &t.steps, "optimizer steps", positive<int64_t>());
   o.add("train.batch_size", &t.batch_size, "samples per micro-batch", positive<int>());
@@ -114,9 +77,7 @@ Expected<RunConfig> load_run_config(const std::string& path, const std::vector<s
   for (const auto& s : overrides) VLM_RETURN_IF_ERROR(options.set(s));
   VLM_RETURN_IF_ERROR(options.validate());
   VLM_RETURN_IF_ERROR(validate_model_config(config.model).with_context(path.empty() ? "config" : path));
-  if (config.data.image_mean.size() != 3 || config.data.image_std.size() != 3)
-    return invalid_argument((path.empty() ? std::string("config") : path) +
-                            ": data.image_mean and data.image_std need 3 values");
+  VLM_RETURN_IF_ERROR(config.data.validate().with_context(path.empty() ? "config" : path));
   VLM_RETURN_IF_ERROR(training_compute_dtype(config.train).status().with_context(path.empty() ? "config" : path));
   if (resolved_toml) *resolved_toml = options.to_toml();
   return config;

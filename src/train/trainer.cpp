@@ -13,7 +13,6 @@
 
 #include "core/logging.h"
 #include "core/safetensors.h"
-#include "data/io/shard_spec.h"
 #include "kernels/ops.h"
 #include "track/metrics.h"
 #include "track/run_dir.h"
@@ -27,51 +26,8 @@
 namespace vlm {
 
 Expected<VlmDataOptions> make_data_options(const RunConfig& c, const std::string& shard_spec, bool for_eval) {
-  VlmDataOptions d;
-  VLM_ASSIGN_OR_RETURN(d.shards, expand_shard_spec(shard_spec));
-  if (d.shards.empty()) return not_found("no shards match '" + shard_spec + "'");
-  d.task = c.data.task;
-  d.max_turns = c.data.max_turns;
-  d.caption_prompt = c.data.caption_prompt;
-  d.image_size = c.model.vision.image_size;
-  d.resize = c.data.resize;
-  for (int i = 0; i < 3; ++i) {
-    d.mean[i] = c.data.image_mean[static_cast<size_t>(i)];
-    d.std[i] = c.data.image_std[static_cast<size_t>(i)];
-  }
-  d.image_tokens = c.model.image_tokens();
-  d.max_seq_len = c.model.text.max_seq_len;
-  d.epochs = for_eval ? 1 : c.data.epochs;
-  d.shuffle_shards = for_eval ? false : c.data.shuffle_shards;
-  d.shuffle_window = for_eval ? 0 : static_cast<uint64_t>(c.data.shuffle_window);
-  d.decode_threads = c.data.decode_threads;
-  d.prefetch_batches = for_eval ? 0 : c.data.prefetch_batches;
-  d.seed = static_cast<uint64_t>(c.train.seed);
-  d.resize_mode = for_eval ? "center_crop" : c.data.resize_mode;
-  d.max_pixels = static_cast<uint64_t>(c.data.max_pixels);
-  d.dct_scaling = c.data.dct_scaling;
-  d.dedup_exact = c.data.dedup_exact && !for_eval;
-  if (c.filter.any() && !for_eval) {
-    const DataFilterConfig& f = c.filter;
-    FilterConfig fc;
-    fc.min_width = fc.min_height = f.min_side;
-    fc.max_aspect_ratio = f.max_aspect_ratio;
-    fc.min_caption_chars = f.min_caption_chars;
-    fc.max_caption_chars = f.max_caption_chars;
-    if (f.min_similarity >= 0) fc.min_similarity = f.min_similarity;
-    if (f.max_punsafe >= 0) fc.max_punsafe = f.max_punsafe;
-    if (f.max_pwatermark >= 0) fc.max_pwatermark = f.max_pwatermark;
-    for (const auto& r : f.rules) {
-      auto rule = parse_json_field_rule(r);
-      if (!rule.ok()) return rule.status().with_context("filter.rules");
-      fc.json_rules.push_back(std::move(*rule));
-    }
-    fc.missing_field_fails = f.missing_field_fails;
-    VLM_RETURN_IF_ERROR(fc.validate().with_context("[filter]"));
-    d.filters = fc;
-  }
-  VLM_ASSIGN_OR_RETURN(d.chat, chat_template_by_name(c.data.chat_template));
-  return d;
+  const LoaderModelShape shape{c.model.vision.image_size, c.model.image_tokens(), c.model.text.max_seq_len};
+  return build_loader_options(c.data, c.filter, shape, static_cast<uint64_t>(c.train.seed), shard_spec, for_eval);
 }
 
 namespace {

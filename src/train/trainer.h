@@ -37,7 +37,8 @@ struct TrainResult {
 
 Expected<TrainResult> run_training(const TrainerOptions& options);
 
-// The loader options for `shard_spec` under run config `c` (eval: one pass, fixed order).
+// The loader options for `shard_spec` under run config `c`: build_loader_options over its [data] and [filter]
+// sections with the model's input shape and train.seed (eval: one pass, fixed order).
 Expected<VlmDataOptions> make_data_options(const RunConfig& c, const std::string& shard_spec, bool for_eval);
 
 }  // namespace vlm
