@@ -1,5 +1,5 @@
 // Generated Unicode tables (unicode_tables_{categories,decompositions,compositions}.cpp, written by
-// scripts/gen_unicode_tables.py). Internal to the tokenizer: use the queries in unicode.h rather than these arrays.
+// dev/fixtures/gen_unicode_tables.py). Internal to the tokenizer: use the queries in unicode.h rather than these arrays.
 #pragma once
 
 #include <cstddef>

@@ -2,7 +2,7 @@
 // programmatic-serialization attribute may start while the kernel before it in its stream is still finishing, so
 // its CTAs are scheduled behind the previous kernel's last wave instead of after the previous kernel's end and the
 // launch latency that follows it. The contract that keeps this safe: every __global__ function under
-// src/kernels/cuda calls pdl::grid_begin() before it touches global memory (scripts/check_pdl.py, a CPU test, checks
+// src/kernels/cuda calls pdl::grid_begin() before it touches global memory (dev/gpu/check_pdl.py, a CPU test, checks
 // that it is the first statement of each kernel). grid_begin waits until the previous grid has completed and its
 // writes are visible (griddepcontrol.wait), then lets the next kernel launch once all of this grid's CTAs have got
 // that far (griddepcontrol.launch_dependents). Both are no-ops for a kernel launched without the attribute, and
