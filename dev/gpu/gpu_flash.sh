@@ -17,9 +17,9 @@
 # passes, to shorten a call; see those steps).
 # VLM_FLASH_PERSISTENT=0/1 forces the kernels' schedule (tests runs the Hopper cases under
 # both), VLM_FLASH_WIDE_KEYS=0/1 the forward's key step, VLM_FLASH_DYNAMIC=0/1 its causal tile counter (tests and
-# sanitize run them with 1 too), VLM_FLASH_DEAD_EXPS=0/1 its skip of exponentials past the diagonal (tests: 0 too),
+# sanitize run them with 1 too),
 # VLM_FLASH_CAUSAL_WIDE=0/1 the d=128 causal forward's mixed 128/160-key steps (by default from 8k keys; tests and
-# sanitize: 1 too), VLM_PDL=0/1 programmatic dependent launch (on by default; tests and memcheck: 0 too),
+# sanitize: 1 too),
 # VLM_FLASH_FWD_ROWS64=0/1 the d=64 causal forward's 64-row tiles (by default rows of at most 256 queries; tests: 0
 # and 1 too, sanitize: 1);
 # the sanitize step also runs with VLM_FLASH_WIDE_KEYS=1 (the d=128 forward's mixed non-causal steps on every
@@ -66,17 +66,15 @@ for step in "${steps[@]}"; do
       # skip those past the diagonal); the d=128 causal forward's mixed 128/160-key steps on every causal shape (by
       # default from 8k keys); the d=64 causal forward's 64-row tiles (two CTAs an SM) on no shape, and on every
       # shape, also with the causal counter (by default rows of at most 256 queries, on fixed lists).
-      # And every kernel launched without programmatic dependent launch (on by default), portable ones too.
       # FLASH_TEST_ENVS (';'-separated entries of VAR=value words) replaces the list, empty for none.
       # (`run env ...`: run is a shell function, which env cannot start.)
       default_test_envs="VLM_FLASH_PERSISTENT=0;VLM_FLASH_PERSISTENT=1;VLM_FLASH_WIDE_KEYS=1;VLM_FLASH_DYNAMIC=1"
-      default_test_envs+=";VLM_FLASH_DEAD_EXPS=0;VLM_FLASH_CAUSAL_WIDE=1;VLM_FLASH_FWD_ROWS64=0"
-      default_test_envs+=";VLM_FLASH_FWD_ROWS64=1;VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1;VLM_PDL=0"
+      default_test_envs+=";VLM_FLASH_CAUSAL_WIDE=1;VLM_FLASH_FWD_ROWS64=0"
+      default_test_envs+=";VLM_FLASH_FWD_ROWS64=1;VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1"
       IFS=';' read -r -a test_envs <<<"${FLASH_TEST_ENVS-$default_test_envs}"
       for e in "${test_envs[@]}"; do
         [ -n "$e" ] || continue
         filter='-*portable*'
-        [[ $e == *VLM_PDL=0* ]] && filter='*'
         echo "==== $e" >>"$OUT/tests.log"
         run env $e "$BIN/flash_gpu_test" --gtest_filter="$filter" >>"$OUT/tests.log" 2>&1 || status=1
       done
@@ -85,18 +83,16 @@ for step in "${steps[@]}"; do
       ;;
     sanitize)
       # The small cases as they run by default, then with every causal forward on the tile counter, then with the
-      # d=128 causal forward's mixed key steps on every causal shape, then (memcheck) without programmatic
-      # dependent launch, then with the d=64 causal forward's 64-row tiles on every causal shape, with the counter.
+      # d=128 causal forward's mixed key steps on every causal shape, then with the d=64 causal forward's 64-row tiles on every causal shape, with the counter.
       # FLASH_SAN_PASSES (space-separated TOOL[:SETTING] words) replaces the list.
       default_san_passes="memcheck racecheck memcheck:dynamic racecheck:dynamic memcheck:wide racecheck:wide"
-      default_san_passes+=" memcheck:nopdl memcheck:rows64 racecheck:rows64 memcheck:keys racecheck:keys"
+      default_san_passes+=" memcheck:rows64 racecheck:rows64 memcheck:keys racecheck:keys"
       read -r -a san_passes <<<"${FLASH_SAN_PASSES:-$default_san_passes}"
       for pass in "${san_passes[@]}"; do
         tool=${pass%%:*}
         envs=()
         [ "$pass" = "$tool:dynamic" ] && envs=(VLM_FLASH_DYNAMIC=1)
         [ "$pass" = "$tool:wide" ] && envs=(VLM_FLASH_CAUSAL_WIDE=1)
-        [ "$pass" = "$tool:nopdl" ] && envs=(VLM_PDL=0)
         [ "$pass" = "$tool:rows64" ] && envs=(VLM_FLASH_FWD_ROWS64=1 VLM_FLASH_DYNAMIC=1)
         [ "$pass" = "$tool:keys" ] && envs=(VLM_FLASH_WIDE_KEYS=1)
         note "compute-sanitizer $tool ($SAN_FILTER) ${envs[*]}"

@@ -106,11 +106,6 @@ for step in "${steps[@]}"; do
         echo "FAIL: tests skipped although nvidia-smi sees a GPU" | tee -a "$OUT/summary.log"
         status=1
       fi
-      # Once more with every kernel launched without programmatic dependent launch (VLM_PDL=0; on by default).
-      note "tests with VLM_PDL=0"
-      VLM_PDL=0 run "$EXE" --gtest_brief=1 >"$OUT/tests_pdl.log" 2>&1 || status=1
-      grep -E "^\[  (PASSED|FAILED) |^\[==========\]|Failure" "$OUT/tests_pdl.log" | head -30 \
-        | tee -a "$OUT/summary.log"
       ;;
     memcheck | racecheck)
       # Not the CUPTI trace: under compute-sanitizer CUPTI refuses to start (MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, H100).

@@ -15,7 +15,7 @@
 #   train   dev/gpu/gpu_train_check.sh bench: the PyTorch training peer (eager, torch.compile), then NEW's
 #           `vlm bench train --peer`, the peer cut a minute before the deadline's end
 #   trainab NEW's `vlm bench train` against OLD's (NEW's own when OLD is unset) and under each switch of
-#           TRAINAB_VARIANTS (gpu_ab.sh's AB_VARIANTS, default "VLM_PDL=0;VLM_MAIN_STREAM=1"; "" for none),
+#           TRAINAB_VARIANTS (gpu_ab.sh's AB_VARIANTS, default "VLM_ATTENTION_FLASH=0"; "" for none),
 #           AB_ROUNDS rounds, no peer: samples/s per switch
 #   dev/gpu/gpu_session.sh [step...]          (default: flash gtests checks ab ibench fbench train; trainab and
 #                                             fswitch on request)
@@ -120,7 +120,7 @@ for step in "${steps[@]}"; do
       sed -n '/^==== summary/,$p' "$log" | grep -E '^\||SM clock|Error|error' | tee -a "$session" >/dev/null ;;
     trainab)
       if [ ! -x "$NEW_DIR/vlm" ]; then say "(no vlm in NEW: skipped)"; continue; fi
-      variants=${TRAINAB_VARIANTS-VLM_PDL=0;VLM_MAIN_STREAM=1}
+      variants=${TRAINAB_VARIANTS-VLM_ATTENTION_FLASH=0}
       old_vlm=$NEW_DIR/vlm
       [ -n "$OLD_DIR" ] && [ -x "$OLD_DIR/vlm" ] && old_vlm=$OLD_DIR/vlm
       AB_GREP='^vlm\.cpp' ROUNDS=${AB_ROUNDS:-2} AB_TIMEOUT=180 AB_VARIANTS=$variants \

@@ -14,7 +14,7 @@
 #   dev/gpu/gpu_train_check.sh [curve] [demo] [repro] [tests] [bench]        (default: curve demo repro)
 # Environment: VLM_BIN (default .carry/train: vlm and lib/), OUT (default ./gpu_train_out), STEPS (default 20),
 # GPU_SET (extra --set arguments for the GPU runs, e.g. "train.precision=bf16"), TEST_ENVS (VAR=value words: the tests
-# step runs every binary once more under each; default VLM_PDL=0, empty for none), PEER_TIMEOUT and BENCH_TIMEOUT
+# step runs every binary once more under each; default none), PEER_TIMEOUT and BENCH_TIMEOUT
 # (seconds for the bench step's PyTorch peer and for `vlm bench train`, default 3600 and 600: a run cut by its limit
 # is reported, and the peer's finished modes stay in peer.jsonl).
 # To prepare the binary on the build machine:
@@ -120,8 +120,8 @@ PY
         tee -a "$OUT/summary.log" || status=1
       ;;
     tests)
-      # Each binary as is, then once more under each of TEST_ENVS (default: programmatic dependent launch off).
-      read -r -a test_envs <<<"${TEST_ENVS-VLM_PDL=0}"
+      # Each binary as is, then once more under each of TEST_ENVS (default none).
+      read -r -a test_envs <<<"${TEST_ENVS-}"
       for t in "$BIN"/test_*; do
         [ -x "$t" ] || continue
         for e in "" "${test_envs[@]}"; do
