@@ -145,11 +145,16 @@ def wait_for(predicate, proc, timeout):
     return False
 
 
-def has_suffix(ckpt_dir, suffix):
+def has_suffix(ckpt_dir, suffix, since):
+    """A folder ending in `suffix` made (or renamed) by this process: changed after `since`, so a leftover of the
+    previous kill (removed by this start) does not count."""
     try:
-        return any(n.endswith(suffix) for n in os.listdir(ckpt_dir))
+        for n in os.listdir(ckpt_dir):
+            if n.endswith(suffix) and os.stat(os.path.join(ckpt_dir, n)).st_ctime >= since:
+                return True
     except FileNotFoundError:
-        return False
+        pass
+    return False
 
 
 def main():
@@ -196,13 +201,14 @@ def main():
                 die("no progress after %d starts" % starts)
             cmd = [a.vlm, "train", "--config", config, "--run-dir", run_dir, "--quiet", "--resume"]
             log = open(os.path.join(a.work, "episode%d.log" % episode), "a")
+            started = time.time() - 0.01
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
             mode = rng.choice(["any", "any", "ckpt_write", "after_rename", "prune"]) if total_kills < a.kills else None
             hit = False
             if mode == "any":
                 hit = not wait_for(lambda: False, proc, rng.uniform(0.05, max(0.3, ref_seconds)))
             elif mode == "ckpt_write":
-                hit = wait_for(lambda: has_suffix(ckpt_dir, ".tmp"), proc, 60)
+                hit = wait_for(lambda: has_suffix(ckpt_dir, ".tmp", started), proc, 60)
                 time.sleep(rng.uniform(0, a.delay_ms / 1000.0))
             elif mode == "after_rename":
                 # The rename happened when a step folder newer than `latest` names exists; then the second pause.
@@ -216,7 +222,7 @@ def main():
                     return any(n > latest for n in names)
                 hit = wait_for(renamed, proc, 60)
             elif mode == "prune":
-                hit = wait_for(lambda: has_suffix(ckpt_dir, ".pruning"), proc, 60)
+                hit = wait_for(lambda: has_suffix(ckpt_dir, ".pruning", started), proc, 60)
                 time.sleep(rng.uniform(0, a.delay_ms / 1000.0))
             if mode is not None and proc.poll() is None and hit:
                 os.kill(proc.pid, signal.SIGKILL)
