@@ -332,9 +332,11 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     if (step_tokens == 0) {
       // Nothing to learn from (every sample of the step was skipped): not an optimizer step, and not counted.
       skips.count_empty_step();
-      if (empty_steps_warned < 10 && ++empty_steps_warned)
+      if (empty_steps_warned < 10) {
+        ++empty_steps_warned;
         VLM_WARN("step ", step, ": no target token in its ", cur.micro.size(), " micro-batch(es) (every sample skipped);",
                  " no optimizer step taken", empty_steps_warned == 10 ? " (further ones not reported)" : "");
+      }
       if (next.micro.empty() && next.error.ok()) read_next_step();  // the step's read-ahead was skipped (last step)
       continue;
     }
