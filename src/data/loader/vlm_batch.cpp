@@ -204,23 +204,21 @@ Expected<TokenizedChat> tokenize_sample(const std::string& where, std::vector<Tu
     VLM_ASSIGN_OR_RETURN(TokenizedChat head, tokenize_chat(tokenizer, o.chat, turns, 1, o.image_tokens, true));
     const std::vector<int32_t> tail =
         o.chat.assistant_suffix.empty() ? std::vector<int32_t>() : tokenizer.encode(o.chat.assistant_suffix);
-    if (head.tokens.size() + tail.size() < max_len) {
-      const size_t budget = max_len - head.tokens.size() - tail.size();
-      std::vector<int32_t> ids = tokenizer.encode(utf8_prefix(t.assistant, budget * kCaptionBytesPerToken));
-      if (ids.size() > budget) ids.resize(budget);
-      for (const std::vector<int32_t>* part : {static_cast<const std::vector<int32_t>*>(&ids), &tail})
-        for (int32_t id : *part) {
-          head.tokens.push_back(id);
-          head.is_target.push_back(1);
-        }
-      fit->caption_cut = true;
-      return head;
-    }
+    if (head.tokens.size() + tail.size() >= max_len)
+      return out_of_range(str(where, ": the caption turn's image and prompt alone need ",
+                              head.tokens.size() + tail.size(), " tokens, max_seq_len is ", o.max_seq_len,
+                              "; skipped (too_long)"));
+    const size_t budget = max_len - head.tokens.size() - tail.size();
+    std::vector<int32_t> ids = tokenizer.encode(utf8_prefix(t.assistant, budget * kCaptionBytesPerToken));
+    if (ids.size() > budget) ids.resize(budget);
+    ids.insert(ids.end(), tail.begin(), tail.end());
+    head.tokens.insert(head.tokens.end(), ids.begin(), ids.end());
+    head.is_target.insert(head.is_target.end(), ids.size(), 1);  // the caption's tokens and its end are targets
+    fit->caption_cut = true;
+    return head;
   }
   return out_of_range(str(where, ": ", t.caption ? "the caption turn" : "one question/answer turn", " needs ",
-                          chat.tokens.size(), " tokens, more than max_seq_len ", o.max_seq_len,
-                          t.caption && o.truncate_long_captions ? " even without its caption" : "",
-                          "; skipped (too_long)"));
+                          chat.tokens.size(), " tokens, more than max_seq_len ", o.max_seq_len, "; skipped (too_long)"));
 }
 
 // Appends one tokenized sample to the batch's token arrays.
