@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "core/logging.h"
 #include "data/io/shard_spec.h"
+#include "data/loader/filters.h"
 #include "data/loader/prompt.h"
 #include "data/loader/sample_stream.h"
 #include "data/tokenizer/bpe_trainer.h"
@@ -62,7 +63,7 @@ int data_synth(int argc, char** argv, int first) {
 }
 
 int data_tokenizer_train(int argc, char** argv, int first) {
-  std::string shards, out, tmpl = "chat";
+  std::string shards, out, tmpl = "chat", invalid_utf8 = "skip";
   int64_t vocab = 1024, max_samples = 0, min_freq = 2;
   Flags f("vlm data tokenizer-train --shards SPEC --out tokenizer.json [--vocab-size N]",
           "Train a byte-level BPE tokenizer on the text of webdataset shards (captions from .txt or json "
@@ -74,6 +75,7 @@ int data_tokenizer_train(int argc, char** argv, int first) {
   f.add_int("--min-frequency", &min_freq, "pairs rarer than this are not merged");
   f.add_int("--max-samples", &max_samples, "read at most this many samples (0 = all)");
   f.add_string("--template", &tmpl, "chat template whose markup is added to the corpus (chat, plain)");
+  f.add_string("--invalid-utf8", &invalid_utf8, "a .txt caption that is not UTF-8: skip it or repair it (U+FFFD)");
   f.require("--shards");
   f.require("--out");
   if (int code = parse_command_flags(f, argc, argv, first); code >= 0) return code;
@@ -81,6 +83,8 @@ int data_tokenizer_train(int argc, char** argv, int first) {
   if (!list.ok()) return fail(list.status());
   auto chat = chat_template_by_name(tmpl);
   if (!chat.ok()) return usage_error(chat.status());
+  if (invalid_utf8 != "skip" && invalid_utf8 != "repair")
+    return usage_error(invalid_argument("--invalid-utf8: '" + invalid_utf8 + "' (skip or repair)"));
   ShardStreamOptions so;
   so.shuffle_shards = false;
   auto stream = ShardSampleStream::create(*list, so);
@@ -90,7 +94,7 @@ int data_tokenizer_train(int argc, char** argv, int first) {
   for (const std::string& s : {chat->user_prefix, chat->user_suffix, chat->assistant_prefix, chat->turn_separator})
     corpus.push_back(s);
   WebDatasetSample sample;
-  int64_t n = 0;
+  int64_t n = 0, bad_utf8 = 0, bad_json = 0;
   double last = now_seconds();
   for (;;) {
     if (max_samples > 0 && n >= max_samples) break;
@@ -98,9 +102,21 @@ int data_tokenizer_train(int argc, char** argv, int first) {
     if (!more.ok()) return fail(more.status());
     if (!*more) break;
     ++n;
-    if (std::string t = sample.text("txt"); !t.empty()) corpus.push_back(t);
+    if (std::string t = sample.text("txt"); !t.empty()) {
+      // Raw bytes: invalid UTF-8 would become vocabulary of its own (JSON text is checked by the JSON parser).
+      if (const size_t bad = first_invalid_utf8(t); bad != std::string::npos) {
+        if (++bad_utf8 <= 5)
+          VLM_WARN(sample.shard, ": ", sample.key, ".txt: not valid UTF-8 (byte ", bad, "); ",
+                   invalid_utf8 == "skip" ? "skipped" : "repaired", bad_utf8 == 5 ? " (further ones counted only)" : "");
+        if (invalid_utf8 == "repair") corpus.push_back(repair_utf8(t));
+      } else {
+        corpus.push_back(t);
+      }
+    }
     if (const auto* js = sample.get("json")) {
       auto j = nlohmann::json::parse(js->begin(), js->end(), nullptr, false);
+      if (!j.is_object() && ++bad_json <= 5)
+        VLM_WARN(sample.shard, ": ", sample.key, ".json: not a JSON object (invalid JSON or UTF-8); its text skipped");
       if (j.is_object()) {
         if (j.contains("caption") && j["caption"].is_string()) corpus.push_back(j["caption"].get<std::string>());
         if (j.contains("qa") && j["qa"].is_array())
@@ -125,6 +141,8 @@ int data_tokenizer_train(int argc, char** argv, int first) {
   if (Status s = tok->save(out); !s.ok()) return fail(s);
   std::printf("trained a %d-token BPE vocabulary on %zu texts from %lld samples in %.1f s -> %s\n", tok->vocab_size(),
               corpus.size(), static_cast<long long>(n), now_seconds() - t0, out.c_str());
+  std::printf("captions not valid UTF-8: %lld %s; .json not readable: %lld skipped\n", static_cast<long long>(bad_utf8),
+              invalid_utf8 == "skip" ? "skipped" : "repaired", static_cast<long long>(bad_json));
   return 0;
 }
 

@@ -57,6 +57,9 @@ const std::vector<Var> kRegistry = {
      "0 or 1: the Hopper non-causal forward steps over 128 keys, or always over the wide step"},
     {"VLM_SKIMAGE_DATA", Kind::path, Audience::testing, nullptr, "skimage's data folder, if installed", "tests/data",
      "python3-skimage's sample images for the real-image tests (not a folder: they skip)"},
+    {"VLM_TEST_CHECKPOINT_DELAY_MS", Kind::integer, Audience::testing, "0", nullptr, "vlm",
+     "milliseconds a checkpoint write and a prune pause at each stage, so tests/train/kill_resume_test.py can kill "
+     "vlm train inside them", 0, 60000},
     {"VLM_TEST_LONG_PIPE_MIB", Kind::integer, Audience::testing, "1024", nullptr, "tests/data",
      "MiB the long pipe test streams (e.g. 5000 to cross 4 GiB)", 1, 1 << 20},
 };

@@ -70,6 +70,11 @@ Status StepLog::finish(Device device) {
   rec.add("target_tokens", static_cast<double>(p.target_tokens));
   rec.add("samples_skipped", static_cast<double>(lc.samples_skipped));
   rec.add("samples_filtered", static_cast<double>(lc.samples_filtered));  // dropped by data filters
+  // Why samples were skipped or changed, each reason once it happened (run totals, like the counts above).
+  for (const auto& [name, n] : {std::pair{"bad_images", lc.bad_images}, {"bad_text", lc.bad_text},
+                                {"bad_members", lc.bad_members}, {"too_long", lc.too_long}, {"bad_utf8", lc.bad_utf8},
+                                {"truncated_captions", lc.truncated_captions}, {"repaired_utf8", lc.repaired_utf8}})
+    if (n) rec.add(name, static_cast<double>(n));
   if (dedup_exact_) rec.add("samples_duplicate", static_cast<double>(lc.samples_duplicate));
   for (int r = 1; r < kFilterReasonCount; ++r)  // and why (reasons seen so far; 0 = pass)
     if (const uint64_t n = lc.filter.counts[static_cast<size_t>(r)])

@@ -21,6 +21,7 @@
 #include "train/device_batch.h"
 #include "train/memory_report.h"
 #include "train/optimizer.h"
+#include "train/skip_window.h"
 #include "train/step_log.h"
 
 namespace vlm {
@@ -157,8 +158,30 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
   VLM_RETURN_IF_ERROR(ensure_dir(o.run_dir));
   CheckpointManager ckpt(o.run_dir + "/checkpoints", c.train.keep_last);
   std::optional<CheckpointInfo> resume_from;
+  if (dp.lead()) {
+    if (const int n = ckpt.clean_leftovers())
+      VLM_INFO("removed ", n, " folder(s) left in ", ckpt.dir(), " by an interrupted checkpoint write or prune");
+  }
   if (o.resume) {
-    resume_from = ckpt.latest();
+    std::vector<DamagedCheckpoint> damaged;
+    resume_from = ckpt.latest_valid(&damaged);
+    if (!resume_from && !damaged.empty()) {
+      std::string why;
+      for (const auto& d : damaged) why += "\n  " + d.problem.message();
+      return invalid_argument(str("--resume: every checkpoint in ", ckpt.dir(), " is damaged:", why,
+                                  "\nmove them away to start the run again from step 0"));
+    }
+    for (const auto& d : damaged) {
+      // Out of the namespace (kept for inspection), so that pruning after this resume never counts it and never
+      // deletes the checkpoint resumed from.
+      std::string moved = "(not moved: another rank does that)";
+      if (dp.lead()) {
+        Expected<std::string> m = ckpt.set_aside(d.info);
+        moved = m.ok() ? "moved to " + *m : "could not move it aside: " + m.status().message();
+      }
+      VLM_WARN("--resume: checkpoint ", d.info.path, " is damaged (", d.problem.message(), "); resuming from ",
+               resume_from->path, " instead; the damaged one is ", moved);
+    }
     if (!resume_from) VLM_WARN("--resume: no checkpoint in ", ckpt.dir(), ", starting from step 0");
   } else if (ckpt.latest()) {
     return invalid_argument(o.run_dir + " already holds checkpoints: pass --resume to continue it, or choose another "
@@ -258,6 +281,9 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     const size_t f = first_with_samples(next, 0);
     if (next.error.ok() && f < next.micro.size()) next_up = start_upload(next.micro[f]);
   };
+  // Bad samples are skipped, but a run made mostly of them stops (data.max_skip_fraction) rather than "succeed".
+  SkipWindow skips(c.data.max_skip_fraction, c.data.skip_window, loader->counters());
+  int64_t empty_steps_warned = 0;
   if (st.step < c.train.steps) read_next_step();
 
   while (st.step < c.train.steps) {
@@ -269,7 +295,12 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     model.params().zero_grads();
     StepBatches cur = std::move(next);
     next = StepBatches();
-    VLM_RETURN_IF_ERROR(cur.error);
+    if (!cur.error.ok()) {
+      VLM_RETURN_IF_ERROR(skips.check_partial());  // the data ran out mostly skipped: say why
+      return cur.error;
+    }
+    VLM_RETURN_IF_ERROR(skips.add(cur.counters));
+    if (step == c.train.steps) VLM_RETURN_IF_ERROR(skips.check_partial());  // a short run: before its checkpoint
     std::optional<UploadedBatch> up = std::move(next_up);
     next_up.reset();
     std::vector<StepLoss> losses;  // one per micro-batch, on the device until read
@@ -297,6 +328,17 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
       } else if (more_steps) {
         read_next_step();
       }
+    }
+    if (step_tokens == 0) {
+      // Nothing to learn from (every sample of the step was skipped): not an optimizer step, and not counted.
+      skips.count_empty_step();
+      if (empty_steps_warned < 10) {
+        ++empty_steps_warned;
+        VLM_WARN("step ", step, ": no target token in its ", cur.micro.size(), " micro-batch(es) (every sample skipped);",
+                 " no optimizer step taken", empty_steps_warned == 10 ? " (further ones not reported)" : "");
+      }
+      if (next.micro.empty() && next.error.ok()) read_next_step();  // the step's read-ahead was skipped (last step)
+      continue;
     }
     const float lr = lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.adamw.lr, c.train.min_lr_ratio);
     const double t_opt = now_seconds();

@@ -6,6 +6,9 @@
 // train/device_batch.h); the checkpointed loader position is the one after the last batch trained on. Nothing in a
 // step waits for the device: step n's loss and grad norm are read (StepLoss, GradNorm) once step n + 1 is queued, and
 // before any checkpoint, eval or the end, so a non-finite loss still stops the run before its step is saved.
+// A step whose batches hold no target token (every sample skipped) is not an optimizer step; a run in which more than
+// data.max_skip_fraction of the last data.skip_window samples were skipped stops with an error naming the main reason
+// (train/skip_window.h). --resume takes the newest checkpoint that verifies, setting damaged newer ones aside.
 #pragma once
 
 #include <string>

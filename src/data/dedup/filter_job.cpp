@@ -86,6 +86,7 @@ std::string FilterJobReport::to_text() const {
   }
   t += str("  shards: ", rewrite.shards_written, " written, ", rewrite.shards_empty, " empty (not written), ",
            rewrite.shards_failed, " with errors; ", rewrite.samples_skipped, " malformed samples skipped; ",
+           rewrite.unsafe_members, " unsafe member names skipped; ",
            rewrite.bytes_written, " bytes; ", seconds, " s\n");
   for (const auto& e : rewrite.errors) t += "  error: " + e + "\n";
   return t;
@@ -102,6 +103,7 @@ std::string FilterJobReport::to_json() const {
   j["shards"] = {{"written", rewrite.shards_written}, {"empty", rewrite.shards_empty},
                  {"failed", rewrite.shards_failed}, {"errors", rewrite.errors}};
   j["samples_skipped"] = rewrite.samples_skipped;
+  j["unsafe_members"] = rewrite.unsafe_members;
   j["bytes_written"] = rewrite.bytes_written;
   j["seconds"] = seconds;
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

@@ -32,7 +32,7 @@ std::string normal_path(const std::string& p) {
 }
 
 struct ShardOutcome {
-  uint64_t kept = 0, dropped = 0, skipped = 0, bytes = 0;
+  uint64_t kept = 0, dropped = 0, skipped = 0, bytes = 0, unsafe = 0;
   bool written = false, empty = false, failed = false;
   std::vector<std::string> errors;
 };
@@ -78,10 +78,12 @@ ShardOutcome rewrite_one(const std::string& input, uint32_t shard_index, const s
       o.failed = true;
       o.errors.push_back(str(output, ": ", s.message()));
       writer.reset();  // removes the temp file: no partial output
+      o.unsafe = (*reader)->tar().unsafe_names_skipped();
       return o;
     }
     ++o.kept;
   }
+  o.unsafe = (*reader)->tar().unsafe_names_skipped();
   if (!writer) {
     o.empty = true;
     return o;
@@ -135,6 +137,7 @@ Expected<SubsetRewriteStats> rewrite_shard_subset(const std::vector<std::string>
     stats.samples_kept += o.kept;
     stats.samples_dropped += o.dropped;
     stats.samples_skipped += o.skipped;
+    stats.unsafe_members += o.unsafe;
     stats.bytes_written += o.bytes;
     stats.shards_written += o.written;
     stats.shards_empty += o.empty;

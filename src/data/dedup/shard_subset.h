@@ -25,6 +25,7 @@ using KeepSampleFn = std::function<bool(uint32_t shard, const WebDatasetSample& 
 struct SubsetRewriteStats {
   uint64_t shards_written = 0, shards_empty = 0, shards_failed = 0;
   uint64_t samples_kept = 0, samples_dropped = 0, samples_skipped = 0;  // skipped: malformed, dropped by the reader
+  uint64_t unsafe_members = 0;  // tar members the reader skipped for an absolute or '..' name (not copied)
   uint64_t bytes_written = 0;
   std::vector<std::string> errors;        // the first few
   std::vector<std::string> written;       // output shard paths, in input order

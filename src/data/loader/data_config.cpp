@@ -55,6 +55,19 @@ void add_data_options(OptionSet& o, DataConfig& d, DataFilterConfig& f) {
         positive<int64_t>());
   o.add("data.dct_scaling", &d.dct_scaling, "decode large JPEGs at 1/2..1/8 scale in the DCT domain (Pillow draft())");
   o.add("data.dedup_exact", &d.dedup_exact, "drop samples whose image bytes already appeared this epoch (online)");
+  o.add("data.overlong_caption", &d.overlong_caption,
+        "a caption turn longer than model.text.max_seq_len: truncate it to fit, or skip the sample (a question/answer "
+        "turn that long is always skipped; both counted)",
+        one_of({"truncate", "skip"}));
+  o.add("data.invalid_utf8", &d.invalid_utf8,
+        "a .txt caption that is not valid UTF-8: skip the sample, or repair it (U+FFFD for each bad sequence); counted",
+        one_of({"skip", "repair"}));
+  o.add("data.max_skip_fraction", &d.max_skip_fraction,
+        "training stops with an error when more than this fraction of the last data.skip_window samples were bad "
+        "(1 = never)",
+        in_range(0.0, 1.0));
+  o.add("data.skip_window", &d.skip_window, "samples over which data.max_skip_fraction is measured",
+        positive<int64_t>());
   o.add("filter.min_side", &f.min_side, "drop images whose shorter side is below this (0 = off)", non_negative<int>());
   o.add("filter.max_aspect_ratio", &f.max_aspect_ratio, "drop images with max(w,h)/min(w,h) above this (0 = off)",
         non_negative<double>());
@@ -96,6 +109,8 @@ Expected<VlmDataOptions> build_loader_options(const DataConfig& data, const Data
   d.max_pixels = static_cast<uint64_t>(data.max_pixels);
   d.dct_scaling = data.dct_scaling;
   d.dedup_exact = data.dedup_exact && !for_eval;
+  d.truncate_long_captions = data.overlong_caption == "truncate";
+  d.invalid_utf8 = data.invalid_utf8 == "repair" ? InvalidUtf8::repair : InvalidUtf8::reject;
   if (filter.any() && !for_eval) {
     VLM_ASSIGN_OR_RETURN(d.filters, filter.filter_config());
   }

@@ -33,6 +33,12 @@ struct DataConfig {
   int64_t max_pixels = 64ll << 20;        // source images larger than this are skipped from the header (bombs)
   bool dct_scaling = false;               // JPEG decoded at 1/2..1/8 scale when the output needs no more
   bool dedup_exact = false;               // drop samples whose image bytes repeat within the epoch (per rank)
+  std::string overlong_caption = "truncate";  // a caption longer than max_seq_len: truncate | skip (counted)
+  std::string invalid_utf8 = "skip";      // a .txt caption that is not UTF-8: skip | repair (U+FFFD; counted)
+  // Training stops with an error when more than this fraction of the last skip_window samples were bad (skipped:
+  // undecodable, malformed, too long, invalid UTF-8), naming the main reason; 1 = never.
+  double max_skip_fraction = 0.5;
+  int64_t skip_window = 1000;
 
   // What single options cannot check: image_mean and image_std hold 3 values (invalid_argument naming both).
   Status validate() const;

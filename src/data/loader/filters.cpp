@@ -99,6 +99,32 @@ std::string trim_spaces(const std::string& s) {
 
 }  // namespace
 
+size_t first_invalid_utf8(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp;
+    const size_t n = utf8_next(text, i, cp);
+    if (cp == kInvalid) return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
+std::string repair_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    uint32_t cp;
+    const size_t n = utf8_next(text, i, cp);
+    if (cp == kInvalid) {
+      out.append(kReplacement);
+    } else {
+      out.append(text.substr(i, n));
+    }
+    i += n;
+  }
+  return out;
+}
+
 size_t utf8_length(std::string_view text) {
   size_t n = 0;
   for (size_t i = 0; i < text.size(); ++n) {

@@ -71,6 +71,10 @@ struct CaptionCleanOptions {
 
 // parse_error (with the byte offset) for invalid UTF-8 under InvalidUtf8::reject.
 Expected<std::string> clean_caption(std::string_view raw, const CaptionCleanOptions& options = {});
+// The byte offset of the first ill-formed UTF-8 sequence in `text`; npos when it is all valid.
+size_t first_invalid_utf8(std::string_view text);
+// `text` with each maximal ill-formed UTF-8 sequence replaced by U+FFFD, nothing else changed.
+std::string repair_utf8(std::string_view text);
 // Code points in valid UTF-8 text (invalid bytes count one each).
 size_t utf8_length(std::string_view text);
 

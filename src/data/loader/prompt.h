@@ -29,6 +29,7 @@ Expected<ChatTemplate> chat_template_by_name(const std::string& name);
 struct Turn {
   std::string user;
   std::string assistant;
+  bool caption = false;  // the assistant text is a caption: a prefix of it is still a valid target (truncation)
 };
 
 struct TokenizedChat {

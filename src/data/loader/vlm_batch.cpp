@@ -72,10 +72,24 @@ Expected<ImagePipelineOptions> image_pipeline_options(const VlmDataOptions& o) {
 
 namespace {
 
-// prepare_sample with the pixels written to `pixels` (3 * S * S floats); returns the turns.
+// The caption checked for UTF-8 under o.invalid_utf8: an error naming the byte (reject), or repaired (`repaired`
+// set). JSON captions are valid already (the parser checks); .txt ones are raw bytes.
+Expected<std::string> checked_caption(std::string cap, const VlmDataOptions& o, const std::string& where,
+                                      bool* repaired) {
+  const size_t bad = first_invalid_utf8(cap);
+  if (bad == std::string::npos) return cap;
+  if (o.invalid_utf8 == InvalidUtf8::reject)
+    return parse_error(str(where, ": caption is not valid UTF-8 (byte ", bad, " of ", cap.size(),
+                           "; data.invalid_utf8 = \"repair\" keeps it with U+FFFD)"));
+  if (repaired) *repaired = true;
+  return repair_utf8(cap);
+}
+
+// prepare_sample with the pixels written to `pixels` (3 * S * S floats); returns the turns. `utf8_repaired` (if
+// given) is set when the caption's invalid UTF-8 was replaced.
 Expected<std::vector<Turn>> prepare_sample_into(const WebDatasetSample& sample, const VlmDataOptions& o,
                                                 uint64_t sample_ordinal, float* pixels, SamplePart* failed_part,
-                                                FilterReason* filter) {
+                                                FilterReason* filter, bool* utf8_repaired = nullptr) {
   if (failed_part) *failed_part = SamplePart::text;
   const std::string where = sample.shard + ": " + sample.key;
   std::vector<Turn> turns;
@@ -106,14 +120,30 @@ Expected<std::vector<Turn>> prepare_sample_into(const WebDatasetSample& sample, 
     VLM_ASSIGN_OR_RETURN(turns, qa_turns(j, where + ".json"));
     if (o.task == "mixed") {
       std::string cap = clean_caption ? *clean_caption : caption_of(sample, &j);
-      if (!cap.empty()) turns.push_back({o.caption_prompt, cap});
+      if (!clean_caption) {
+        Expected<std::string> checked = checked_caption(std::move(cap), o, where, utf8_repaired);
+        if (!checked.ok()) {
+          if (failed_part) *failed_part = SamplePart::utf8;
+          return checked.status();
+        }
+        cap = std::move(*checked);
+      }
+      if (!cap.empty()) turns.push_back({o.caption_prompt, cap, true});
     }
     for (size_t i = turns.size(); i > 1; --i) std::swap(turns[i - 1], turns[rng.uniform_int(i)]);
     if (static_cast<int>(turns.size()) > o.max_turns) turns.resize(static_cast<size_t>(o.max_turns));
   } else if (o.task == "caption") {
     std::string cap = clean_caption ? *clean_caption : caption_of(sample, has_json ? &j : nullptr);
     if (cap.empty()) return parse_error(where + ": no caption (.txt or json \"caption\")");
-    turns.push_back({o.caption_prompt, cap});
+    if (!clean_caption) {
+      Expected<std::string> checked = checked_caption(std::move(cap), o, where, utf8_repaired);
+      if (!checked.ok()) {
+        if (failed_part) *failed_part = SamplePart::utf8;
+        return checked.status();
+      }
+      cap = std::move(*checked);
+    }
+    turns.push_back({o.caption_prompt, cap, true});
   } else {
     return invalid_argument("unknown task '" + o.task + "'");
   }
@@ -125,20 +155,70 @@ Expected<std::vector<Turn>> prepare_sample_into(const WebDatasetSample& sample, 
   return turns;
 }
 
-// One sample's chat tokens, its last turns dropped (counted in `truncated`) until it fits max_seq_len.
-Expected<TokenizedChat> tokenize_sample(const std::string& key, std::vector<Turn> turns, const Tokenizer& tokenizer,
-                                        const VlmDataOptions& o, uint64_t* truncated) {
+// How a sample was fitted to max_seq_len.
+struct SampleFit {
+  uint64_t dropped_turns = 0;  // its last turns, dropped while more than one was left
+  bool caption_cut = false;    // its caption turn was cut to fit
+};
+
+// Bytes of a caption tokenized at most per token kept: bounds the work on a huge caption (a byte-level BPE token
+// is rarely longer than a word).
+constexpr size_t kCaptionBytesPerToken = 64;
+
+// `text` cut to at most `n` bytes, at a UTF-8 character boundary.
+std::string utf8_prefix(const std::string& text, size_t n) {
+  if (text.size() <= n) return text;
+  size_t end = n;
+  for (int k = 0; k < 3 && end > 0 && (static_cast<uint8_t>(text[end]) & 0xC0) == 0x80; ++k) --end;
+  return text.substr(0, end);
+}
+
+// One sample's chat tokens fitted to max_seq_len: its last turns dropped while more than one is left, then a
+// caption turn cut to fit (o.truncate_long_captions). out_of_range naming `where` when it still does not fit: the
+// loader skips such a sample (too_long).
+Expected<TokenizedChat> tokenize_sample(const std::string& where, std::vector<Turn> turns, const Tokenizer& tokenizer,
+                                        const VlmDataOptions& o, SampleFit* fit) {
+  const size_t max_len = static_cast<size_t>(std::max(0, o.max_seq_len));
+  bool caption_precut = false;
+  if (o.truncate_long_captions)
+    for (Turn& t : turns)
+      if (t.caption && t.assistant.size() > max_len * kCaptionBytesPerToken) {
+        t.assistant = utf8_prefix(t.assistant, max_len * kCaptionBytesPerToken);
+        caption_precut = true;
+      }
   TokenizedChat chat;
   for (;;) {
     VLM_ASSIGN_OR_RETURN(chat, tokenize_chat(tokenizer, o.chat, turns, 1, o.image_tokens, false));
-    if (static_cast<int>(chat.tokens.size()) <= o.max_seq_len || turns.size() <= 1) break;
+    if (chat.tokens.size() <= max_len || turns.size() <= 1) break;
     turns.pop_back();
-    ++*truncated;
+    ++fit->dropped_turns;
   }
-  if (static_cast<int>(chat.tokens.size()) > o.max_seq_len)
-    return invalid_argument(key + ": one turn needs " + std::to_string(chat.tokens.size()) +
-                            " tokens, more than max_seq_len " + std::to_string(o.max_seq_len));
-  return chat;
+  const Turn& t = turns[0];
+  if (chat.tokens.size() <= max_len) {
+    fit->caption_cut = caption_precut && std::any_of(turns.begin(), turns.end(), [](const Turn& u) { return u.caption; });
+    return chat;
+  }
+  if (t.caption && o.truncate_long_captions) {
+    // The chat up to the answer, the caption's first tokens, the end-of-turn marker: tokenize_chat tokenizes each
+    // piece on its own, so this is its sequence with the caption's tokens cut.
+    VLM_ASSIGN_OR_RETURN(TokenizedChat head, tokenize_chat(tokenizer, o.chat, turns, 1, o.image_tokens, true));
+    const std::vector<int32_t> tail =
+        o.chat.assistant_suffix.empty() ? std::vector<int32_t>() : tokenizer.encode(o.chat.assistant_suffix);
+    if (head.tokens.size() + tail.size() >= max_len)
+      return out_of_range(str(where, ": the caption turn's image and prompt alone need ",
+                              head.tokens.size() + tail.size(), " tokens, max_seq_len is ", o.max_seq_len,
+                              "; skipped (too_long)"));
+    const size_t budget = max_len - head.tokens.size() - tail.size();
+    std::vector<int32_t> ids = tokenizer.encode(utf8_prefix(t.assistant, budget * kCaptionBytesPerToken));
+    if (ids.size() > budget) ids.resize(budget);
+    ids.insert(ids.end(), tail.begin(), tail.end());
+    head.tokens.insert(head.tokens.end(), ids.begin(), ids.end());
+    head.is_target.insert(head.is_target.end(), ids.size(), 1);  // the caption's tokens and its end are targets
+    fit->caption_cut = true;
+    return head;
+  }
+  return out_of_range(str(where, ": ", t.caption ? "the caption turn" : "one question/answer turn", " needs ",
+                          chat.tokens.size(), " tokens, more than max_seq_len ", o.max_seq_len, "; skipped (too_long)"));
 }
 
 // Appends one tokenized sample to the batch's token arrays.
@@ -177,14 +257,20 @@ Expected<PackedBatch> pack_samples(const std::vector<PreparedSample>& samples, c
   b.images = Tensor::empty({n, 3, o.image_size, o.image_size}, DType::f32);
   b.cu_seqlens.push_back(0);
   const int32_t image_id = *tokenizer.token_to_id(o.chat.image_token);
-  uint64_t truncated = 0;
+  uint64_t truncated = 0, truncated_captions = 0;
   for (int64_t i = 0; i < n; ++i) {
     const PreparedSample& s = samples[static_cast<size_t>(i)];
     std::copy(s.pixels.begin(), s.pixels.end(), b.images.data<float>() + i * plane);
-    VLM_ASSIGN_OR_RETURN(TokenizedChat chat, tokenize_sample(s.key, s.turns, tokenizer, o, &truncated));
+    SampleFit fit;
+    VLM_ASSIGN_OR_RETURN(TokenizedChat chat, tokenize_sample(s.key, s.turns, tokenizer, o, &fit));
+    truncated += fit.dropped_turns;
+    truncated_captions += fit.caption_cut;
     append_chat(b, chat, image_id);
   }
-  if (counters) counters->truncated_sequences += truncated;
+  if (counters) {
+    counters->truncated_sequences += truncated;
+    counters->truncated_captions += truncated_captions;
+  }
   b.n_samples = static_cast<int>(n);
   return b;
 }
@@ -197,7 +283,9 @@ nlohmann::json counters_json(const LoaderCounters& c) {
           {"bad_text", c.bad_text},     {"bad_members", c.bad_members},
           {"truncated_sequences", c.truncated_sequences}, {"shards_failed", c.shards_failed},
           {"epochs_completed", c.epochs_completed}, {"samples_filtered", c.samples_filtered},
-          {"samples_duplicate", c.samples_duplicate},
+          {"samples_duplicate", c.samples_duplicate}, {"too_long", c.too_long},
+          {"truncated_captions", c.truncated_captions}, {"bad_utf8", c.bad_utf8},
+          {"repaired_utf8", c.repaired_utf8},
           {"filter", nlohmann::json::parse(c.filter.to_json())}};
 }
 
@@ -214,6 +302,10 @@ LoaderCounters counters_from_json(const nlohmann::json& j) {
   c.epochs_completed = j.value("epochs_completed", uint64_t{0});
   c.samples_filtered = j.value("samples_filtered", uint64_t{0});
   c.samples_duplicate = j.value("samples_duplicate", uint64_t{0});
+  c.too_long = j.value("too_long", uint64_t{0});
+  c.truncated_captions = j.value("truncated_captions", uint64_t{0});
+  c.bad_utf8 = j.value("bad_utf8", uint64_t{0});
+  c.repaired_utf8 = j.value("repaired_utf8", uint64_t{0});
   if (j.contains("filter") && j["filter"].is_object())
     for (int r = 0; r < kFilterReasonCount; ++r)
       c.filter.counts[static_cast<size_t>(r)] = j["filter"].value(filter_reason_name(static_cast<FilterReason>(r)),
@@ -376,18 +468,23 @@ struct VlmBatchLoader::Impl {
     std::vector<std::optional<Expected<TokenizedChat>>> prepared(slots.size());
     std::vector<SamplePart> failed(slots.size(), SamplePart::text);
     std::vector<std::optional<FilterReason>> verdicts(slots.size());
-    std::vector<uint64_t> truncated(slots.size(), 0);
+    std::vector<SampleFit> fits(slots.size());
+    std::vector<uint8_t> repaired(slots.size(), 0);
     auto work = [&](size_t i) {
       if (!slots[i].ok || duplicate[i]) return;
       FilterReason verdict = FilterReason::pass;
+      bool utf8_repaired = false;
       auto turns = prepare_sample_into(slots[i].sample, options, slots[i].global_index,
-                                       images.data<float>() + static_cast<int64_t>(i) * plane, &failed[i], &verdict);
+                                       images.data<float>() + static_cast<int64_t>(i) * plane, &failed[i], &verdict,
+                                       &utf8_repaired);
       if (options.filters) verdicts[i] = verdict;
+      repaired[i] = utf8_repaired;
       if (!turns.ok()) {
         prepared[i] = turns.status();
         return;
       }
-      prepared[i] = tokenize_sample(slots[i].sample.key, std::move(*turns), tokenizer, options, &truncated[i]);
+      const WebDatasetSample& s = slots[i].sample;
+      prepared[i] = tokenize_sample(s.shard + ": " + s.key, std::move(*turns), tokenizer, options, &fits[i]);
       if (!prepared[i]->ok()) failed[i] = SamplePart::tokens;
     };
     if (pool) {
@@ -418,18 +515,21 @@ struct VlmBatchLoader::Impl {
         ++counters.samples_filtered;  // expected data cleaning: counted, not logged
         continue;
       }
-      if (!prepared[i]->ok() && failed[i] == SamplePart::tokens) {
-        out.batch = prepared[i]->status();  // a turn longer than max_seq_len: a configuration error
-        return out;
-      }
       if (!prepared[i]->ok()) {
         VLM_WARN("skipping sample: ", prepared[i]->status().message());
         ++counters.samples_skipped;
-        ++(failed[i] == SamplePart::image ? counters.bad_images : counters.bad_text);
+        switch (failed[i]) {
+          case SamplePart::image: ++counters.bad_images; break;
+          case SamplePart::tokens: ++counters.too_long; break;
+          case SamplePart::utf8: ++counters.bad_utf8; break;
+          default: ++counters.bad_text; break;
+        }
         continue;
       }
       ++counters.samples_ok;
-      counters.truncated_sequences += truncated[i];
+      counters.truncated_sequences += fits[i].dropped_turns;
+      counters.truncated_captions += fits[i].caption_cut;
+      counters.repaired_utf8 += repaired[i];
       float* base = images.data<float>();
       if (n_good != static_cast<int64_t>(i))
         std::memmove(base + n_good * plane, base + static_cast<int64_t>(i) * plane, sizeof(float) * plane);

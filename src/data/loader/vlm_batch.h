@@ -52,6 +52,13 @@ struct VlmDataOptions {
   float std[3] = {0.5f, 0.5f, 0.5f};
   int image_tokens = 16;     // placeholders per image
   int max_seq_len = 512;     // longer sequences drop their last turns (counted)
+  // A sample whose one remaining turn is still longer than max_seq_len: a caption turn is cut to fit (counted in
+  // truncated_captions) when this is set; otherwise, and always for a question/answer turn, the sample is skipped
+  // (too_long). Never an error: one long caption must not end a run.
+  bool truncate_long_captions = true;
+  // A .txt caption that is not valid UTF-8: reject skips the sample (bad_utf8), repair replaces each invalid
+  // sequence with U+FFFD (repaired_utf8). JSON text is validated by the JSON parser (bad_text).
+  InvalidUtf8 invalid_utf8 = InvalidUtf8::reject;
   int epochs = 1;             // 0 = forever
   bool shuffle_shards = true;  // reshuffle the shard order every epoch
   uint64_t shuffle_window = 0; // shuffle samples within windows of this many (0 = read order)
@@ -78,13 +85,18 @@ struct PackedBatch {
 struct LoaderCounters {
   uint64_t slots = 0;               // samples this rank was assigned so far
   uint64_t samples_ok = 0;
-  uint64_t samples_skipped = 0;     // bad samples, any reason below (filtered samples are not counted here)
+  uint64_t samples_skipped = 0;     // bad samples: bad_images + bad_text + bad_members + too_long + bad_utf8
+                                    // (filtered and duplicate samples are not counted here)
   uint64_t samples_filtered = 0;    // rejected by VlmDataOptions::filters (slots = ok + skipped + filtered + dup)
   uint64_t samples_duplicate = 0;   // dropped by dedup_exact (same image bytes earlier in the epoch)
   uint64_t bad_images = 0;
   uint64_t bad_text = 0;            // missing/invalid json or txt
   uint64_t bad_members = 0;         // malformed tar groups and samples of broken or unreadable shards
   uint64_t truncated_sequences = 0; // turns dropped to fit max_seq_len
+  uint64_t too_long = 0;            // skipped: one turn alone longer than max_seq_len
+  uint64_t truncated_captions = 0;  // caption turns cut to fit max_seq_len (kept)
+  uint64_t bad_utf8 = 0;            // skipped: a .txt caption that is not UTF-8 (invalid_utf8 = reject)
+  uint64_t repaired_utf8 = 0;       // kept with invalid UTF-8 replaced (invalid_utf8 = repair)
   uint64_t shards_failed = 0;
   uint64_t epochs_completed = 0;
   FilterCounters filter;            // per reason, over every sample the filters checked (pass included)
@@ -137,7 +149,8 @@ class VlmBatchLoader {
 // (seed, sample ordinal). Errors name shard and key. On failure, `failed_part` (if given) says whether the text or
 // the image was at fault or the filters rejected the sample, and `filter` (if given) receives the filters' verdict.
 struct WebDatasetSample;
-enum class SamplePart { text, image, filtered, tokens };  // tokens: the loader's packing (a turn over max_seq_len)
+// tokens: the loader's packing (a turn over max_seq_len); utf8: a caption that is not UTF-8.
+enum class SamplePart { text, image, filtered, tokens, utf8 };
 Expected<PreparedSample> prepare_sample(const WebDatasetSample& sample, const VlmDataOptions& options,
                                         uint64_t sample_ordinal, SamplePart* failed_part = nullptr,
                                         FilterReason* filter = nullptr);
@@ -145,7 +158,7 @@ Expected<PreparedSample> prepare_sample(const WebDatasetSample& sample, const Vl
 // The image pipeline options of `options` (invalid_argument naming the field for a bad resize filter or mode).
 Expected<ImagePipelineOptions> image_pipeline_options(const VlmDataOptions& options);
 
-// Packs prepared samples into one batch.
+// Packs prepared samples into one batch (a sample that cannot fit max_seq_len is an error here, naming its key).
 Expected<PackedBatch> pack_samples(const std::vector<PreparedSample>& samples, const Tokenizer& tokenizer,
                                    const VlmDataOptions& options, LoaderCounters* counters);
 

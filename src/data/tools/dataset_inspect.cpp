@@ -46,6 +46,7 @@ std::string InspectReport::to_json() const {
                       {"bad_images", bad_images},
                       {"bad_samples", bad_samples},
                       {"shards_failed", shards_failed},
+                      {"unsafe_members", unsafe_members},
                       {"fields", fields},
                       {"formats", formats},
                       {"json_keys", json_keys},
@@ -62,8 +63,8 @@ std::string InspectReport::to_json() const {
 std::string InspectReport::to_text() const {
   std::ostringstream o;
   o << shards << " shards, " << samples << " samples (" << samples_without_image << " without an image, "
-    << bad_images << " undecodable images, " << bad_samples << " malformed samples, " << shards_failed
-    << " broken shards)\n";
+    << bad_images << " undecodable images, " << bad_samples << " malformed samples, " << unsafe_members
+    << " unsafe member names skipped, " << shards_failed << " broken shards)\n";
   o << "fields:";
   for (const auto& [k, v] : fields) o << " " << k << "=" << v;
   o << "\nformats:";
@@ -168,6 +169,7 @@ Expected<InspectReport> inspect_shards(const std::vector<std::string>& shards, c
   const StreamCounters c = stream->counters();
   r.bad_samples = c.samples_skipped;
   r.shards_failed = c.shards_failed;
+  r.unsafe_members = c.unsafe_members;
   r.width = summarize(w);
   r.height = summarize(h);
   r.aspect = summarize(aspect);

@@ -20,6 +20,7 @@ struct Distribution {
 
 struct InspectReport {
   uint64_t shards = 0, samples = 0, samples_without_image = 0, bad_images = 0, bad_samples = 0, shards_failed = 0;
+  uint64_t unsafe_members = 0;  // tar members skipped for an absolute or '..' name (never extracted, never read)
   std::map<std::string, uint64_t> fields;   // "jpg" -> samples having it
   std::map<std::string, uint64_t> formats;  // sniffed: "jpeg", "png", ...
   std::map<std::string, uint64_t> json_keys;
