@@ -117,8 +117,9 @@ TEST(Trainer, KeepsTheNewestCheckpointsAndWritesEval) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/run.json"));
   ASSERT_TRUE(r->has_eval);
   EXPECT_EQ(r->eval.images, 5);
-  EXPECT_GT(r->eval.questions, 5);
-  EXPECT_EQ(r->eval.captions, 5);
+  ASSERT_TRUE(r->eval.vqa && r->eval.caption);  // data.task = mixed: both tasks by default
+  EXPECT_GT(r->eval.vqa->questions, 5);
+  EXPECT_EQ(r->eval.caption->captions, 5);
   auto records = read_jsonl_metrics(dir + "/metrics.jsonl");
   ASSERT_TRUE(records.ok());
   int evals = 0;
@@ -126,7 +127,9 @@ TEST(Trainer, KeepsTheNewestCheckpointsAndWritesEval) {
     double v;
     if (rec.kind == "eval") {
       ++evals;
-      EXPECT_TRUE(rec.get("vqa_accuracy", &v));
+      for (const char* k : {"eval/vqa/accuracy", "eval/vqa/exact_match", "eval/caption/cider_d", "eval/caption/bleu_4",
+                            "eval/caption/rouge_l"})
+        EXPECT_TRUE(rec.get(k, &v)) << k;
     } else {
       for (const char* k : {"loss", "lr", "grad_norm", "samples_per_s", "tokens_per_s"})
         EXPECT_TRUE(rec.get(k, &v)) << k;

@@ -35,7 +35,7 @@ noise=0
 awk -v n="$steps" -v off="$off" -v noise="$noise" 'BEGIN { for (s = 1; s <= n; s++)
   printf("{\"step\": %d, \"loss\": %.12f}\n", s, (6 - 0.001 * s) * (1 + off) + noise * 1e-9 * (s > 3)) }' \
   >"$run/metrics.jsonl"
-echo "{\"vqa_accuracy\": ${STUB_VQA:-0.97}, \"caption_exact_match\": 0.9}" >"$run/eval/final.json"
+echo "{\"vqa\": {\"accuracy\": ${STUB_VQA:-0.97}}, \"caption\": {\"cider_d\": 0.9}}" >"$run/eval/final.json"
 echo "held-out VQA accuracy: stand-in"
 SCRIPT
 chmod +x "$dir/bin/vlm"
