@@ -85,9 +85,13 @@ class EvalRun {
 
  private:
   Status flush();
+  // The decoded answer without its stop token and surrounding whitespace.
   std::string generated_text(std::vector<int32_t> ids) const {
     if (!ids.empty() && ids.back() == stop_id_) ids.pop_back();
-    return tok_.decode(ids);
+    std::string text = tok_.decode(ids);
+    const size_t b = text.find_first_not_of(" \t\n\r");
+    if (b == std::string::npos) return "";
+    return text.substr(b, text.find_last_not_of(" \t\n\r") - b + 1);
   }
   void keep_example(const char* task, const std::string& key, const std::string& question, const std::string& answer,
                     const std::string& prediction) {
@@ -96,7 +100,7 @@ class EvalRun {
     ++kept;
     r_.examples.push_back({task, key, question, answer, prediction});
   }
-  void score_question(const EvalQuestion& q, const std::string& key, const std::string& label, const std::string& pred);
+  void score_question(const EvalQuestion& q, const std::string& key, const std::string& label, const std::string& raw);
   Status finish_caption();
   Status finish_retrieval();
 
@@ -130,7 +134,7 @@ void EvalRun::score_question(const EvalQuestion& q, const std::string& key, cons
   add(v.by_type, q.type.empty() ? question_type(q.question) : q.type, acc, exact);
   add(v.by_answer_type, q.answer_type, acc, exact);
   add(v.by_class, label, acc, exact);
-  keep_example("vqa", key, q.question, q.answer, pred);
+  keep_example("vqa", key, q.question, q.answer, raw);
 }
 
 Status EvalRun::flush() {
