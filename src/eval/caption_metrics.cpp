@@ -178,7 +178,8 @@ Expected<CaptionScores> score_captions(const std::vector<CaptionTokens>& candida
                             std::to_string(references.size()) + " reference sets");
   if (candidates.empty()) return invalid_argument("caption metrics: no caption to score");
   for (size_t i = 0; i < references.size(); ++i)
-    if (references[i].empty()) return invalid_argument("caption metrics: image " + std::to_string(i) + " has no reference");
+    if (references[i].empty())
+      return invalid_argument("caption metrics: image " + std::to_string(i) + " has no reference");
   CaptionScores s;
   s.bleu = corpus_bleu(candidates, references);
   for (size_t i = 0; i < candidates.size(); ++i) s.rouge_l_per_image.push_back(rouge_l(candidates[i], references[i]));

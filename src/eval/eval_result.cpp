@@ -14,7 +14,8 @@ std::string fmt(const char* f, double v) {
 }
 
 // {"group": {"count": n, <score_name>: mean, <exact_name>: mean}}
-nlohmann::json breakdown_json(const std::map<std::string, Breakdown>& m, const char* score_name, const char* exact_name) {
+nlohmann::json breakdown_json(const std::map<std::string, Breakdown>& m, const char* score_name,
+                              const char* exact_name) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [group, b] : m)
     j[group] = {{"count", b.count}, {score_name, b.count ? b.score / b.count : 0.0},

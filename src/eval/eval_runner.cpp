@@ -170,7 +170,8 @@ Status EvalRun::flush() {
   size_t qi = 0, ci = 0;
   for (const PendingImage& p : pending_) {
     if (p.ask_questions)
-      for (const EvalQuestion& q : p.text.questions) score_question(q, p.text.key, p.text.label, generated_text(answers[qi++]));
+      for (const EvalQuestion& q : p.text.questions)
+        score_question(q, p.text.key, p.text.label, generated_text(answers[qi++]));
     if (p.ask_caption) {
       const std::string pred = generated_text(described[ci++]);
       CaptionTaskResult& c = *r_.caption;
@@ -284,7 +285,8 @@ Expected<EvalResult> EvalRun::run() {
   if (r_.images == 0)
     return not_found(str("eval: no usable sample in the held-out shards for ", task_list, " (", r_.skipped,
                          " unreadable, ", unusable, " without the fields the tasks need: ", needs, ")"));
-  if (unusable > 0) VLM_WARN("eval: ", unusable, " held-out samples carry nothing ", task_list, " can score (", needs, ")");
+  if (unusable > 0)
+    VLM_WARN("eval: ", unusable, " held-out samples carry nothing ", task_list, " can score (", needs, ")");
   if (vqa) {
     VqaTaskResult& v = *r_.vqa;
     if (v.questions == 0)
@@ -306,7 +308,8 @@ Expected<EvalResult> evaluate(VlmModel& model, const Tokenizer& tokenizer, const
   auto image_id = tokenizer.token_to_id(data.chat.image_token);
   auto stop_id = tokenizer.token_to_id(data.chat.assistant_suffix);
   if (!image_id || !stop_id)
-    return invalid_argument("the tokenizer lacks '" + data.chat.image_token + "' or '" + data.chat.assistant_suffix + "'");
+    return invalid_argument("the tokenizer lacks '" + data.chat.image_token + "' or '" + data.chat.assistant_suffix +
+                            "'");
   EvalRun run(model, tokenizer, data, options, std::move(tasks), *image_id, *stop_id);
   return run.run();
 }

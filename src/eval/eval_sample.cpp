@@ -35,7 +35,8 @@ Expected<EvalQuestion> parse_question(const nlohmann::json& qa, const std::strin
     for (size_t i = 0; i < list.size(); ++i) {
       const auto& a = list[i];
       if (a.is_string()) q.answers.push_back(a.get<std::string>());
-      else if (a.is_object() && a.contains("answer") && a["answer"].is_string()) q.answers.push_back(a["answer"].get<std::string>());
+      else if (a.is_object() && a.contains("answer") && a["answer"].is_string())
+        q.answers.push_back(a["answer"].get<std::string>());
       else return parse_error(where + ".answers[" + std::to_string(i) + "]: neither a string nor {\"answer\": string}");
     }
   }

@@ -87,7 +87,8 @@ Expected<std::vector<double>> score_image_caption_pairs(VlmModel& model, const T
     in.cu_seqlens = i32(cu);
     in.max_seqlen = max_len;
     in.image_rows = i32(image_rows);
-    Tensor batch_image_tokens = Tensor::empty({static_cast<int64_t>(image_rows.size()), hidden}, image_tokens.dtype(), dev);
+    Tensor batch_image_tokens =
+        Tensor::empty({static_cast<int64_t>(image_rows.size()), hidden}, image_tokens.dtype(), dev);
     ops::gather_rows(batch_image_tokens, image_tokens, i32(image_src));
     Tensor logits = model.logits_at_rows(in, batch_image_tokens, i32(rows)).to(Device::cpu());  // [R, V]
     const int64_t V = logits.dim(1);
@@ -101,8 +102,10 @@ Expected<std::vector<double>> score_image_caption_pairs(VlmModel& model, const T
       out[static_cast<size_t>(row_pair[r])] += logp;
       ++count[static_cast<size_t>(row_pair[r] - first)];
     }
-    for (int64_t p = first; p < last; ++p)
-      if (count[static_cast<size_t>(p - first)] > 0) out[static_cast<size_t>(p)] /= count[static_cast<size_t>(p - first)];
+    for (int64_t p = first; p < last; ++p) {
+      const int n = count[static_cast<size_t>(p - first)];
+      if (n > 0) out[static_cast<size_t>(p)] /= n;
+    }
   }
   return out;
 }

@@ -40,7 +40,8 @@ std::optional<std::string> qa_answer(const nlohmann::json& qa) {
   std::vector<std::string> answers;
   for (const auto& a : qa["answers"]) {
     if (a.is_string()) answers.push_back(a.get<std::string>());
-    else if (a.is_object() && a.contains("answer") && a["answer"].is_string()) answers.push_back(a["answer"].get<std::string>());
+    else if (a.is_object() && a.contains("answer") && a["answer"].is_string())
+      answers.push_back(a["answer"].get<std::string>());
     else return std::nullopt;
   }
   std::string best;
