@@ -33,13 +33,14 @@ say "training (configs/shapes-tiny.toml -> $run)"
 say "done. Results in $run:"
 echo "  config.toml        the resolved configuration"
 echo "  metrics.jsonl      loss, lr, grad norm, throughput per step"
-echo "  eval/final.json    held-out VQA accuracy by question type, caption exact match, examples"
+echo "  eval/final.json    held-out VQA accuracy by question type, caption CIDEr-D / BLEU / ROUGE-L, examples"
 echo "  checkpoints/       model.safetensors (Hugging Face names), optimizer state, loader position"
 python3 - "$run/eval/final.json" <<'PY' 2>/dev/null || true
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(f"  held-out VQA exact match: {100*r['vqa_accuracy']:.1f}% of {r['questions']} questions; "
-      f"caption exact match {100*r['caption_exact_match']:.1f}%")
-for t, v in sorted(r["by_type"].items()):
-    print(f"    {t:9s} {100*v['accuracy']:5.1f}% ({v['correct']}/{v['total']})")
+v, c = r["vqa"], r["caption"]
+print(f"  held-out VQA accuracy: {100*v['accuracy']:.1f}% of {v['questions']} questions; "
+      f"caption CIDEr-D {c['cider_d']:.3f}, exact match {100*c['exact_match']:.1f}%")
+for t, b in sorted(v["by_type"].items()):
+    print(f"    {t:9s} {100*b['accuracy']:5.1f}% ({b['count']} questions)")
 PY

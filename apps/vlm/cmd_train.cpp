@@ -6,7 +6,7 @@
 #include "commands.h"
 #include "core/logging.h"
 #include "data/tokenizer/tokenizer.h"
-#include "eval/vqa_eval.h"
+#include "eval/eval_runner.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -57,30 +57,31 @@ int cmd_train(int argc, char** argv, int first) {
   if (!result.ok()) return fail(result.status());
   std::printf("trained steps %lld..%lld in %.1f s, final loss %.4f\n", static_cast<long long>(result->start_step + 1),
               static_cast<long long>(result->final_step), result->wall_seconds, result->final_loss);
-  if (result->has_eval) {
-    std::printf("held-out VQA accuracy: %.2f%% (%d/%d questions on %d images)\n", 100.0 * result->eval.vqa_accuracy,
-                result->eval.correct, result->eval.questions, result->eval.images);
-    if (result->eval.captions)
-      std::printf("held-out caption exact match: %.2f%% (%d/%d)\n", 100.0 * result->eval.caption_exact_match,
-                  result->eval.captions_correct, result->eval.captions);
-  }
+  if (result->has_eval) std::printf("%s", result->eval.summary().c_str());
   std::printf("results: %s (config.toml, metrics.jsonl, eval/, checkpoints/)\n", run_dir.c_str());
   return 0;
 }
 
 int cmd_eval(int argc, char** argv, int first) {
   std::string config_path, checkpoint, out, run_dir;
-  std::vector<std::string> overrides;
-  int64_t samples = 0;
-  Flags f("vlm eval (--run-dir DIR | --config FILE --checkpoint PATH) [--samples N] [--out FILE]",
-          "Evaluate a trained model on the held-out shards (data.val_shards): VQA exact-match accuracy by "
-          "question type, caption exact match.");
+  std::vector<std::string> overrides, tasks;
+  int64_t samples = 0, examples = -1;
+  bool json = false;
+  Flags f("vlm eval (--run-dir DIR | --config FILE --checkpoint PATH) [--task vqa|caption|retrieval ...] "
+          "[--samples N] [--examples N] [--out FILE] [--json]",
+          "Evaluate a trained model on the held-out shards (data.val_shards) and print the metrics of the tasks run: "
+          "vqa (VQA accuracy over the human answers, exact match, per question type, answer type and class), "
+          "caption (CIDEr-D, BLEU-1..4, ROUGE-L with coco-caption's tokenization, exact match, per class), "
+          "retrieval (image->text and text->image recall@1/5/10 by model scoring of every image-caption pair).");
   f.add_string("--run-dir", &run_dir, "a training run: its config.toml and newest checkpoint are used");
   f.add_string("--config", &config_path, "run file (TOML)");
   f.add_string("--checkpoint", &checkpoint, "checkpoint folder or model.safetensors");
   f.add_multi("--set", &overrides, "override one option (repeatable)");
+  f.add_multi("--task", &tasks, "vqa, caption or retrieval (repeatable, or comma-separated; default: eval.tasks)");
   f.add_int("--samples", &samples, "held-out images (default: eval.samples)");
+  f.add_int("--examples", &examples, "examples kept per task in the result JSON (default: eval.examples)");
   f.add_string("--out", &out, "write the result JSON here");
+  f.add_bool("--json", &json, "print the result JSON instead of the summary");
   if (int code = parse_command_flags(f, argc, argv, first, run_options_help()); code >= 0) return code;
   if (!run_dir.empty()) {
     if (config_path.empty()) config_path = run_dir + "/config.toml";
@@ -93,6 +94,20 @@ int cmd_eval(int argc, char** argv, int first) {
   if (checkpoint.empty()) return fail(invalid_argument("--checkpoint or --run-dir is required"));
   auto config = load_run_config(config_path, overrides);
   if (!config.ok()) return fail(config.status());
+  if (!tasks.empty()) {
+    config->eval.tasks.clear();
+    for (const std::string& t : tasks)  // "vqa,caption" or repeated --task
+      for (size_t b = 0; b <= t.size();) {
+        size_t e = t.find(',', b);
+        if (e == std::string::npos) e = t.size();
+        if (e > b) config->eval.tasks.push_back(t.substr(b, e - b));
+        b = e + 1;
+      }
+  }
+  if (samples > 0) config->eval.samples = static_cast<int>(samples);
+  if (examples >= 0) config->eval.examples = static_cast<int>(examples);
+  auto eo = make_eval_options(*config);
+  if (!eo.ok()) return fail(eo.status().with_context("--task / eval.tasks"));
   if (config->data.val_shards.empty()) return fail(invalid_argument("data.val_shards is empty: nothing to evaluate"));
   auto device = parse_device(config->train.device);
   if (!device.ok()) return fail(device.status());
@@ -103,18 +118,15 @@ int cmd_eval(int argc, char** argv, int first) {
   if (Status s = model.params().load(weights); !s.ok()) return fail(s);
   auto data = make_data_options(*config, config->data.val_shards, true);
   if (!data.ok()) return fail(data.status());
-  EvalOptions eo;
-  eo.samples = samples > 0 ? static_cast<int>(samples) : config->eval.samples;
-  eo.max_new_tokens = config->eval.max_new_tokens;
-  eo.batch_size = config->eval.batch_size;
-  auto r = evaluate_vqa(model, *tokenizer, *data, eo);
+  auto r = evaluate(model, *tokenizer, *data, *eo);
   if (!r.ok()) return fail(r.status());
-  std::printf("%s", r->to_json().c_str());
+  std::printf("%s", json ? r->to_json().c_str() : r->summary().c_str());
   if (!out.empty()) {
     FILE* fo = std::fopen(out.c_str(), "w");
     if (!fo) return fail(io_error(out + ": cannot write"));
-    std::fputs(r->to_json().c_str(), fo);
-    std::fclose(fo);
+    const std::string text = r->to_json();
+    const bool ok = std::fwrite(text.data(), 1, text.size(), fo) == text.size();
+    if (std::fclose(fo) != 0 || !ok) return fail(io_error(out + ": write failed"));
   }
   return 0;
 }

@@ -90,8 +90,8 @@ PY
       python3 - "$OUT/demo_gpu/eval/final.json" "$DEMO_VQA_MIN" <<'PY' 2>&1 | tee -a "$OUT/summary.log" || status=1
 import json, sys
 r, floor = json.load(open(sys.argv[1])), float(sys.argv[2])
-ok = r["vqa_accuracy"] >= floor
-print(f"held-out VQA {r['vqa_accuracy']:.4f} caption EM {r['caption_exact_match']:.4f} "
+ok = r["vqa"]["accuracy"] >= floor
+print(f"held-out VQA {r['vqa']['accuracy']:.4f} caption CIDEr-D {r['caption']['cider_d']:.4f} "
       f"(floor {floor:g}: {'ok' if ok else 'FAIL'})")
 sys.exit(0 if ok else 1)
 PY

@@ -126,22 +126,24 @@ say "training (examples/fashion/fashion.toml -> $run)"
 "$vlm" train --config "$here/fashion.toml" --run-dir "$run" "${sets[@]}" "${train_args[@]}"
 yesno_samples=1000; [ "$smoke" = 1 ] && yesno_samples=16
 say "evaluating the yes/no question on the first $yesno_samples held-out images"
-"$vlm" eval --run-dir "$run" --set "data.val_shards=$data/shards/t10k-yesno" --samples "$yesno_samples" \
+"$vlm" eval --run-dir "$run" --task vqa --set "data.val_shards=$data/shards/t10k-yesno" --samples "$yesno_samples" \
   --out "$run/eval/yesno.json" >/dev/null
 
 say "done. Results in $run:"
 echo "  config.toml          the resolved configuration"
 echo "  metrics.jsonl        loss, lr, grad norm, throughput per step"
-echo "  eval/final.json      held-out (t10k) 'What item of clothing is this?' accuracy, caption exact match, examples"
+echo "  eval/final.json      held-out (t10k) 'What item of clothing is this?' accuracy per class, caption CIDEr-D, examples"
 echo "  eval/yesno.json      held-out 'Is this a ...?' accuracy"
 echo "  checkpoints/         model.safetensors (Hugging Face names), optimizer state, loader position"
 echo "  data: $data (PNG + JSONL, shards/, tokenizer.json)"
 python3 - "$run/eval/final.json" "$run/eval/yesno.json" <<'PY'
 import json, sys
 r, y = (json.load(open(p)) for p in sys.argv[1:3])
-print(f"  held-out clothing question: {100 * r['vqa_accuracy']:.2f}% of {r['questions']} t10k images; "
-      f"caption exact match {100 * r['caption_exact_match']:.2f}%")
-print(f"  held-out yes/no question:   {100 * y['vqa_accuracy']:.2f}% of {y['questions']} t10k images")
-if not (r["questions"] and r["captions"] and y["questions"]):
+print(f"  held-out clothing question: {100 * r['vqa']['accuracy']:.2f}% of {r['vqa']['questions']} t10k images; "
+      f"caption CIDEr-D {r['caption']['cider_d']:.3f}, exact match {100 * r['caption']['exact_match']:.2f}%")
+for name, b in sorted(r["vqa"].get("by_class", {}).items()):
+    print(f"    {name:12s} {100 * b['accuracy']:5.1f}% ({b['count']})")
+print(f"  held-out yes/no question:   {100 * y['vqa']['accuracy']:.2f}% of {y['vqa']['questions']} t10k images")
+if not (r["vqa"]["questions"] and r["caption"]["captions"] and y["vqa"]["questions"]):
     sys.exit("error: an evaluation asked no question")
 PY

@@ -51,8 +51,20 @@ void add_run_options(OptionSet& o, RunConfig& c) {
   EvalConfig& e = c.eval;
   o.add("eval.every", &e.every, "steps between evals (0 = at the end only)", non_negative<int64_t>());
   o.add("eval.samples", &e.samples, "held-out images per eval", positive<int>());
-  o.add("eval.max_new_tokens", &e.max_new_tokens, "longest generated answer", positive<int>());
-  o.add("eval.batch_size", &e.batch_size, "prompts generated together", positive<int>());
+  o.add("eval.max_new_tokens", &e.max_new_tokens, "longest generated answer (vqa)", positive<int>());
+  o.add("eval.caption_max_new_tokens", &e.caption_max_new_tokens, "longest generated caption", positive<int>());
+  o.add("eval.batch_size", &e.batch_size, "prompts generated (pairs scored) together", positive<int>());
+  o.add("eval.tasks", &e.tasks,
+        "tasks evaluated: vqa, caption, retrieval (empty: what data.task trains; mixed = vqa and caption)",
+        OptionCheck<std::vector<std::string>>([](const std::vector<std::string>& v) {
+          for (const auto& s : v)
+            if (s != "vqa" && s != "caption" && s != "retrieval")
+              return "unknown task '" + s + "' (expected vqa, caption or retrieval)";
+          return std::string();
+        }));
+  o.add("eval.examples", &e.examples, "question/answer/prediction examples kept per task", non_negative<int>());
+  o.add("eval.retrieval_samples", &e.retrieval_samples,
+        "retrieval: held-out images ranked against each other (every image-caption pair is scored)", positive<int>());
 }
 
 Expected<RunConfig> load_run_config(const std::string& path, const std::vector<std::string>& overrides,

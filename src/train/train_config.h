@@ -41,8 +41,12 @@ struct OptimConfig {
 struct EvalConfig {
   int64_t every = 0;                      // steps between evals during training (0 = only at the end)
   int samples = 200;                      // held-out images per eval
-  int max_new_tokens = 12;
+  int max_new_tokens = 12;                // longest generated answer (vqa)
+  int caption_max_new_tokens = 32;        // longest generated caption
   int batch_size = 64;
+  std::vector<std::string> tasks;         // vqa, caption, retrieval; empty = what data.task trains
+  int examples = 20;                      // examples kept per task in eval/*.json
+  int retrieval_samples = 32;             // images ranked against each other (n^2 pairs scored)
 };
 
 struct RunConfig {

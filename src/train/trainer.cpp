@@ -31,6 +31,18 @@ Expected<VlmDataOptions> make_data_options(const RunConfig& c, const std::string
   return build_loader_options(c.data, c.filter, shape, static_cast<uint64_t>(c.train.seed), shard_spec, for_eval);
 }
 
+Expected<EvalOptions> make_eval_options(const RunConfig& c) {
+  EvalOptions eo;
+  VLM_ASSIGN_OR_RETURN(eo.tasks, resolve_eval_tasks(c.eval.tasks, c.data.task));
+  eo.samples = c.eval.samples;
+  eo.max_new_tokens = c.eval.max_new_tokens;
+  eo.caption_max_new_tokens = c.eval.caption_max_new_tokens;
+  eo.batch_size = c.eval.batch_size;
+  eo.examples_kept = c.eval.examples;
+  eo.retrieval_samples = c.eval.retrieval_samples;
+  return eo;
+}
+
 namespace {
 
 struct TrainerState {
@@ -133,8 +145,7 @@ MetricRecord eval_record(int64_t step, const EvalResult& r) {
   MetricRecord rec;
   rec.step = step;
   rec.kind = "eval";
-  rec.add("vqa_accuracy", r.vqa_accuracy).add("questions", r.questions);
-  if (r.captions) rec.add("caption_exact_match", r.caption_exact_match);
+  for (const auto& [name, value] : r.scalars()) rec.add(name, value);  // "eval/<task>/<metric>"
   return rec;
 }
 
@@ -244,10 +255,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     VLM_ASSIGN_OR_RETURN(auto vd, make_data_options(c, c.data.val_shards, true));
     val_data = vd;
   }
-  EvalOptions eo;
-  eo.samples = c.eval.samples;
-  eo.max_new_tokens = c.eval.max_new_tokens;
-  eo.batch_size = c.eval.batch_size;
+  VLM_ASSIGN_OR_RETURN(const EvalOptions eo, make_eval_options(c));
 
   TrainResult result;
   result.start_step = st.step;
@@ -368,7 +376,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     // This step's values now, so that nothing is saved or evaluated before its loss was checked.
     if (last || stop || eval_step || ckpt_now) VLM_RETURN_IF_ERROR(step_log.finish(device));
     if (eval_now) {
-      VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate_vqa(model, tokenizer, *val_data, eo));
+      VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate(model, tokenizer, *val_data, eo));
       sinks.write(eval_record(step, r));
       VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "step_" + std::to_string(step), r));
     }
@@ -390,7 +398,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
   result.final_loss = step_log.last_loss();
   if (dp.lead() && val_data && st.step == c.train.steps && st.step > start_step) {
     VLM_INFO("evaluating on ", c.eval.samples, " held-out images ...");
-    VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate_vqa(model, tokenizer, *val_data, eo));
+    VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate(model, tokenizer, *val_data, eo));
     sinks.write(eval_record(st.step, r));
     VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "final", r));
     result.has_eval = true;

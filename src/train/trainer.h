@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "eval/vqa_eval.h"
+#include "eval/eval_runner.h"
 #include "train/train_config.h"
 
 namespace vlm {
@@ -43,5 +43,8 @@ Expected<TrainResult> run_training(const TrainerOptions& options);
 // The loader options for `shard_spec` under run config `c`: build_loader_options over its [data] and [filter]
 // sections with the model's input shape and train.seed (eval: one pass, fixed order).
 Expected<VlmDataOptions> make_data_options(const RunConfig& c, const std::string& shard_spec, bool for_eval);
+
+// The eval options of run config `c` ([eval]; the tasks resolved against data.task, an unknown one an error).
+Expected<EvalOptions> make_eval_options(const RunConfig& c);
 
 }  // namespace vlm

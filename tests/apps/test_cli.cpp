@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -139,12 +140,33 @@ TEST(Cli, TinyEndToEndRunWithResumeAndEval) {
   CliResult b = run("train --run-dir " + dir + "/r --resume --quiet --set train.steps=4");
   ASSERT_EQ(b.code, 0) << b.out;
   EXPECT_NE(b.out.find("trained steps 3..4"), std::string::npos) << b.out;
-  EXPECT_NE(b.out.find("held-out VQA accuracy"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("vqa: accuracy"), std::string::npos) << b.out;
   CliResult e = run("eval --run-dir " + dir + "/r --samples 4 --out " + dir + "/eval.json");
   ASSERT_EQ(e.code, 0) << e.out;
-  EXPECT_NE(e.out.find("\"vqa_accuracy\""), std::string::npos);
+  EXPECT_NE(e.out.find("vqa: accuracy"), std::string::npos) << e.out;  // data.task = vqa: the vqa task only
+  EXPECT_EQ(e.out.find("caption"), std::string::npos) << e.out;
   std::ifstream in(dir + "/eval.json");
   EXPECT_TRUE(in.good());
+  // A caption-only eval prints caption metrics and nothing about VQA; the examples setting is honoured.
+  CliResult c = run("eval --run-dir " + dir + "/r --samples 4 --task caption --examples 2 --out " + dir + "/cap.json");
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_NE(c.out.find("caption: CIDEr-D"), std::string::npos) << c.out;
+  EXPECT_EQ(c.out.find("vqa"), std::string::npos) << c.out;
+  EXPECT_EQ(c.out.find("VQA"), std::string::npos) << c.out;
+  std::ifstream cap(dir + "/cap.json");
+  std::string cap_json((std::istreambuf_iterator<char>(cap)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(cap_json.find("\"vqa\""), std::string::npos);
+  size_t examples = 0;
+  for (size_t at = cap_json.find("\"prediction\""); at != std::string::npos; at = cap_json.find("\"prediction\"", at + 1))
+    ++examples;
+  EXPECT_EQ(examples, 2u);
+  CliResult j = run("eval --run-dir " + dir + "/r --samples 4 --task vqa,retrieval --set eval.retrieval_samples=3 --json");
+  ASSERT_EQ(j.code, 0) << j.out;
+  EXPECT_NE(j.out.find("\"retrieval\""), std::string::npos) << j.out;
+  EXPECT_NE(j.out.find("\"image_to_text\""), std::string::npos) << j.out;
+  CliResult bad = run("eval --run-dir " + dir + "/r --task captions");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.out.find("'captions'"), std::string::npos) << bad.out;
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ grep "^rank" "$tmp/full.log"
   || fail "the ranks report different losses"
 grep -q "the 2 ranks' weights agree" "$tmp/full.log" || fail "no replica agreement logged"
 [ "$(losses "$tmp/full" | wc -l)" -eq 6 ] || fail "metrics.jsonl does not hold 6 step records: $(losses "$tmp/full")"
-[ "$(grep -c '"vqa_accuracy"' "$tmp/full/metrics.jsonl")" -eq 3 ] || fail "expected 3 eval records (steps 2, 4, 6)"
+[ "$(grep -c '"eval/vqa/accuracy"' "$tmp/full/metrics.jsonl")" -eq 3 ] || fail "expected 3 eval records (steps 2, 4, 6)"
 grep -q '"rank_loader_states"' "$tmp/full/checkpoints/step_00000006/trainer_state.json" \
   || fail "the checkpoint does not keep each rank's loader state"
 

@@ -102,6 +102,8 @@ TEST(Trainer, KeepsTheNewestCheckpointsAndWritesEval) {
   c.train.ckpt_every = 2;
   c.train.keep_last = 2;
   c.eval.every = 4;
+  c.eval.tasks = {"vqa", "caption", "retrieval"};  // three eval curves in metrics.jsonl
+  c.eval.retrieval_samples = 4;
   const std::string dir = testing::scratch_dir("ckpt");
   auto r = run_training(options_for(c, dir));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -117,8 +119,9 @@ TEST(Trainer, KeepsTheNewestCheckpointsAndWritesEval) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/run.json"));
   ASSERT_TRUE(r->has_eval);
   EXPECT_EQ(r->eval.images, 5);
-  EXPECT_GT(r->eval.questions, 5);
-  EXPECT_EQ(r->eval.captions, 5);
+  ASSERT_TRUE(r->eval.vqa && r->eval.caption && r->eval.retrieval);
+  EXPECT_GT(r->eval.vqa->questions, 5);
+  EXPECT_EQ(r->eval.caption->captions, 5);
   auto records = read_jsonl_metrics(dir + "/metrics.jsonl");
   ASSERT_TRUE(records.ok());
   int evals = 0;
@@ -126,7 +129,9 @@ TEST(Trainer, KeepsTheNewestCheckpointsAndWritesEval) {
     double v;
     if (rec.kind == "eval") {
       ++evals;
-      EXPECT_TRUE(rec.get("vqa_accuracy", &v));
+      for (const char* k : {"eval/vqa/accuracy", "eval/vqa/exact_match", "eval/caption/cider_d", "eval/caption/bleu_4",
+                            "eval/caption/rouge_l", "eval/retrieval/i2t_r1", "eval/retrieval/t2i_r5"})
+        EXPECT_TRUE(rec.get(k, &v)) << k;
     } else {
       for (const char* k : {"loss", "lr", "grad_norm", "samples_per_s", "tokens_per_s"})
         EXPECT_TRUE(rec.get(k, &v)) << k;

@@ -35,7 +35,7 @@ noise=0
 awk -v n="$steps" -v off="$off" -v noise="$noise" 'BEGIN { for (s = 1; s <= n; s++)
   printf("{\"step\": %d, \"loss\": %.12f}\n", s, (6 - 0.001 * s) * (1 + off) + noise * 1e-9 * (s > 3)) }' \
   >"$run/metrics.jsonl"
-echo "{\"vqa_accuracy\": ${STUB_VQA:-0.97}, \"caption_exact_match\": 0.9}" >"$run/eval/final.json"
+echo "{\"vqa\": {\"accuracy\": ${STUB_VQA:-0.97}}, \"caption\": {\"cider_d\": 0.9}}" >"$run/eval/final.json"
 echo "held-out VQA accuracy: stand-in"
 SCRIPT
 chmod +x "$dir/bin/vlm"
@@ -65,7 +65,7 @@ grep -q "(tolerance 0.002: ok)" <<<"$out" || fail "bf16 curve not within 2e-3: $
   -eq 2 ] || fail "bf16 repro runs without train.deterministic: $(cat "$STUB_ARGS_LOG")"
 
 out=$(run vqa STUB_VQA=0.9) && fail "a demo at 90% VQA passed: $out"
-grep -q "held-out VQA 0.9000 caption EM 0.9000 (floor 0.95: FAIL)" <<<"$out" || fail "no demo failure line: $out"
+grep -q "held-out VQA 0.9000 caption CIDEr-D 0.9000 (floor 0.95: FAIL)" <<<"$out" || fail "no demo failure line: $out"
 
 out=$(run noisy STUB_NOISE=1) && fail "two differing runs passed repro: $out"
 grep -q "FAIL: 9 of 12 losses differ between the runs, first at step 4" <<<"$out" || fail "no repro failure: $out"

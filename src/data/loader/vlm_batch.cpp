@@ -31,14 +31,37 @@ constexpr uint64_t kSampleRngSalt = 0x5eed5a3b1e5ull;
 // Stream for random_resized_crop windows (separate, so the turn order does not depend on the resize mode).
 constexpr uint64_t kCropRngSalt = 0xc20b5a1ce0ull;
 
+// The answer trained on: "answer", else the most frequent of the human "answers" (strings or {"answer": string},
+// as VQA annotations give them; the first on a tie); nullopt when neither is usable.
+std::optional<std::string> qa_answer(const nlohmann::json& qa) {
+  if (qa.contains("answer"))
+    return qa["answer"].is_string() ? std::optional<std::string>(qa["answer"].get<std::string>()) : std::nullopt;
+  if (!qa.contains("answers") || !qa["answers"].is_array() || qa["answers"].empty()) return std::nullopt;
+  std::vector<std::string> answers;
+  for (const auto& a : qa["answers"]) {
+    if (a.is_string()) answers.push_back(a.get<std::string>());
+    else if (a.is_object() && a.contains("answer") && a["answer"].is_string())
+      answers.push_back(a["answer"].get<std::string>());
+    else return std::nullopt;
+  }
+  std::string best;
+  long best_count = 0;
+  for (const auto& a : answers) {
+    const long n = std::count(answers.begin(), answers.end(), a);
+    if (n > best_count) best = a, best_count = n;
+  }
+  return best;
+}
+
 Expected<std::vector<Turn>> qa_turns(const nlohmann::json& j, const std::string& where) {
   if (!j.contains("qa") || !j["qa"].is_array()) return parse_error(where + ": json has no \"qa\" list");
   std::vector<Turn> turns;
   for (const auto& qa : j["qa"]) {
-    if (!qa.is_object() || !qa.contains("question") || !qa.contains("answer") || !qa["question"].is_string() ||
-        !qa["answer"].is_string())
-      return parse_error(where + ": a \"qa\" entry needs string \"question\" and \"answer\"");
-    turns.push_back({qa["question"].get<std::string>(), qa["answer"].get<std::string>()});
+    std::optional<std::string> answer = qa.is_object() ? qa_answer(qa) : std::nullopt;
+    if (!qa.is_object() || !qa.contains("question") || !qa["question"].is_string() || !answer)
+      return parse_error(where + ": a \"qa\" entry needs string \"question\" and \"answer\" (or a list of "
+                         "\"answers\")");
+    turns.push_back({qa["question"].get<std::string>(), std::move(*answer)});
   }
   if (turns.empty()) return parse_error(where + ": \"qa\" is empty");
   return turns;

@@ -244,3 +244,36 @@ TEST(VlmBatchPipeline, BadOptionsFailAtOpenNamingTheField) {
 
 }  // namespace
 }  // namespace vlm
+
+namespace vlm {
+namespace {
+
+// A qa entry may carry the human answers instead of one answer (VQA annotations): the most frequent is trained on.
+TEST(VlmBatchPipeline, QaAnswersListTrainsOnTheMostFrequentAnswer) {
+  auto with_json = [](const std::string& json) {
+    WebDatasetSample s;
+    s.shard = "s.tar";
+    s.key = "k";
+    const std::vector<uint8_t> jpg = *encode_jpeg(testing::test_image(24, 24, 1), 90);
+    s.fields["jpg"] = jpg;
+    s.fields["json"] = std::vector<uint8_t>(json.begin(), json.end());
+    return s;
+  };
+  VlmDataOptions o = caption_options("unused.tar", 16);
+  o.task = "vqa";
+  auto p = prepare_sample(with_json(R"({"qa": [{"question": "q?", "answers": ["b", {"answer": "a"}, "a", "b", "b"]},
+                                             {"question": "r?", "answer": "", "answers": ["x"]}]})"), o, 0);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_EQ(p->turns.size(), 2u);
+  for (const Turn& t : p->turns) EXPECT_EQ(t.assistant, t.user == "q?" ? "b" : "");  // "answer" wins when present
+  for (const char* bad : {R"({"qa": [{"question": "q?", "answers": []}]})", R"({"qa": [{"question": "q?", "answers": [1]}]})",
+                          R"({"qa": [{"question": "q?", "answers": "a"}]})", R"({"qa": [{"question": "q?"}]})"}) {
+    auto r = prepare_sample(with_json(bad), o, 0);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("s.tar: k.json"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("\"answers\""), std::string::npos) << r.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace vlm
