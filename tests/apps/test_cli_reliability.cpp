@@ -1,7 +1,8 @@
 // Bad data as `vlm` meets it, end to end through the binary: a 2,500-character and a multi-megabyte caption do not
 // end `vlm train`; a run whose every image is undecodable exits non-zero naming the reason and leaves no checkpoint;
 // `vlm data tokenizer-train` counts (and skips or repairs) captions that are not UTF-8; `vlm data inspect` and
-// `vlm data filter` count tar members skipped for unsafe names.
+// `vlm data filter` count tar members skipped for unsafe names; `vlm eval --run-dir` passes over a damaged newest
+// checkpoint.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -87,6 +88,25 @@ TEST(CliReliability, LongCaptionsDoNotEndARunAndUndecodableImagesFailIt) {
   EXPECT_NE(bad.out.find("main reason: bad_images"), std::string::npos) << bad.out;
   EXPECT_FALSE(fs::exists(dir + "/run_corrupt/checkpoints/step_00000002"));
   EXPECT_FALSE(fs::exists(dir + "/run_corrupt/checkpoints/step_00000004"));
+}
+
+TEST(CliReliability, EvalPassesOverADamagedNewestCheckpoint) {
+  const std::string dir = testing::scratch_dir("cli_eval_damaged");
+  write_shard(dir + "/train/shard-0.tar", 16, [](int) { return std::string(); });
+  ASSERT_EQ(run("data tokenizer-train --shards " + dir + "/train --out " + dir + "/tokenizer.json --vocab-size 300").code,
+            0);
+  const std::string data = " --set data.train_shards=" + dir + "/train --set data.val_shards=" + dir + "/train";
+  const CliResult train = run("train " + tiny_model_flags(dir) + data + " --set train.keep_last=2 --run-dir " + dir +
+                              "/run");
+  ASSERT_EQ(train.code, 0) << train.out;
+  const std::string newest = dir + "/run/checkpoints/step_00000004/model.safetensors";
+  ASSERT_TRUE(fs::exists(newest));
+  fs::resize_file(newest, fs::file_size(newest) / 2);
+  // Before: eval loaded step 4 and failed on its truncated weights.
+  const CliResult r = run("eval --run-dir " + dir + "/run --task caption --samples 4");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("step_00000004 is damaged"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(newest)) << "eval must not move or delete a checkpoint";
 }
 
 TEST(CliReliability, TokenizerTrainCountsInvalidUtf8) {
