@@ -23,7 +23,6 @@
 
 #include "bench/bench_options.h"
 #include "bench/train/kernel_trace_report.h"
-#include "bench/train/train_flops.h"
 #include "core/device.h"
 #include "core/env.h"
 #include "kernels/op_profile.h"
@@ -31,6 +30,7 @@
 #include "model/vlm.h"
 #include "train/memory_report.h"
 #include "train/optimizer.h"
+#include "train/train_flops.h"
 
 namespace vlm::bench {
 namespace {
