@@ -189,7 +189,7 @@ std::string HParam::to_string() const {
       return flag ? "true" : "false";
     case Kind::number: {
       char buf[64];
-      std::snprintf(buf, sizeof(buf), "%.10g", number);
+      std::snprintf(buf, sizeof(buf), "%.7g", number);  // run files hold floats: no float noise
       return buf;
     }
   }
