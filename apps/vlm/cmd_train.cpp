@@ -8,6 +8,7 @@
 #include "data/tokenizer/tokenizer.h"
 #include "eval/vqa_eval.h"
 #include "train/checkpoint.h"
+#include "track/progress.h"
 #include "train/trainer.h"
 
 namespace vlm::cli {
@@ -107,8 +108,11 @@ int cmd_eval(int argc, char** argv, int first) {
   eo.samples = samples > 0 ? static_cast<int>(samples) : config->eval.samples;
   eo.max_new_tokens = config->eval.max_new_tokens;
   eo.batch_size = config->eval.batch_size;
+  ProgressLine progress("eval images", static_cast<uint64_t>(eo.samples));
+  eo.progress = [&](int images) { progress.update(static_cast<uint64_t>(images)); };
   auto r = evaluate_vqa(model, *tokenizer, *data, eo);
   if (!r.ok()) return fail(r.status());
+  progress.finish(static_cast<uint64_t>(r->images));
   std::printf("%s", r->to_json().c_str());
   if (!out.empty()) {
     FILE* fo = std::fopen(out.c_str(), "w");

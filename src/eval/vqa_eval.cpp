@@ -107,6 +107,7 @@ Expected<EvalResult> evaluate_vqa(VlmModel& model, const Tokenizer& tokenizer, c
     }
     pixels.clear();
     questions.clear();
+    if (o.progress) o.progress(r.images);
     return Status();
   };
 

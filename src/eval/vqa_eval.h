@@ -3,6 +3,7 @@
 // sample's caption. Accuracy per question type shows what the model has and has not learned.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -17,6 +18,7 @@ struct EvalOptions {
   int batch_size = 64;       // prompts generated together
   bool captions = true;      // also score the caption prompt
   int examples_kept = 20;    // question/prediction/answer triples kept for the report
+  std::function<void(int images_done)> progress;  // called after every generated batch (a progress line)
 };
 
 struct EvalExample {
