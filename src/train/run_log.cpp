@@ -2,6 +2,7 @@
 #include "train/run_log.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -9,6 +10,7 @@
 #include "data/image/image.h"
 #include "data/image/transforms.h"
 #include "data/loader/sample_stream.h"
+#include "kernels/ops.h"
 #include "track/config_values.h"
 #include "track/tensorboard.h"
 
@@ -49,6 +51,19 @@ Status open_run_sinks(MultiSink& sinks, const RunSinkOptions& o) {
   config.texts.push_back({"config/resolved", code_block(o.resolved_toml)});
   sinks.write(config);
   return Status();
+}
+
+MetricRecord param_norms_record(int64_t step, const ParameterStore& params) {
+  MetricRecord rec;
+  rec.step = step;
+  MetricHistogram weights{"norms/weights", {}}, grads{"norms/grads", {}};
+  for (const Param& p : params.all()) {
+    if (!p.trainable) continue;
+    weights.values.push_back(std::sqrt(ops::sum_of_squares({p.value})));
+    grads.values.push_back(std::sqrt(ops::sum_of_squares({p.grad})));
+  }
+  rec.histograms = {std::move(weights), std::move(grads)};
+  return rec;
 }
 
 MetricRecord eval_samples_record(int64_t step, const std::vector<EvalExample>& examples, const VlmDataOptions& val,

@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "data/loader/vlm_batch.h"
 #include "eval/vqa_eval.h"
+#include "model/parameters.h"
 #include "track/metrics.h"
 
 namespace vlm {
@@ -31,6 +32,11 @@ Status open_run_sinks(MultiSink& sinks, const RunSinkOptions& options);
 // predictions, and every example as a markdown table. Images that cannot be found are left out with a warning.
 MetricRecord eval_samples_record(int64_t step, const std::vector<EvalExample>& examples, const VlmDataOptions& val,
                                  int max_images = 4);
+
+// Histograms "norms/weights" and "norms/grads": the L2 norm of every trainable parameter tensor (each module's
+// weight, bias, norm scale) and of its gradient from the last step. One device synchronization per tensor: for
+// steps that synchronize anyway (checkpoints), not every log step.
+MetricRecord param_norms_record(int64_t step, const ParameterStore& params);
 
 // Ends the sinks' session when it goes out of scope: a failure unless success() was called first.
 class SessionEnd {

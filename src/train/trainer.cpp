@@ -337,7 +337,10 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     if (ckpt_now) {
       if (dp.distributed()) VLM_RETURN_IF_ERROR(dp.check_replicas(model.params()).status());
       VLM_ASSIGN_OR_RETURN(st.rank_states, dp.loader_states(st.loader_state));  // every rank takes part
-      if (dp.lead()) VLM_RETURN_IF_ERROR(write_checkpoint(ckpt, model, opt, st, o.resolved_toml));
+      if (dp.lead()) {
+        sinks.write(param_norms_record(step, model.params()));
+        VLM_RETURN_IF_ERROR(write_checkpoint(ckpt, model, opt, st, o.resolved_toml));
+      }
       VLM_RETURN_IF_ERROR(dp.comm().barrier());  // no rank runs ahead of a checkpoint it may resume from
     }
     if (stop) break;

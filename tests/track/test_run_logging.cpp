@@ -88,7 +88,8 @@ TEST(TrainingRun, WritesTensorBoardEventsAndProvenance) {
   }
   for (const char* tag : {"train/loss", "train/lr", "train/grad_norm", "train/tflops", "train/data_wait_frac",
                           "eval/vqa_accuracy", "eval/examples", "eval/sample_0", "config/resolved",
-                          "_hparams_/session_start_info", "_hparams_/session_end_info"})
+                          "_hparams_/session_start_info", "_hparams_/session_end_info", "norms/weights",
+                          "norms/grads"})
     EXPECT_TRUE(tags.count(tag)) << "no " << tag << " in the event file";
   EXPECT_GE(pngs, 1);
   EXPECT_NE(image_description.find("Q: "), std::string::npos) << image_description;
