@@ -47,9 +47,12 @@ void collect_examples(const json& j, json& out, size_t limit) {
         for (const json& e : it.value()) {
           if (!e.is_object() || out.size() >= limit) continue;
           json row = json::object();
-          for (auto f = e.begin(); f != e.end(); ++f)
-            if (f.value().is_string()) row[f.key()] = f.value();
-            else if (f.value().is_array() || f.value().is_number() || f.value().is_boolean()) row[f.key()] = f.value().dump();
+          for (auto f = e.begin(); f != e.end(); ++f) {
+            if (f.value().is_string())
+              row[f.key()] = f.value();
+            else if (f.value().is_array() || f.value().is_number() || f.value().is_boolean())
+              row[f.key()] = f.value().dump();  // e.g. a list of reference answers
+          }
           out.push_back(row);
         }
       } else {

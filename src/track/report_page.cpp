@@ -75,7 +75,8 @@ function ticks(lo, hi, n) {
   const span = hi - lo, raw = span / n, mag = Math.pow(10, Math.floor(Math.log10(raw)));
   const step = [1, 2, 5, 10].map(f => f * mag).find(s => span / s <= n) || 10 * mag;
   const out = [];
-  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step)
+    out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
   return out;
 }
 function fmt(v) {
@@ -220,7 +221,8 @@ function render(data) {
   }
 
   const info = document.getElementById("runs");
-  const fields = ["command_line", "git_revision", "git_dirty", "host", "cpu_model", "gpus", "gpu_driver", "started_utc"];
+  const fields = ["command_line", "git_revision", "git_dirty", "host", "cpu_model", "gpus", "gpu_driver",
+                  "started_utc"];
   table(["run", "directory"].concat(fields), runs.map(r => [r.name, r.dir].concat(fields.map(f => {
     const v = r.info[f];
     if (v === undefined) return null;

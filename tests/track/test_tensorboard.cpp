@@ -251,7 +251,8 @@ TEST(ProtoReader, RejectsMalformedMessages) {
   EXPECT_EQ((*f)[3].as_float(), 2.5f);
   for (size_t cut = 1; cut < w.data().size(); ++cut)  // every truncation inside a field fails
     if (cut != 3 && cut != 8 && cut != 17) EXPECT_FALSE(proto::decode(w.data().substr(0, cut)).ok()) << cut;
-  EXPECT_FALSE(proto::decode(std::string("\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12)).ok());  // 11-byte varint
+  const std::string eleven_byte_varint("\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12);
+  EXPECT_FALSE(proto::decode(eleven_byte_varint).ok());
   EXPECT_FALSE(proto::decode(std::string("\x12\x05" "ab", 4)).ok());  // length past the end
   EXPECT_FALSE(proto::decode(std::string("\x0b", 1)).ok());           // group start
   EXPECT_FALSE(proto::decode(std::string("\x0e\x00", 2)).ok());       // wire type 6
