@@ -29,7 +29,8 @@ int cmd_report(int argc, char** argv, int first) {
     std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
     return 1;
   }
-  std::printf("wrote %s (%zu runs, %.0f KiB): open it in a browser\n", out.c_str(), f.positional().size(),
+  const size_t runs = f.positional().size();
+  std::printf("wrote %s (%zu run%s, %.0f KiB): open it in a browser\n", out.c_str(), runs, runs == 1 ? "" : "s",
               static_cast<double>(page->size()) / 1024);
   return 0;
 }
