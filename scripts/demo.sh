@@ -32,7 +32,9 @@ say "training (configs/shapes-tiny.toml -> $run)"
 
 say "done. Results in $run:"
 echo "  config.toml        the resolved configuration"
-echo "  metrics.jsonl      loss, lr, grad norm, throughput per step"
+echo "  metrics.jsonl      loss, lr, grad norm, throughput, model TFLOP/s per step"
+echo "  tb/                the same as TensorBoard event files, with eval samples and the config"
+echo "                     (tensorboard --logdir $run), or one HTML page: $VLM report $run --out report.html"
 echo "  eval/final.json    held-out VQA accuracy by question type, caption CIDEr-D / BLEU / ROUGE-L, examples"
 echo "  checkpoints/       model.safetensors (Hugging Face names), optimizer state, loader position"
 python3 - "$run/eval/final.json" <<'PY' 2>/dev/null || true

@@ -8,6 +8,7 @@
 #include "data/tokenizer/tokenizer.h"
 #include "eval/eval_runner.h"
 #include "train/checkpoint.h"
+#include "track/progress.h"
 #include "train/trainer.h"
 
 namespace vlm::cli {
@@ -123,8 +124,11 @@ int cmd_eval(int argc, char** argv, int first) {
   if (Status s = model.params().load(weights); !s.ok()) return fail(s);
   auto data = make_data_options(*config, config->data.val_shards, true);
   if (!data.ok()) return fail(data.status());
+  ProgressLine progress("eval images", static_cast<uint64_t>(eo->samples));
+  eo->on_image = [&](int images, int) { progress.update(static_cast<uint64_t>(images)); };
   auto r = evaluate(model, *tokenizer, *data, *eo);
   if (!r.ok()) return fail(r.status());
+  progress.finish(static_cast<uint64_t>(r->images));
   std::printf("%s", json ? r->to_json().c_str() : r->summary().c_str());
   if (!out.empty()) {
     FILE* fo = std::fopen(out.c_str(), "w");

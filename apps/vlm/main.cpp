@@ -19,6 +19,8 @@ const std::vector<Command>& commands() {
       {"eval", "evaluate a checkpoint on held-out shards (VQA accuracy, caption exact match)", vlm::cli::cmd_eval},
       {"data", "dataset tools", vlm::cli::cmd_data, &vlm::cli::data_tools()},
       {"bench", "benchmarks against the peers", vlm::cli::cmd_bench, &vlm::cli::benchmarks()},
+      {"report", "one self-contained HTML page comparing runs: curves, memory, config diff, eval examples",
+       vlm::cli::cmd_report},
   };
   return table;
 }

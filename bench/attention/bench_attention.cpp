@@ -25,6 +25,7 @@
 #include "core/cuda_check.h"
 #include "core/env.h"
 #include "kernels/cuda/flash/flash_api.h"
+#include "track/progress.h"
 
 namespace vlm::bench {
 
@@ -368,10 +369,12 @@ int bench_attention_main(int argc, char** argv) {
               opt.deterministic ? ", deterministic backward" : "");
   if (const std::string env = vlm_environment(); !env.empty()) std::printf("environment: %s\n", env.c_str());
   std::vector<Result> results;
+  ProgressLine progress("bench attention shapes", opt.head_dims.size() * opt.causal.size() * opt.seqlens.size());
   for (int d : opt.head_dims)
     for (int causal : opt.causal)
       for (int s : opt.seqlens) {
         Result r = measure(opt, d, causal != 0, s);
+        progress.clear();
         std::printf("d=%3d causal=%d s=%5d b=%2d h=%2d [%s]  fwd %6.1f  bwd %6.1f  fwd+bwd %6.1f TFLOP/s"
                     "  (its halves %.1f / %.1f)\n",
                     d, causal, s, r.batch, r.heads, r.path.c_str(), r.tflops(r.ms.fwd_ms, 1.0),
@@ -379,7 +382,9 @@ int bench_attention_main(int argc, char** argv) {
                     r.tflops(r.ms.fwdbwd_bwd_ms, 2.5));
         std::fflush(stdout);
         results.push_back(r);
+        progress.update(results.size());
       }
+  progress.finish(results.size());
 
   std::printf("\n| d | causal | seqlen | ours fwd | ours bwd | ours fwd+bwd | cuDNN fwd+bwd | FA2 fwd+bwd | "
               "fwd+bwd / cuDNN | fwd+bwd / FA2 | cuDNN fwd | fwd / cuDNN |\n");

@@ -25,6 +25,7 @@
 #include "bench/data/bench_shards.h"
 #include "data/image/image_pipeline.h"
 #include "data/tokenizer/tokenizer.h"
+#include "track/progress.h"
 
 namespace vlm::bench {
 namespace {
@@ -179,8 +180,8 @@ struct Timing {
   double wall = 1e300, cpu = 1e300;  // seconds; cpu = CPU time of all the process's threads
 };
 
-// Best (smallest) wall and CPU times of `repeats` runs of `pass`.
-Timing best_of(int repeats, const std::function<void()>& pass) {
+// Best (smallest) wall and CPU times of `repeats` runs of `pass`; `after_each` (untimed) follows every run.
+Timing best_of(int repeats, const std::function<void()>& pass, const std::function<void()>& after_each) {
   Timing best;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -188,6 +189,7 @@ Timing best_of(int repeats, const std::function<void()>& pass) {
     pass();
     best.cpu = std::min(best.cpu, process_cpu_seconds() - c0);
     best.wall = std::min(best.wall, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    after_each();
   }
   return best;
 }
@@ -340,16 +342,24 @@ int bench_data_main(int argc, char** argv) {
     figures.push_back({name, threads, t, samples.size()});
   };
   run.pipeline_pass(1, true);  // warm-up: page in the samples, size the scratch buffers
-  add("ours: pipeline, DCT-scaled decode", 1, best_of(o.repeats, [&] { run.pipeline_pass(1, true); }));
-  add("ours: pipeline, full decode", 1, best_of(o.repeats, [&] { run.pipeline_pass(1, false); }));
-  if (run.pipe.mode == ImageResizeMode::random_resized_crop)  // what decoding only the crop window saves
+  // Progress over the timed passes below: 4 figures at one thread (+1 for random resized crop), one per thread count.
+  const bool rrc = run.pipe.mode == ImageResizeMode::random_resized_crop;
+  const auto multi = std::count_if(o.threads.begin(), o.threads.end(), [](int t) { return t != 1; });
+  ProgressLine progress("bench data passes", static_cast<uint64_t>((4 + (rrc ? 1 : 0) + multi) * o.repeats));
+  uint64_t passes_done = 0;
+  const auto best_of_repeats = [&](const std::function<void()>& pass) {
+    return best_of(o.repeats, pass, [&] { progress.update(++passes_done); });
+  };
+  add("ours: pipeline, DCT-scaled decode", 1, best_of_repeats([&] { run.pipeline_pass(1, true); }));
+  add("ours: pipeline, full decode", 1, best_of_repeats([&] { run.pipeline_pass(1, false); }));
+  if (rrc)  // what decoding only the crop window saves
     add("ours: pipeline, DCT-scaled, whole image decoded", 1,
-        best_of(o.repeats, [&] { run.pipeline_pass(1, true, false); }));
+        best_of_repeats([&] { run.pipeline_pass(1, true, false); }));
   // Breakdown (1 thread): decode alone, at full size and at the scale the pipeline's hint allows.
   for (bool dct : {false, true}) {
     ImageDecodeOptions d;
     if (dct) d.min_width = d.min_height = o.size;
-    add(dct ? "  decode only, DCT-scaled (hint S x S)" : "  decode only, full size", 1, best_of(o.repeats, [&] {
+    add(dct ? "  decode only, DCT-scaled (hint S x S)" : "  decode only, full size", 1, best_of_repeats([&] {
           for (const BenchSample& s : samples)
             if (!decode_image(s.image, "", d).ok()) ++run.failures;
         }));
@@ -357,8 +367,9 @@ int bench_data_main(int argc, char** argv) {
   for (int t : o.threads) {
     if (t == 1) continue;
     add(str("ours: pipeline, DCT-scaled decode, ", t, " threads"), t,
-        best_of(o.repeats, [&] { run.pipeline_pass(t, true); }));
+        best_of_repeats([&] { run.pipeline_pass(t, true); }));
   }
+  progress.finish(passes_done);
   if (run.failures.load() != 0) {
     std::fprintf(stderr, "bench data: %llu images failed in our pipeline\n",
                  static_cast<unsigned long long>(run.failures.load()));

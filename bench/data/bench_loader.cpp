@@ -17,6 +17,7 @@
 
 #include "data/loader/vlm_batch.h"
 #include "data/tokenizer/bpe_trainer.h"
+#include "track/progress.h"
 
 namespace vlm::bench {
 namespace {
@@ -110,10 +111,13 @@ Expected<RunResult> run_one(const VlmDataOptions& base, const Tokenizer& tok, co
   const LoaderTiming before = loader->timing();
   const auto t0 = std::chrono::steady_clock::now();
   const double c0 = cpu_seconds();
+  ProgressLine progress(str("bench data --loader, ", threads, " decode threads: batches"),
+                        static_cast<uint64_t>(o.batches) * (o.pace > 0.0 ? 2 : 1));
   for (int b = 0; b < o.batches; ++b) {
     VLM_ASSIGN_OR_RETURN(PackedBatch batch, loader->next_batch(o.batch_size));
     r.samples += static_cast<uint64_t>(batch.n_samples);
     ++r.batches;
+    progress.update(r.batches);
   }
   r.seconds = since(t0);
   r.cpu = cpu_seconds() - c0;
@@ -126,10 +130,12 @@ Expected<RunResult> run_one(const VlmDataOptions& base, const Tokenizer& tok, co
     for (int b = 0; b < o.batches; ++b) {
       VLM_RETURN_IF_ERROR(loader->next_batch(o.batch_size).status());
       std::this_thread::sleep_for(step);
+      progress.update(static_cast<uint64_t>(o.batches + b + 1));
     }
     r.paced_seconds = since(p0);
     r.paced_wait = loader->timing().wait_s - start.wait_s;
   }
+  progress.finish(static_cast<uint64_t>(o.batches) * (o.pace > 0.0 ? 2 : 1));
   r.counters = loader->counters();
   return r;
 }

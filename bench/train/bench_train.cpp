@@ -23,7 +23,6 @@
 
 #include "bench/bench_options.h"
 #include "bench/train/kernel_trace_report.h"
-#include "bench/train/train_flops.h"
 #include "core/device.h"
 #include "core/env.h"
 #include "kernels/op_profile.h"
@@ -31,6 +30,8 @@
 #include "model/vlm.h"
 #include "train/memory_report.h"
 #include "train/optimizer.h"
+#include "track/progress.h"
+#include "train/train_flops.h"
 
 namespace vlm::bench {
 namespace {
@@ -279,25 +280,33 @@ int bench_train_main(int argc, char** argv) {
               o.preset.c_str(), static_cast<double>(model.params().numel()) / 1e6, o.precision.c_str(), o.batch,
               cfg.image_tokens(), o.text_tokens, o.recompute.c_str(), o.attention.c_str());
   if (const std::string env = vlm_environment(); !env.empty()) std::printf("environment: %s\n", env.c_str());
+  // Progress over every step this benchmark runs before its report (updates never wait for the device).
+  ProgressLine progress("bench train steps", static_cast<uint64_t>(o.warmup + o.steps + 1 + o.profile_steps));
+  uint64_t steps_run = 0;
+  const auto counted_step = [&] {
+    step();
+    progress.update(++steps_run);
+  };
   const double t_warm = now();
-  for (int i = 0; i < o.warmup; ++i) step();
+  for (int i = 0; i < o.warmup; ++i) counted_step();
   sync(dev);
   const double warmup_s = now() - t_warm;
   const double t0 = now();
-  for (int i = 0; i < o.steps; ++i) step();
+  for (int i = 0; i < o.steps; ++i) counted_step();
   sync(dev);
   const double step_s = (now() - t0) / o.steps;
   const double loss = last_loss.mean();  // the last timed step's
   StepMemoryMeter meter(dev);
   meter.begin();
-  step();
+  counted_step();
   sync(dev);
   const MemoryReport mem = meter.end(model.params(), opt.state_bytes(), o.precision);
   ops::profile::profile_begin();
   const double t_prof = now();
-  for (int i = 0; i < o.profile_steps; ++i) step();
+  for (int i = 0; i < o.profile_steps; ++i) counted_step();
   sync(dev);
   const double profiled_step_s = (now() - t_prof) / o.profile_steps;
+  progress.finish(steps_run);
   const std::vector<ops::profile::OpTime> times = ops::profile::profile_end();
   const EnqueueTime enqueue = time_enqueue(step, dev, 5);
   const KernelTraceReport trace = o.trace_steps > 0 ? trace_kernels(o.trace_steps, step) : KernelTraceReport{};

@@ -78,6 +78,7 @@ JsonlSink::~JsonlSink() {
 }
 
 void JsonlSink::write(const MetricRecord& r) {
+  if (r.values.empty()) return;  // images and text only: nothing this file holds
   std::string line = to_json(r).dump() + "\n";
   std::fwrite(line.data(), 1, line.size(), f_);
   std::fflush(f_);
@@ -119,6 +120,7 @@ ConsoleProgress::ConsoleProgress(int64_t total_steps, int64_t start_step, double
 
 void ConsoleProgress::write(const MetricRecord& r) {
   const double t = now_seconds();
+  if (r.values.empty()) return;
   if (r.kind != "train") {
     flush();
     std::string line = "[" + r.kind + " @ step " + std::to_string(r.step) + "]";
@@ -167,6 +169,31 @@ void MultiSink::write(const MetricRecord& r) {
 }
 void MultiSink::flush() {
   for (auto& s : sinks_) s->flush();
+}
+void MultiSink::session_start(const std::vector<HParam>& hparams) {
+  for (auto& s : sinks_) s->session_start(hparams);
+}
+void MultiSink::session_end(bool success) {
+  for (auto& s : sinks_) s->session_end(success);
+}
+
+std::string metric_tag(const std::string& kind, const std::string& name) {
+  return name.find('/') != std::string::npos ? name : kind + "/" + name;
+}
+
+std::string HParam::to_string() const {
+  switch (kind) {
+    case Kind::text:
+      return text;
+    case Kind::boolean:
+      return flag ? "true" : "false";
+    case Kind::number: {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%.7g", number);  // run files hold floats: no float noise
+      return buf;
+    }
+  }
+  return "";
 }
 
 }  // namespace vlm

@@ -23,6 +23,11 @@ void ProgressLine::update(uint64_t done, const std::string& extra) {
 
 void ProgressLine::finish(uint64_t done, const std::string& extra) { print(done, extra, true); }
 
+void ProgressLine::clear() {
+  if (tty_) std::fprintf(stderr, "\r\033[K");
+  last_ = -1e30;  // redraw at the next update
+}
+
 void ProgressLine::print(uint64_t done, const std::string& extra, bool final) {
   const double dt = now_seconds() - t0_;
   const double rate = dt > 0 ? static_cast<double>(done) / dt : 0;

@@ -14,6 +14,8 @@ class ProgressLine {
   ProgressLine(std::string label, uint64_t total, double every_seconds = 10.0);
   void update(uint64_t done, const std::string& extra = "");
   void finish(uint64_t done, const std::string& extra = "");
+  // Erases the in-place line (on a terminal) so that other output can be printed; the next update() redraws it.
+  void clear();
   double elapsed_seconds() const;
 
  private:

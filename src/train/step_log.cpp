@@ -67,6 +67,9 @@ Status StepLog::finish(Device device) {
   rec.step = p.step;
   rec.add("loss", loss).add("lr", p.lr).add("grad_norm", grad_norm);
   rec.add("samples_per_s", w.samples / p.dt).add("tokens_per_s", w.tokens / p.dt);
+  const double tflops = w.model_flops / p.dt / 1e12;
+  rec.add("tflops", tflops);
+  if (peak_tflops_ > 0) rec.add("mfu", tflops / peak_tflops_);
   rec.add("target_tokens", static_cast<double>(p.target_tokens));
   rec.add("samples_skipped", static_cast<double>(lc.samples_skipped));
   rec.add("samples_filtered", static_cast<double>(lc.samples_filtered));  // dropped by data filters

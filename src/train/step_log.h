@@ -25,6 +25,7 @@ struct WindowTimes {
   double upload = 0;       // staging + enqueueing host->device copies (CPU: building the inputs)
   double compute = 0;      // forward/backward and optimizer, including device_wait
   double device_wait = 0;  // reading a step's loss and grad norm: near zero on a GPU, the host sets the pace
+  double model_flops = 0;  // train_flops_of_batch() of this rank's micro-batches
 };
 
 class StepLog {
@@ -35,6 +36,8 @@ class StepLog {
   StepLog(MultiSink& sinks, bool dedup_exact, double t_start, dist::Communicator* ranks = nullptr);
 
   WindowTimes& window() { return window_; }
+  // The device's peak TFLOP/s: records carry mfu = tflops / peak when > 0 (tflops, this rank's model TFLOP/s, always).
+  void set_peak_tflops(double peak) { peak_tflops_ = peak; }
 
   // Step `step` is queued (its losses, one per micro-batch, and its norm still on the device); a log step closes the
   // current window, whose counters become its record's. Call finish() first for the step before.
@@ -65,6 +68,7 @@ class StepLog {
   WindowTimes window_;
   std::optional<Pending> pending_;
   double last_loss_ = 0;
+  double peak_tflops_ = 0;
 };
 
 }  // namespace vlm

@@ -45,6 +45,10 @@ void add_run_options(OptionSet& o, RunConfig& c) {
         "default, as in PyTorch");
   o.add("train.threads", &t.threads, "CPU threads (0 = all cores)", non_negative<int>());
   o.add("train.log_every", &t.log_every, "steps between metric records", positive<int64_t>());
+  o.add("train.peak_tflops", &t.peak_tflops,
+        "the device's dense peak TFLOP/s at the training precision, for the mfu metric (0 = known GPUs by name: "
+        "H100/H200, A100; none on the CPU)",
+        non_negative<double>());
   o.add("train.ckpt_every", &t.ckpt_every, "steps between checkpoints (0 = final only)", non_negative<int64_t>());
   o.add("train.keep_last", &t.keep_last, "checkpoints kept", positive<int>());
   o.add("train.init_from", &t.init_from, "safetensors weights to start from");

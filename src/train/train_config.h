@@ -33,6 +33,7 @@ struct OptimConfig {
   bool deterministic = false;             // cuda: bit-identical results run to run (ops::set_deterministic)
   int threads = 0;                        // CPU threads (0 = all cores)
   int64_t log_every = 1;
+  double peak_tflops = 0;                 // the device's peak, for the mfu metric (0 = from the GPU's name)
   int64_t ckpt_every = 200;               // 0 disables periodic checkpoints (a final one is always written)
   int keep_last = 3;
   std::string init_from;                  // safetensors to start from (HF names); "" = random init

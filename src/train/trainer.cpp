@@ -21,8 +21,10 @@
 #include "train/device_batch.h"
 #include "train/memory_report.h"
 #include "train/optimizer.h"
+#include "train/run_log.h"
 #include "train/skip_window.h"
 #include "train/step_log.h"
+#include "train/train_flops.h"
 
 namespace vlm {
 
@@ -239,11 +241,10 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
   }
 
   MultiSink sinks;  // rank 0's: the other ranks log nothing of their own
-  if (dp.lead()) {
-    VLM_ASSIGN_OR_RETURN(auto jsonl, JsonlSink::open(o.run_dir + "/metrics.jsonl", resume_from ? st.step : 0));
-    sinks.add(std::move(jsonl));
-    if (!o.quiet) sinks.add(std::make_unique<ConsoleProgress>(c.train.steps, st.step));
-  }
+  if (dp.lead())
+    VLM_RETURN_IF_ERROR(open_run_sinks(
+        sinks, {o.run_dir, o.resolved_toml, st.step, resume_from.has_value(), c.train.steps, !o.quiet}));
+  SessionEnd session_end(sinks);
 
   VLM_INFO("model: ", model.params().numel(), " parameters (", model.params().numel(true), " trainable), ",
            c.model.image_tokens(), " image tokens per image; training steps ", st.step + 1, "..", c.train.steps,
@@ -262,6 +263,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
   // Per log window, where the training thread's time goes, and each step's values read once the next is queued.
   StepLog step_log(sinks, c.data.dedup_exact, t_start, &dp.comm());
   WindowTimes& window = step_log.window();
+  step_log.set_peak_tflops(c.train.peak_tflops > 0 ? c.train.peak_tflops : device_peak_tflops(device, compute_dtype));
   const int64_t start_step = st.step;
   StepMemoryMeter memory_meter(device);  // over the first step of this process: memory.json
 
@@ -328,6 +330,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
       up.reset();
       window.samples += b.n_samples;
       window.tokens += static_cast<double>(b.tokens.size());
+      window.model_flops += train_flops_of_batch(c.model, b);
       st.samples_seen += b.n_samples;
       st.tokens_seen += static_cast<double>(b.tokens.size());
       i = first_with_samples(cur, i + 1);
@@ -378,12 +381,16 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     if (eval_now) {
       VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate(model, tokenizer, *val_data, eo));
       sinks.write(eval_record(step, r));
+      sinks.write(eval_samples_record(step, r.examples, *val_data));
       VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "step_" + std::to_string(step), r));
     }
     if (ckpt_now) {
       if (dp.distributed()) VLM_RETURN_IF_ERROR(dp.check_replicas(model.params()).status());
       VLM_ASSIGN_OR_RETURN(st.rank_states, dp.loader_states(st.loader_state));  // every rank takes part
-      if (dp.lead()) VLM_RETURN_IF_ERROR(write_checkpoint(ckpt, model, opt, st, o.resolved_toml));
+      if (dp.lead()) {
+        sinks.write(param_norms_record(step, model.params()));
+        VLM_RETURN_IF_ERROR(write_checkpoint(ckpt, model, opt, st, o.resolved_toml));
+      }
       VLM_RETURN_IF_ERROR(dp.comm().barrier());  // no rank runs ahead of a checkpoint it may resume from
     }
     if (stop) break;
@@ -400,11 +407,13 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     VLM_INFO("evaluating on ", c.eval.samples, " held-out images ...");
     VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate(model, tokenizer, *val_data, eo));
     sinks.write(eval_record(st.step, r));
+    sinks.write(eval_samples_record(st.step, r.examples, *val_data));
     VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "final", r));
     result.has_eval = true;
     result.eval = r;
   }
   sinks.flush();
+  session_end.success();
   result.wall_seconds = now_seconds() - t_start;
   return result;
 }
