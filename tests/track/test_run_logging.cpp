@@ -102,7 +102,9 @@ TEST(TrainingRun, WritesTensorBoardEventsAndProvenance) {
   EXPECT_EQ(info["command_line"], "vlm train --set train.lr=1e-3 'it'\\''s'");
   EXPECT_TRUE(info.contains("cpu_model"));
   EXPECT_TRUE(info.contains("git_revision"));
-  if (info["git_revision"] != "unknown") EXPECT_TRUE(info["git_dirty"].is_boolean());
+  if (info["git_revision"] != "unknown") {
+    EXPECT_TRUE(info["git_dirty"].is_boolean());
+  }
   EXPECT_FALSE(info.contains("gpus")) << "a CPU build lists no GPU";
 }
 
