@@ -178,14 +178,15 @@ struct DecodeTraits {
 // heads of kv head y. part_out == nullptr (one split): writes out; else the split's normalized partial rows
 // part_out [splits, tokens_q, heads_q, dim] and their log2-sum-exp2 part_lse [splits, tokens_q, heads_q] (-inf for an
 // empty split).
-template <class T, int kDim>
+// kGroup: the most q heads per kv head it handles (the registers it keeps per lane scale with it).
+template <class T, int kDim, int kGroup>
 __global__ void __launch_bounds__(kWarps * 32)
     paged_decode_kernel(PagedArgs<T> a, int chunk, T* out, float* part_out, float* part_lse) {
   pdl::grid_begin();
   using Tr = DecodeTraits<T, kDim>;
   constexpr int kVec = Tr::kVec, kLanes = Tr::kLanes, kSlots = Tr::kSlots;
-  __shared__ float s_acc[kSlots][kMaxGroup][kDim];
-  __shared__ float s_m[kSlots][kMaxGroup], s_l[kSlots][kMaxGroup];
+  __shared__ float s_acc[kSlots][kGroup][kDim];
+  __shared__ float s_m[kSlots][kGroup], s_l[kSlots][kGroup];
   const int b = blockIdx.z, kvh = blockIdx.y, split = blockIdx.x;
   const int group = a.heads_q / a.heads_kv;
   const SeqView s = seq_view(a, b);
@@ -193,18 +194,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t row = s.q_begin;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = lane % kLanes, slot_id = warp * Tr::kGroups + lane / kLanes;
-  float q[kMaxGroup][kVec];
+  float q[kGroup][kVec];
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
+  for (int g = 0; g < kGroup; ++g) {
     if (g >= group) break;
     const T* qg = a.q + row * a.q_stride + static_cast<int64_t>(kvh * group + g) * kDim + part * kVec;
     load_vec16<T>(qg, q[g]);
 #pragma unroll
     for (int e = 0; e < kVec; ++e) q[g][e] *= a.scale * kLog2e;
   }
-  float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][kVec];
+  float m[kGroup], l[kGroup], acc[kGroup][kVec];
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
+  for (int g = 0; g < kGroup; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.f;
 #pragma unroll
@@ -228,9 +229,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       const bool valid = j0 + static_cast<int64_t>(u) * kSlots < k_end;  // uniform over the lane group
       float kf[kVec];
       unpack_vec16<T>(kr[u], kf);
-      float dot[kMaxGroup];
+      float dot[kGroup];
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
+      for (int g = 0; g < kGroup; ++g) {
         if (g >= group) break;
         float d = 0.f;
 #pragma unroll
@@ -243,7 +244,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       float vf[kVec];
       unpack_vec16<T>(vr[u], vf);
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
+      for (int g = 0; g < kGroup; ++g) {
         if (g >= group) break;
         const float m_new = fmaxf(m[g], dot[g]);
         const float corr = exp2f(m[g] - m_new), p = exp2f(dot[g] - m_new);
@@ -255,7 +256,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
+  for (int g = 0; g < kGroup; ++g) {
     if (g >= group) break;
 #pragma unroll
     for (int e = 0; e < kVec; ++e) s_acc[slot_id][g][part * kVec + e] = acc[g][e];
@@ -339,26 +340,41 @@ int decode_chunk(int& splits, int64_t batch, int64_t heads_kv, int max_ctx, int 
   return static_cast<int>(chunk);
 }
 
-template <class T, int kDim>
+template <class T, int kDim, int kGroup>
 void launch_decode(const PagedArgs<T>& a, T* out, int64_t batch, Device dev, cudaStream_t stream) {
   int splits = 1;
   const int chunk = decode_chunk(splits, batch, a.heads_kv, a.max_ctx, dev.index);
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(batch));
   if (splits == 1) {
-    pdl::launch(paged_decode_kernel<T, kDim>, grid, kWarps * 32, 0, stream, a, chunk, out,
+    pdl::launch(paged_decode_kernel<T, kDim, kGroup>, grid, kWarps * 32, 0, stream, a, chunk, out,
                 static_cast<float*>(nullptr), static_cast<float*>(nullptr));
     VLM_CUDA_CHECK_LAUNCH();
     return;
   }
   Tensor part_out = scratch(Shape{splits, a.tokens_q, a.heads_q, kDim}, DType::f32, dev);
   Tensor part_lse = scratch(Shape{splits, a.tokens_q, a.heads_q}, DType::f32, dev);
-  pdl::launch(paged_decode_kernel<T, kDim>, grid, kWarps * 32, 0, stream, a, chunk, out, ptr<float>(part_out),
+  pdl::launch(paged_decode_kernel<T, kDim, kGroup>, grid, kWarps * 32, 0, stream, a, chunk, out, ptr<float>(part_out),
               ptr<float>(part_lse));
   VLM_CUDA_CHECK_LAUNCH();
   const dim3 combine_grid(static_cast<unsigned>(a.tokens_q), static_cast<unsigned>(ceil_div(a.heads_q, kWarps)));
   pdl::launch(paged_combine_kernel<T>, combine_grid, kWarps * 32, 0, stream, out, ptr<float>(part_out),
               ptr<float>(part_lse), splits, a.tokens_q, a.heads_q, kDim);
   VLM_CUDA_CHECK_LAUNCH();
+}
+
+// The decode kernel's instantiations: head dim 64 or 128 x the group bound 1, 3 (SmolLM2's 9 / 3), 4 or kMaxGroup.
+template <class T, int kDim>
+void launch_decode_for_group(const PagedArgs<T>& a, T* out, int64_t batch, Device dev, cudaStream_t stream) {
+  const int group = a.heads_q / a.heads_kv;
+  if (group == 1) return launch_decode<T, kDim, 1>(a, out, batch, dev, stream);
+  if (group == 3) return launch_decode<T, kDim, 3>(a, out, batch, dev, stream);
+  if (group <= 4) return launch_decode<T, kDim, 4>(a, out, batch, dev, stream);
+  launch_decode<T, kDim, kMaxGroup>(a, out, batch, dev, stream);
+}
+template <class T>
+void launch_decode_for_dim(const PagedArgs<T>& a, T* out, int64_t batch, Device dev, cudaStream_t stream) {
+  if (a.dim == 64) return launch_decode_for_group<T, 64>(a, out, batch, dev, stream);
+  launch_decode_for_group<T, 128>(a, out, batch, dev, stream);
 }
 
 // Whether the decode kernel takes the call: one query per sequence, a head dim it is built for, a group it keeps in
@@ -436,8 +452,7 @@ void paged_attention(Tensor& out, const Tensor& q, const Tensor& k_cache, const 
     a.max_ctx = max_context_len;
     a.scale = scale;
     if (decode_applies(a)) {
-      if (dim == 64) launch_decode<T, 64>(a, ptr<T>(out), batch, dev, stream);
-      else launch_decode<T, 128>(a, ptr<T>(out), batch, dev, stream);
+      launch_decode_for_dim<T>(a, ptr<T>(out), batch, dev, stream);
       return;
     }
     VLM_CHECK(dim <= kMaxSimpleDim, "ops::paged_attention: head dim ", dim, " exceeds the kernel's ", kMaxSimpleDim);
