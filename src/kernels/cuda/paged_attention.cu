@@ -212,7 +212,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int e = 0; e < kVec; ++e) acc[g][e] = 0.f;
   }
   const int64_t k_begin = static_cast<int64_t>(split) * chunk, k_end = min(k_begin + chunk, s.ctx);
-  for (int64_t j0 = k_begin + slot_id; j0 < k_end; j0 += static_cast<int64_t>(kSlots) * kDecodeUnroll) {
+  // The loop runs while the warp's first lane group has keys, so every lane of a warp takes the same iterations (the
+  // score shuffles need the whole warp); lane groups past the split's end compute on zeros and drop the result.
+  const int64_t warp_first = k_begin + warp * Tr::kGroups, group_offset = slot_id - warp * Tr::kGroups;
+  for (int64_t w0 = warp_first; w0 < k_end; w0 += static_cast<int64_t>(kSlots) * kDecodeUnroll) {
+    const int64_t j0 = w0 + group_offset;
     uint4 kr[kDecodeUnroll], vr[kDecodeUnroll];  // keys past the split stay 0 (computed on, never used)
 #pragma unroll
     for (int u = 0; u < kDecodeUnroll; ++u) {
