@@ -170,16 +170,21 @@ __global__ void paged_attention_kernel(PagedArgs<T> a, T* out) {
 }
 
 // cu_k[0] = 0, cu_k[b + 1] = cu_k[b] + the (clamped) context length of sequence b: the packed offsets of the K/V rows
-// paged_gather_kernel writes. One thread: the batch of one step is small.
+// paged_gather_kernel writes; cu_q_safe = cu_seqlens_q made monotone, within [0, tokens_q] and with lengths <= max_q
+// (equal to it when it passed the check), so that attention_forward cannot leave q or out on a bad table either.
+// One thread: the batch of one step is small.
 template <class T>
-__global__ void paged_context_offsets_kernel(PagedArgs<T> a, int batch, int32_t* cu_k) {
+__global__ void paged_context_offsets_kernel(PagedArgs<T> a, int batch, int32_t* cu_k, int32_t* cu_q_safe) {
   pdl::grid_begin();
   if (threadIdx.x != 0) return;
-  int32_t offset = 0;
+  int64_t offset = 0, q_end = 0;
   cu_k[0] = 0;
+  cu_q_safe[0] = 0;
   for (int b = 0; b < batch; ++b) {
-    offset += static_cast<int32_t>(seq_view(a, b).ctx);
-    cu_k[b + 1] = offset;
+    offset += seq_view(a, b).ctx;
+    cu_k[b + 1] = static_cast<int32_t>(offset);
+    q_end = min(min(max(static_cast<int64_t>(a.cu_q[b + 1]), q_end), q_end + a.max_q), a.tokens_q);
+    cu_q_safe[b + 1] = static_cast<int32_t>(q_end);
   }
 }
 
@@ -427,15 +432,16 @@ void launch_decode_for_dim(const PagedArgs<T>& a, T* out, int64_t batch, Device 
 // Prefill in bf16 on tensor cores: each sequence's context gathered from the cache into packed K/V (at most
 // batch x max_context_len rows; the copy is small next to the attention), then attention_forward, bottom-right
 // causal (FlashAttention wherever it applies; its simple kernel otherwise).
-void gather_prefill(Tensor& out, const Tensor& q, const PagedArgs<bf16>& a, const Tensor& cu_q, int64_t batch,
-                    Device dev, cudaStream_t stream) {
+void gather_prefill(Tensor& out, const Tensor& q, const PagedArgs<bf16>& a, int64_t batch, Device dev,
+                    cudaStream_t stream) {
   const int64_t rows = batch * a.max_ctx;
   VLM_CHECK(rows <= INT32_MAX, "ops::paged_attention: ", batch, " sequences x max_context_len ", a.max_ctx,
             " exceed 32-bit row offsets");
   Tensor k = scratch(Shape{rows, a.heads_kv, a.dim}, DType::bf16, dev);
   Tensor v = scratch(Shape{rows, a.heads_kv, a.dim}, DType::bf16, dev);
-  Tensor cu_k = scratch(Shape{batch + 1}, DType::i32, dev);
-  pdl::launch(paged_context_offsets_kernel<bf16>, 1, 32, 0, stream, a, static_cast<int>(batch), ptr<int32_t>(cu_k));
+  Tensor cu_k = scratch(Shape{batch + 1}, DType::i32, dev), cu_q_safe = scratch(Shape{batch + 1}, DType::i32, dev);
+  pdl::launch(paged_context_offsets_kernel<bf16>, 1, 32, 0, stream, a, static_cast<int>(batch), ptr<int32_t>(cu_k),
+              ptr<int32_t>(cu_q_safe));
   VLM_CUDA_CHECK_LAUNCH();
   const int64_t row = static_cast<int64_t>(a.heads_kv) * a.dim;
   const bool vec = row % kVec16<bf16> == 0 && all_aligned16(a.k_cache, a.v_cache, ptr<bf16>(k), ptr<bf16>(v));
@@ -445,7 +451,7 @@ void gather_prefill(Tensor& out, const Tensor& q, const PagedArgs<bf16>& a, cons
   VLM_CUDA_CHECK_LAUNCH();
   Tensor lse = scratch(Shape{a.heads_q, a.tokens_q}, DType::f32, dev);
   // cu_k ends at the sum of the context lengths, below the rows allocated: the caller-vouched form of the check.
-  attention_forward(out, lse, q, k, v, cu_q, cu_k, a.max_q, a.max_ctx, a.scale, /*causal=*/true,
+  attention_forward(out, lse, q, k, v, cu_q_safe, cu_k, a.max_q, a.max_ctx, a.scale, /*causal=*/true,
                     /*cu_seqlens_checked=*/true);
 }
 
@@ -529,7 +535,7 @@ void paged_attention(Tensor& out, const Tensor& q, const Tensor& k_cache, const 
     }
     if (max_seqlen_q == 0) return;
     if constexpr (std::is_same_v<T, bf16>) {
-      if (max_context_len > 0) return gather_prefill(out, q, a, cu_seqlens_q, batch, dev, stream);
+      if (max_context_len > 0) return gather_prefill(out, q, a, batch, dev, stream);
     }
     VLM_CHECK(dim <= kMaxSimpleDim, "ops::paged_attention: head dim ", dim, " exceeds the kernel's ", kMaxSimpleDim);
     const dim3 grid(static_cast<unsigned>(ceil_div(max_seqlen_q, kWarps)), static_cast<unsigned>(a.heads_q),
