@@ -14,6 +14,7 @@
 #include "core/logging.h"
 #include "core/safetensors.h"
 #include "kernels/ops.h"
+#include "model/model_io.h"
 #include "track/metrics.h"
 #include "track/run_dir.h"
 #include "train/checkpoint.h"
@@ -177,8 +178,11 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
   model.set_recompute(*recompute);
   if (device.is_cuda()) ops::set_deterministic(c.train.deterministic);
   model.init_weights(static_cast<uint64_t>(c.train.seed));
-  if (!c.train.init_from.empty() && !resume_from)
-    VLM_RETURN_IF_ERROR(model.params().load(c.train.init_from, /*allow_missing=*/true));
+  if (!resume_from) {
+    LoadPolicy policy;
+    policy.allow_missing = c.train.init_allow_missing;
+    VLM_RETURN_IF_ERROR(load_pretrained(model, c.train.init_from, policy));
+  }
   for (const auto& part : c.train.freeze) {
     VLM_ASSIGN_OR_RETURN(ParamGroup g, parse_param_group(part));
     for (auto& p : model.params().all())
