@@ -65,8 +65,12 @@ struct ModelConfig {
                                                                                             : ModelParts::vlm; }
   bool has_vision() const { return model_parts() != ModelParts::text; }
   bool has_text() const { return model_parts() != ModelParts::vision; }
-  // Image tokens each image contributes to the text sequence.
-  int image_tokens() const { return vision.n_patches() / (projector.pixel_shuffle * projector.pixel_shuffle); }
+  // Image tokens each image contributes to the text sequence (0 for a text or vision model: prompts carry no
+  // placeholders, and the images a loader still delivers are ignored).
+  int image_tokens() const {
+    return model_parts() == ModelParts::vlm ? vision.n_patches() / (projector.pixel_shuffle * projector.pixel_shuffle)
+                                            : 0;
+  }
 };
 
 // Sets every field of `config` to the named preset. Unknown names are an invalid_argument listing the presets.

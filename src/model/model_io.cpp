@@ -38,10 +38,11 @@ Expected<ModelConfig> read_model_dir_config(const std::string& dir) {
   return c;
 }
 
-Expected<std::unique_ptr<VlmModel>> load_model_dir(const std::string& dir, Device device, const LoadPolicy& policy) {
+Expected<std::unique_ptr<VlmModel>> load_model_dir(const std::string& dir, Device device, const LoadPolicy& policy,
+                                                   DType compute_dtype) {
   if (hf_is_model_dir(dir)) {
     VLM_ASSIGN_OR_RETURN(HfCheckpoint ck, hf_read_checkpoint(dir));
-    auto model = std::make_unique<VlmModel>(ck.info.config, device);
+    auto model = std::make_unique<VlmModel>(ck.info.config, device, compute_dtype);
     model->init_weights(0);
     VLM_RETURN_IF_ERROR(load_parameters(model->params(), ck.tensors, policy, dir));
     VLM_INFO(dir, ": ", ck.info.architecture, " (", model_parts_name(ck.info.config.model_parts()), ", ",
@@ -50,7 +51,7 @@ Expected<std::unique_ptr<VlmModel>> load_model_dir(const std::string& dir, Devic
     return model;
   }
   VLM_ASSIGN_OR_RETURN(ModelConfig c, read_model_dir_config(dir));
-  auto model = std::make_unique<VlmModel>(c, device);
+  auto model = std::make_unique<VlmModel>(c, device, compute_dtype);
   model->init_weights(0);
   VLM_RETURN_IF_ERROR(model->params().load(dir + "/model.safetensors", policy));
   return model;

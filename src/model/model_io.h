@@ -13,9 +13,9 @@ namespace vlm {
 
 // The model config of a folder without loading its weights.
 Expected<ModelConfig> read_model_dir_config(const std::string& dir);
-// Builds the model a folder describes on `device` and loads its weights.
+// Builds the model a folder describes on `device` (compute dtype f32, or bf16 on CUDA) and loads its weights.
 Expected<std::unique_ptr<VlmModel>> load_model_dir(const std::string& dir, Device device,
-                                                   const LoadPolicy& policy = {});
+                                                   const LoadPolicy& policy = {}, DType compute_dtype = DType::f32);
 // Takes the shapes of pretrained folders into `config`: all of init_from's model (when it is a folder), the
 // vision tower of config.vision_from, the decoder of config.text_from (the parts become vlm; the projector keeps
 // the config's settings). A no-op when none is set.

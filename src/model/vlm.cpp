@@ -114,9 +114,18 @@ StepLoss VlmModel::loss_at_targets(const Tensor& hidden, const VlmInputs& in, fl
   return StepLoss(sum, R);
 }
 
+namespace {
+// Whether the batch's images feed the model: a text model ignores them, but takes no placeholder rows.
+bool uses_images(const VlmInputs& in, bool has_projector) {
+  const bool rows = in.image_rows.defined() && in.image_rows.numel() > 0;
+  VLM_CHECK(has_projector || !rows, "a text model got ", in.image_rows.numel(), " image placeholder rows");
+  return has_projector && in.images.defined() && in.images.numel() > 0;
+}
+}  // namespace
+
 StepLoss VlmModel::forward_loss(const VlmInputs& in) {
   VLM_CHECK(text_ != nullptr, "forward_loss: a vision model has no decoder");
-  Tensor image_tokens = in.images.defined() && in.images.numel() > 0 ? encode_images(in.images) : Tensor();
+  Tensor image_tokens = uses_images(in, projector_ != nullptr) ? encode_images(in.images) : Tensor();
   Tensor x0 = embed_with_images(in, image_tokens);
   TextDecoder::Saved ts;
   Tensor hidden = text_->forward(x0, seq_info(in), ts);
@@ -125,8 +134,7 @@ StepLoss VlmModel::forward_loss(const VlmInputs& in) {
 
 StepLoss VlmModel::forward_backward(const VlmInputs& in, float grad_scale) {
   VLM_CHECK(text_ != nullptr, "forward_backward: a vision model has no decoder");
-  const bool has_images = in.images.defined() && in.images.numel() > 0;
-  VLM_CHECK(!has_images || projector_ != nullptr, "forward_backward: images given to a text model");
+  const bool has_images = uses_images(in, projector_ != nullptr);
   const bool train_vision = group_trainable(params_, ParamGroup::vision);
   const bool train_projector = group_trainable(params_, ParamGroup::projector);
 

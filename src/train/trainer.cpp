@@ -140,7 +140,9 @@ MetricRecord eval_record(int64_t step, const EvalResult& r) {
 
 // The run on this rank of `dp` (see run_training).
 Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataParallel& dp) {
-  const RunConfig& c = o.config;
+  RunConfig resolved = o.config;  // pretrained folders decide the shapes they hold (as load_run_config does)
+  VLM_RETURN_IF_ERROR(apply_pretrained_config(resolved.model, resolved.train.init_from));
+  const RunConfig& c = resolved;
   const double t_start = now_seconds();
   if (c.train.threads > 0) {
     omp_set_num_threads(c.train.threads);
