@@ -14,6 +14,8 @@
 #include "model/hf_export.h"
 #include "model/model_forward.h"
 #include "model/model_io.h"
+#include "train/checkpoint.h"
+#include "train/train_config.h"
 
 namespace vlm::cli {
 namespace {
@@ -69,6 +71,38 @@ Status export_processing_files(const VlmModel& model, const std::string& tokeniz
   return Status();
 }
 
+// A training run (its config.toml and newest checkpoint), one of its checkpoint folders, or a model folder.
+struct AnyModel {
+  std::unique_ptr<VlmModel> model;
+  std::string tokenizer;  // the run's data.tokenizer, when MODEL is a run
+};
+
+Expected<AnyModel> load_any_model(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string run_dir, checkpoint;
+  if (fs::is_regular_file(path + "/config.toml", ec) && fs::is_directory(path + "/checkpoints", ec)) {
+    run_dir = path;
+    auto latest = CheckpointManager(path + "/checkpoints", 1).latest();
+    if (!latest) return not_found(path + "/checkpoints holds no checkpoint");
+    checkpoint = latest->path;
+  } else if (fs::is_regular_file(path + "/trainer_state.json", ec) &&
+             fs::is_regular_file(fs::path(path).parent_path().parent_path() / "config.toml", ec)) {
+    run_dir = fs::path(path).parent_path().parent_path().string();
+    checkpoint = path;
+  }
+  AnyModel out;
+  if (run_dir.empty()) {
+    VLM_ASSIGN_OR_RETURN(out.model, load_model_dir(path, Device::cpu()));
+    return out;
+  }
+  VLM_ASSIGN_OR_RETURN(RunConfig config, load_run_config(run_dir + "/config.toml", {}));
+  out.model = std::make_unique<VlmModel>(config.model, Device::cpu());
+  VLM_RETURN_IF_ERROR(out.model->params().load(checkpoint + "/model.safetensors"));
+  out.tokenizer = config.data.tokenizer;
+  return out;
+}
+
 }  // namespace
 
 int cmd_forward(int argc, char** argv, int first) {
@@ -106,15 +140,16 @@ int cmd_convert(int argc, char** argv, int first) {
   int64_t image_token_id = -1;
   bool bf16 = false;
   Flags f("vlm convert MODEL --out DIR [--to hf] [--tokenizer tokenizer.json]",
-          "Convert model folders. MODEL is a Hugging Face folder (Idefics3/SmolVLM, nanoVLM, Llama, Qwen2, SigLIP) "
-          "or a vlm model folder (model.toml + model.safetensors). Default: write a vlm model folder (train.init_from "
+          "Convert model folders. MODEL is a Hugging Face folder (Idefics3/SmolVLM, nanoVLM, Llama, Qwen2, SigLIP), "
+          "a vlm model folder (model.toml + model.safetensors), a training run directory (its newest checkpoint) or "
+          "one of its checkpoint folders. Default: write a vlm model folder (train.init_from "
           "and vlm forward take it). --to hf: write a folder transformers loads (config.json, "
           "generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json, "
           "preprocessor_config.json).");
   f.add_string("--from", &from, "hf or vlm: informational, the folder's contents decide");
   f.add_string("--to", &to, "hf: a Hugging Face folder; vlm (default): a vlm model folder");
   f.add_string("--out", &out, "output folder");
-  f.add_string("--tokenizer", &tokenizer, "tokenizer.json to export with the model (--to hf)");
+  f.add_string("--tokenizer", &tokenizer, "tokenizer.json to export with the model (--to hf; default: a run's)");
   f.add_int("--image-token-id", &image_token_id, "<image> placeholder id (default: the model's, else the tokenizer's)");
   f.add_bool("--bf16", &bf16, "write bf16 weights (--to hf; default f32, exact)");
   f.require("--out");
@@ -122,8 +157,10 @@ int cmd_convert(int argc, char** argv, int first) {
   if (f.positional().size() != 1) return fail(invalid_argument("vlm convert takes one MODEL folder"));
   if (from != "hf" && from != "vlm") return fail(invalid_argument("--from '" + from + "' is not hf or vlm"));
   if (!to.empty() && to != "hf" && to != "vlm") return fail(invalid_argument("--to '" + to + "' is not hf or vlm"));
-  auto model = load_model_dir(f.positional()[0], Device::cpu());
-  if (!model.ok()) return fail(model.status());
+  auto any = load_any_model(f.positional()[0]);
+  if (!any.ok()) return fail(any.status());
+  std::unique_ptr<VlmModel>* model = &any->model;
+  if (tokenizer.empty()) tokenizer = any->tokenizer;
   if (to != "hf") {
     if (Status s = save_model_dir(**model, out); !s.ok()) return fail(s);
     std::printf("wrote %s (model.toml, model.safetensors)\n", out.c_str());
