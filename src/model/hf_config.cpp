@@ -132,6 +132,14 @@ Status read_text(const Obj& t, const std::string& model_type, TextConfig& c) {
   VLM_RETURN_IF_ERROR(t.require_string("hidden_act", {"silu"}));
   VLM_RETURN_IF_ERROR(t.require_false("mlp_bias"));
   c.qkv_bias = qwen2;
+  if (t.has("layer_types")) {  // 5.x: per-layer attention kinds; only full attention is implemented
+    const json& kinds = t.j.at("layer_types");
+    if (!kinds.is_array()) return invalid_argument(t.key("layer_types") + " is not a list");
+    for (size_t i = 0; i < kinds.size(); ++i)
+      if (!kinds[i].is_string() || kinds[i].get<std::string>() != "full_attention")
+        return unsupported(t.key("layer_types") + "[" + std::to_string(i) + "] " + kinds[i].dump() +
+                           " is not supported (full_attention)");
+  }
   if (qwen2) {
     VLM_RETURN_IF_ERROR(t.require_false("use_sliding_window"));
   } else {

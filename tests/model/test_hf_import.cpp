@@ -102,6 +102,8 @@ TEST(HfConfig, UnsupportedSettingsNameTheKey) {
       {replace(kIdefics3, "\"rope_type\": \"default\"", "\"rope_type\": \"llama3\""),
        "text_config.rope_parameters.rope_type"},
       {replace(kQwen2_4x, "\"use_sliding_window\": false", "\"use_sliding_window\": true"), "use_sliding_window"},
+      {replace(kQwen2_4x, "\"use_sliding_window\": false",
+               "\"layer_types\": [\"full_attention\", \"sliding_attention\"]"), "layer_types[1]"},
       {replace(kQwen2_4x, "\"hidden_size\": 32,", "\"hidden_size\": 32, \"head_dim\": 16,"), "head_dim"},
       {replace(kQwen2_4x, "\"vocab_size\": 300,", ""), "vocab_size"},
       {replace(kQwen2_4x, "\"vocab_size\": 300", "\"vocab_size\": \"300\""), "vocab_size"},
