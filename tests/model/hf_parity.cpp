@@ -34,6 +34,8 @@ double rel_err(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 void expect_hf_parity(const std::string& family, Device device, DType dtype) {
+  if (!std::filesystem::exists(hf_fixture_root()))
+    GTEST_SKIP() << hf_fixture_root() << " is absent: make it with dev/fixtures/make_hf_fixtures.py";
   const std::string dir = hf_fixture_root() + "/" + family;
   ASSERT_TRUE(std::filesystem::exists(dir + "/inputs.safetensors")) << dir << " is missing";
   auto model = load_model_dir(dir + "/model", device, {}, dtype);
