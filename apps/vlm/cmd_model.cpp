@@ -10,6 +10,7 @@
 #include "core/device.h"
 #include "core/logging.h"
 #include "core/safetensors.h"
+#include "data/loader/prompt.h"
 #include "data/tokenizer/tokenizer.h"
 #include "model/hf_export.h"
 #include "model/model_forward.h"
@@ -25,21 +26,40 @@ int fail(const Status& s) {
   return 1;
 }
 
-// Jinja spellings of the run's chat templates (data/loader/prompt.h), for tokenizer_config.json.
-const char* kChatJinja =
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
-    "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+// A Jinja string literal ('...') of `text`.
+std::string jinja_literal(const std::string& text) {
+  std::string out = "'";
+  for (char ch : text) {
+    if (ch == '\n') out += "\\n";
+    else if (ch == '\'' || ch == '\\') out += std::string("\\") + ch;
+    else out += ch;
+  }
+  return out + "'";
+}
+
+// The run's chat template (data/loader/prompt.h) as the Jinja transformers' apply_chat_template renders: user turns
+// in user_prefix/suffix, assistant turns in assistant_prefix/suffix + separator, the generation prompt last.
+std::string chat_template_jinja(const ChatTemplate& t) {
+  return "{% for message in messages %}{% if message['role'] == 'user' %}{{ " + jinja_literal(t.user_prefix) +
+         " + message['content'] + " + jinja_literal(t.user_suffix) + " }}{% else %}{{ " +
+         jinja_literal(t.assistant_prefix) + " + message['content'] + " +
+         jinja_literal(t.assistant_suffix + t.turn_separator) +
+         " }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ " + jinja_literal(t.assistant_prefix) +
+         " }}{% endif %}";
+}
 
 // tokenizer.json + tokenizer_config.json (with the chat template) of `tokenizer_path`, and preprocessor_config.json
 // of an Idefics3 image processor that takes the whole image at the model's input size.
-Status export_processing_files(const VlmModel& model, const std::string& tokenizer_path, const std::string& dir) {
+Status export_processing_files(const VlmModel& model, const std::string& tokenizer_path,
+                               const std::string& chat_template, const std::string& dir) {
   const ModelConfig& c = model.config();
   if (!tokenizer_path.empty()) {
     VLM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(tokenizer_path));
     VLM_RETURN_IF_ERROR(tok.save(dir + "/tokenizer.json"));
     nlohmann::json t;
     t["tokenizer_class"] = "PreTrainedTokenizerFast";
-    t["chat_template"] = kChatJinja;
+    VLM_ASSIGN_OR_RETURN(ChatTemplate tmpl, chat_template_by_name(chat_template));
+    t["chat_template"] = chat_template_jinja(tmpl);
     t["model_max_length"] = c.text.max_seq_len;
     auto name = [&](std::optional<int32_t> id) { return id ? nlohmann::json(tok.id_to_token(*id)) : nlohmann::json(); };
     t["bos_token"] = name(tok.bos_id());
@@ -74,7 +94,8 @@ Status export_processing_files(const VlmModel& model, const std::string& tokeniz
 // A training run (its config.toml and newest checkpoint), one of its checkpoint folders, or a model folder.
 struct AnyModel {
   std::unique_ptr<VlmModel> model;
-  std::string tokenizer;  // the run's data.tokenizer, when MODEL is a run
+  std::string tokenizer;               // the run's data.tokenizer, when MODEL is a run
+  std::string chat_template = "chat";  // the run's data.chat_template
 };
 
 Expected<AnyModel> load_any_model(const std::string& path) {
@@ -100,6 +121,7 @@ Expected<AnyModel> load_any_model(const std::string& path) {
   out.model = std::make_unique<VlmModel>(config.model, Device::cpu());
   VLM_RETURN_IF_ERROR(out.model->params().load(checkpoint + "/model.safetensors"));
   out.tokenizer = config.data.tokenizer;
+  out.chat_template = config.data.chat_template;
   return out;
 }
 
@@ -178,7 +200,7 @@ int cmd_convert(int argc, char** argv, int first) {
     if (tok->pad_id()) o.pad_token_id = *tok->pad_id();
   }
   if (Status s = hf_export_model(**model, out, o); !s.ok()) return fail(s);
-  if (Status s = export_processing_files(**model, tokenizer, out); !s.ok()) return fail(s);
+  if (Status s = export_processing_files(**model, tokenizer, any->chat_template, out); !s.ok()) return fail(s);
   std::printf("wrote %s (config.json, generation_config.json, model.safetensors%s)\n", out.c_str(),
               tokenizer.empty() ? "; no --tokenizer: no tokenizer files" : ", tokenizer.json, tokenizer_config.json");
   return 0;

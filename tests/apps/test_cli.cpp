@@ -153,6 +153,10 @@ TEST(Cli, TinyEndToEndRunWithResumeAndEval) {
   for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                         "tokenizer_config.json", "preprocessor_config.json"})
     EXPECT_TRUE(std::ifstream(dir + "/hf/" + f).good()) << f;
+  std::stringstream tok_config;
+  tok_config << std::ifstream(dir + "/hf/tokenizer_config.json").rdbuf();
+  EXPECT_NE(tok_config.str().find("{{ '<|im_start|>user\\\\n' + message['content']"), std::string::npos)
+      << tok_config.str();  // the run's ChatML template, as Jinja
   CliResult y = run("convert --from hf " + dir + "/hf --out " + dir + "/mine");
   ASSERT_EQ(y.code, 0) << y.out;
   const std::vector<int64_t> ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
