@@ -358,6 +358,7 @@ Expected<std::string> hf_config_json(const ModelConfig& c, int image_token_id, c
       j = vision_json(c.vision);
       j["architectures"] = {"SiglipVisionModel"};
       j["model_type"] = "siglip_vision_model";
+      j["vision_use_head"] = false;  // the pooling head is not part of the tower vlm.cpp keeps
       break;
   }
   j["dtype"] = dtype;
