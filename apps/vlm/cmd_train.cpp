@@ -7,6 +7,7 @@
 #include "core/logging.h"
 #include "data/tokenizer/tokenizer.h"
 #include "eval/eval_runner.h"
+#include "model/model_io.h"
 #include "train/checkpoint.h"
 #include "track/progress.h"
 #include "train/trainer.h"
@@ -76,7 +77,8 @@ int cmd_eval(int argc, char** argv, int first) {
           "retrieval (image->text and text->image recall@1/5/10 by model scoring of every image-caption pair).");
   f.add_string("--run-dir", &run_dir, "a training run: its config.toml and newest checkpoint are used");
   f.add_string("--config", &config_path, "run file (TOML)");
-  f.add_string("--checkpoint", &checkpoint, "checkpoint folder or model.safetensors");
+  f.add_string("--checkpoint", &checkpoint,
+               "checkpoint folder, model.safetensors, or a model folder (Hugging Face or vlm convert's)");
   f.add_multi("--set", &overrides, "override one option (repeatable)");
   f.add_multi("--task", &tasks, "vqa, caption or retrieval (repeatable, or comma-separated; default: eval.tasks)");
   f.add_int("--samples", &samples, "held-out images (default: eval.samples)");
@@ -119,9 +121,19 @@ int cmd_eval(int argc, char** argv, int first) {
   if (!device.ok()) return fail(device.status());
   auto tokenizer = Tokenizer::load(config->data.tokenizer);
   if (!tokenizer.ok()) return fail(tokenizer.status());
-  VlmModel model(config->model, *device);
-  std::string weights = std::filesystem::is_directory(checkpoint) ? checkpoint + "/model.safetensors" : checkpoint;
-  if (Status s = model.params().load(weights); !s.ok()) return fail(s);
+  std::unique_ptr<VlmModel> loaded;
+  if (hf_is_model_dir(checkpoint) || std::filesystem::exists(checkpoint + "/model.toml")) {
+    // A model folder (Hugging Face or vlm convert's) carries its own shape.
+    auto m = load_model_dir(checkpoint, *device);
+    if (!m.ok()) return fail(m.status());
+    loaded = std::move(*m);
+    config->model = loaded->config();
+  } else {
+    loaded = std::make_unique<VlmModel>(config->model, *device);
+    std::string weights = std::filesystem::is_directory(checkpoint) ? checkpoint + "/model.safetensors" : checkpoint;
+    if (Status s = loaded->params().load(weights); !s.ok()) return fail(s);
+  }
+  VlmModel& model = *loaded;
   auto data = make_data_options(*config, config->data.val_shards, true);
   if (!data.ok()) return fail(data.status());
   ProgressLine progress("eval images", static_cast<uint64_t>(eo->samples));

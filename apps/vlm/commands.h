@@ -27,6 +27,8 @@ int cmd_eval(int argc, char** argv, int first);
 int cmd_data(int argc, char** argv, int first);
 int cmd_bench(int argc, char** argv, int first);
 int cmd_report(int argc, char** argv, int first);
+int cmd_forward(int argc, char** argv, int first);
+int cmd_convert(int argc, char** argv, int first);
 
 // `vlm data`'s tools and `vlm bench`'s benchmarks.
 const std::vector<Command>& data_tools();

@@ -17,6 +17,10 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"train", "train a VLM from a TOML run file (--resume continues a run exactly)", vlm::cli::cmd_train},
       {"eval", "evaluate a checkpoint on held-out shards (VQA accuracy, caption exact match)", vlm::cli::cmd_eval},
+      {"forward", "run a model on a transformers-style batch (input_ids, pixel_values) and write its logits",
+       vlm::cli::cmd_forward},
+      {"convert", "convert model folders: Hugging Face in (SmolVLM, nanoVLM, Llama, Qwen2, SigLIP) and out",
+       vlm::cli::cmd_convert},
       {"data", "dataset tools", vlm::cli::cmd_data, &vlm::cli::data_tools()},
       {"bench", "benchmarks against the peers", vlm::cli::cmd_bench, &vlm::cli::benchmarks()},
       {"report", "one self-contained HTML page comparing runs: curves, memory, config diff, eval examples",

@@ -18,7 +18,8 @@ std::vector<std::vector<int32_t>> generate_greedy(VlmModel& model, const Tensor&
   if (prompts.empty()) return out;
 
   const int64_t n_images = images.defined() ? images.dim(0) : 0;
-  Tensor image_tokens = n_images > 0 ? model.encode_images(images.to(dev)) : Tensor();
+  // A text model's prompts hold no placeholders (image_tokens() == 0): its images are not encoded.
+  Tensor image_tokens = n_images > 0 && per_image > 0 ? model.encode_images(images.to(dev)) : Tensor();
   for (size_t i = 0; i < prompts.size(); ++i) {
     const int64_t n = std::count(prompts[i].tokens.begin(), prompts[i].tokens.end(), image_token_id);
     VLM_CHECK(n == static_cast<int64_t>(prompts[i].images.size()) * per_image, "prompt ", i, " has ", n,

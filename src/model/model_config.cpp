@@ -5,6 +5,15 @@
 
 namespace vlm {
 
+const char* model_parts_name(ModelParts parts) {
+  switch (parts) {
+    case ModelParts::vlm: return "vlm";
+    case ModelParts::text: return "text";
+    case ModelParts::vision: return "vision";
+  }
+  return "?";
+}
+
 Status apply_model_preset(const std::string& name, ModelConfig& c) {
   ModelConfig fresh;
   if (name == "tiny") {
@@ -34,6 +43,14 @@ Status apply_model_preset(const std::string& name, ModelConfig& c) {
 void add_model_options(OptionSet& o, ModelConfig& c) {
   o.add("model.preset", &c.preset, "shape preset the other model.* keys start from",
         one_of({"tiny", "nanovlm-222m"}));
+  o.add("model.parts", &c.parts, "vlm (vision tower + projector + decoder), text (decoder only) or vision (tower only)",
+        one_of({"vlm", "text", "vision"}));
+  o.add("model.image_token_id", &c.image_token_id,
+        "<image> placeholder id of an imported checkpoint, for vlm forward and export (-1: from the tokenizer)");
+  o.add("model.vision_from", &c.vision_from,
+        "model folder (Hugging Face or vlm) whose vision tower starts this model; sets model.vision.*");
+  o.add("model.text_from", &c.text_from,
+        "model folder (Hugging Face or vlm) whose decoder starts this model; sets model.text.*");
   o.add("model.init_std", &c.init_std, "std of the normal init of weights", positive<float>());
   o.add("model.vision.image_size", &c.vision.image_size, "input image side in pixels", positive<int>());
   o.add("model.vision.patch_size", &c.vision.patch_size, "ViT patch side in pixels", positive<int>());
@@ -62,6 +79,8 @@ void add_model_options(OptionSet& o, ModelConfig& c) {
 }
 
 Status validate_model_config(const ModelConfig& c) {
+  if (c.parts != "vlm" && c.parts != "text" && c.parts != "vision")
+    return invalid_argument("model.parts '" + c.parts + "' is not one of vlm, text, vision");
   const auto& v = c.vision;
   if (v.image_size % v.patch_size != 0)
     return invalid_argument(str("model.vision.image_size (", v.image_size, ") must be a multiple of patch_size (",
@@ -69,7 +88,7 @@ Status validate_model_config(const ModelConfig& c) {
   if (v.hidden % v.heads != 0)
     return invalid_argument(str("model.vision.hidden (", v.hidden, ") must be divisible by heads (", v.heads, ")"));
   const int grid = v.image_size / v.patch_size;
-  if (grid % c.projector.pixel_shuffle != 0)
+  if (c.model_parts() == ModelParts::vlm && grid % c.projector.pixel_shuffle != 0)
     return invalid_argument(str("model.projector.pixel_shuffle (", c.projector.pixel_shuffle,
                                 ") must divide the patch grid side (", grid, ")"));
   const auto& t = c.text;
@@ -78,7 +97,7 @@ Status validate_model_config(const ModelConfig& c) {
   if (t.heads % t.kv_heads != 0)
     return invalid_argument(str("model.text.heads (", t.heads, ") must be a multiple of kv_heads (", t.kv_heads, ")"));
   if (t.head_dim() % 2 != 0) return invalid_argument("model.text head dim must be even for RoPE");
-  if (c.image_tokens() >= t.max_seq_len)
+  if (c.model_parts() == ModelParts::vlm && c.image_tokens() >= t.max_seq_len)
     return invalid_argument(str("model.text.max_seq_len (", t.max_seq_len, ") must exceed the image tokens (",
                                 c.image_tokens(), ")"));
   return Status();

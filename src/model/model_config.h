@@ -44,15 +44,33 @@ struct TextConfig {
   int head_dim() const { return hidden / heads; }
 };
 
+// Which parts the model has: the whole VLM, only the decoder (a Llama/Qwen2 LM that trains on text and
+// generates), or only the vision tower (a SigLIP encoder whose output is its last hidden state).
+enum class ModelParts { vlm, text, vision };
+const char* model_parts_name(ModelParts parts);
+
 struct ModelConfig {
   std::string preset = "tiny";
+  std::string parts = "vlm";  // "vlm" | "text" | "vision" (see ModelParts)
   VisionConfig vision;
   ProjectorConfig projector;
   TextConfig text;
-  float init_std = 0.04f;  // tiny widths learn faster from a wider init; nanovlm-222m uses 0.02
+  float init_std = 0.04f;
+  int image_token_id = -1;
+  // Pretrained parts from model folders (Hugging Face or vlm): the vision tower of one (e.g. a SigLIP) and the
+  // decoder of another (e.g. a SmolLM2); their config.json sets model.vision.* / model.text.*, the projector is new.
+  std::string vision_from, text_from;  // the <image> placeholder id when the checkpoint names one (Hugging Face import), else -1  // tiny widths learn faster from a wider init; nanovlm-222m uses 0.02
 
-  // Image tokens each image contributes to the text sequence.
-  int image_tokens() const { return vision.n_patches() / (projector.pixel_shuffle * projector.pixel_shuffle); }
+  ModelParts model_parts() const { return parts == "text" ? ModelParts::text : parts == "vision" ? ModelParts::vision
+                                                                                            : ModelParts::vlm; }
+  bool has_vision() const { return model_parts() != ModelParts::text; }
+  bool has_text() const { return model_parts() != ModelParts::vision; }
+  // Image tokens each image contributes to the text sequence (0 for a text or vision model: prompts carry no
+  // placeholders, and the images a loader still delivers are ignored).
+  int image_tokens() const {
+    return model_parts() == ModelParts::vlm ? vision.n_patches() / (projector.pixel_shuffle * projector.pixel_shuffle)
+                                            : 0;
+  }
 };
 
 // Sets every field of `config` to the named preset. Unknown names are an invalid_argument listing the presets.

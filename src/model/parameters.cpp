@@ -3,6 +3,7 @@
 
 #include "core/logging.h"
 #include "kernels/ops.h"
+#include "model/hf_weights.h"
 
 namespace vlm {
 
@@ -167,29 +168,11 @@ Status ParameterStore::save(const std::string& path, const std::map<std::string,
   return safetensors_save(path, tensors, metadata);
 }
 
-Status ParameterStore::load(const std::string& path, bool allow_missing) {
+Status ParameterStore::load(const std::string& path) { return load(path, LoadPolicy{}); }
+
+Status ParameterStore::load(const std::string& path, const LoadPolicy& policy) {
   VLM_ASSIGN_OR_RETURN(SafetensorsFile file, safetensors_load(path));
-  int missing = 0;
-  for (auto& p : params_) {
-    auto it = file.tensors.find(p.name);
-    if (it == file.tensors.end()) {
-      if (!allow_missing) return not_found(path + ": tensor '" + p.name + "' is missing");
-      ++missing;
-      continue;
-    }
-    Tensor t = it->second;
-    if (t.shape() != p.value.shape())
-      return invalid_argument(path + ": tensor '" + p.name + "' has shape " + t.shape().to_string() + ", model expects " +
-                              p.value.shape().to_string());
-    if (t.dtype() != DType::f32) t = t.to(DType::f32);
-    p.value.copy_from(t);
-  }
-  for (const auto& [name, t] : file.tensors)
-    if (!by_name_.count(name) && !allow_missing)
-      return invalid_argument(path + ": tensor '" + name + "' does not belong to this model");
-  if (missing) VLM_WARN(path, ": ", missing, " parameters missing, kept their initial values");
-  sync_compute();
-  return Status();
+  return load_parameters(*this, file.tensors, policy, path);
 }
 
 }  // namespace vlm

@@ -54,6 +54,8 @@ struct PackPart {
   int pack = 0;
 };
 
+struct LoadPolicy;  // model/hf_weights.h
+
 class ParameterStore {
  public:
   // f32 (default) or bf16: the dtype of the weights the ops read, and so of every activation of the model. bf16
@@ -83,10 +85,11 @@ class ParameterStore {
 
   // Model weights as safetensors with the parameters' names. Shared (tied) tensors are written once.
   Status save(const std::string& path, const std::map<std::string, std::string>& metadata = {}) const;
-  // Loads values by name (then refreshes the compute copies). Missing or extra names and shape mismatches are
-  // errors naming the tensor, unless `allow_missing` (then missing ones keep their current values; the count is
-  // logged).
-  Status load(const std::string& path, bool allow_missing = false);
+  // Loads values by name (then refreshes the compute copies). Missing, extra and mis-shaped tensors are one
+  // error listing them (model/hf_weights.h load_parameters), except the missing ones `policy` allows: those keep
+  // their current values. What was loaded is logged.
+  Status load(const std::string& path, const LoadPolicy& policy);
+  Status load(const std::string& path);
 
  private:
   std::deque<Param> params_;

@@ -35,9 +35,9 @@ VlmModel::VlmModel(const ModelConfig& config, Device device, DType compute_dtype
             "VlmModel: compute dtype ", dtype_name(compute_dtype), " on ", device.to_string(),
             " is not supported (f32 anywhere, bf16 on cuda)");
   params_.set_compute_dtype(compute_dtype);  // before the parts add their parameters: they get compute copies
-  vision_ = std::make_unique<VisionTransformer>(params_, config.vision, device);
-  projector_ = std::make_unique<Projector>(params_, config, device);
-  text_ = std::make_unique<TextDecoder>(params_, config.text, device);
+  if (config.has_vision()) vision_ = std::make_unique<VisionTransformer>(params_, config.vision, device);
+  if (config.model_parts() == ModelParts::vlm) projector_ = std::make_unique<Projector>(params_, config, device);
+  if (config.has_text()) text_ = std::make_unique<TextDecoder>(params_, config.text, device);
 }
 
 Expected<Recompute> parse_recompute(const std::string& name) {
@@ -50,13 +50,13 @@ const char* recompute_name(Recompute recompute) { return recompute == Recompute:
 
 void VlmModel::set_recompute(Recompute recompute) {
   recompute_ = recompute;
-  vision_->set_recompute_blocks(recompute == Recompute::blocks);
-  text_->set_recompute_blocks(recompute == Recompute::blocks);
+  if (vision_) vision_->set_recompute_blocks(recompute == Recompute::blocks);
+  if (text_) text_->set_recompute_blocks(recompute == Recompute::blocks);
 }
 
 void VlmModel::init_weights(uint64_t seed) {
   params_.init_normal(seed, config_.init_std);
-  if (config_.vision.pos_init_scale > 0) vision_->init_position_embedding_sincos(config_.vision.pos_init_scale);
+  if (vision_ && config_.vision.pos_init_scale > 0) vision_->init_position_embedding_sincos(config_.vision.pos_init_scale);
 }
 
 Tensor VlmModel::embed_with_images(const VlmInputs& in, const Tensor& image_tokens) const {
@@ -70,9 +70,20 @@ Tensor VlmModel::embed_with_images(const VlmInputs& in, const Tensor& image_toke
 }
 
 Tensor VlmModel::encode_images(const Tensor& images) {
+  VLM_CHECK(projector_ != nullptr, "encode_images: a ", config_.parts, " model has no vision tower and projector");
   VisionTransformer::Saved vs;
   Projector::Saved ps;
   return projector_->forward(vision_->forward(images, vs), ps);
+}
+
+Tensor VlmModel::vision_features(const Tensor& images) {
+  VLM_CHECK(vision_ != nullptr, "vision_features: a ", config_.parts, " model has no vision tower");
+  VisionTransformer::Saved vs;
+  Tensor features = vision_->forward(images, vs);
+  if (features.dtype() == DType::f32) return features;
+  Tensor f32 = new_f32_like(features.shape(), features);
+  ops::cast(f32, features);
+  return f32;
 }
 
 StepLoss::StepLoss(const Tensor& loss_sum, int64_t tokens) : sum_(loss_sum), tokens_(tokens) {}
@@ -103,8 +114,18 @@ StepLoss VlmModel::loss_at_targets(const Tensor& hidden, const VlmInputs& in, fl
   return StepLoss(sum, R);
 }
 
+namespace {
+// Whether the batch's images feed the model: a text model ignores them, but takes no placeholder rows.
+bool uses_images(const VlmInputs& in, bool has_projector) {
+  const bool rows = in.image_rows.defined() && in.image_rows.numel() > 0;
+  VLM_CHECK(has_projector || !rows, "a text model got ", in.image_rows.numel(), " image placeholder rows");
+  return has_projector && in.images.defined() && in.images.numel() > 0;
+}
+}  // namespace
+
 StepLoss VlmModel::forward_loss(const VlmInputs& in) {
-  Tensor image_tokens = in.images.defined() && in.images.numel() > 0 ? encode_images(in.images) : Tensor();
+  VLM_CHECK(text_ != nullptr, "forward_loss: a vision model has no decoder");
+  Tensor image_tokens = uses_images(in, projector_ != nullptr) ? encode_images(in.images) : Tensor();
   Tensor x0 = embed_with_images(in, image_tokens);
   TextDecoder::Saved ts;
   Tensor hidden = text_->forward(x0, seq_info(in), ts);
@@ -112,7 +133,8 @@ StepLoss VlmModel::forward_loss(const VlmInputs& in) {
 }
 
 StepLoss VlmModel::forward_backward(const VlmInputs& in, float grad_scale) {
-  const bool has_images = in.images.defined() && in.images.numel() > 0;
+  VLM_CHECK(text_ != nullptr, "forward_backward: a vision model has no decoder");
+  const bool has_images = uses_images(in, projector_ != nullptr);
   const bool train_vision = group_trainable(params_, ParamGroup::vision);
   const bool train_projector = group_trainable(params_, ParamGroup::projector);
 
@@ -160,6 +182,7 @@ StepLoss VlmModel::forward_backward(const VlmInputs& in, float grad_scale) {
 }
 
 Tensor VlmModel::logits_at_rows(const VlmInputs& in, const Tensor& image_tokens, const Tensor& rows) {
+  VLM_CHECK(text_ != nullptr, "logits_at_rows: a vision model has no decoder");
   Tensor x0 = embed_with_images(in, image_tokens);
   TextDecoder::Saved ts;
   Tensor hidden = text_->forward(x0, seq_info(in), ts);

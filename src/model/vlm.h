@@ -81,6 +81,9 @@ class VlmModel {
 
   // Image tokens for generation: images [N, C, H, W] -> [N * image_tokens, text hidden] in the compute dtype.
   Tensor encode_images(const Tensor& images);
+  // The vision tower's output (its last hidden state, after the final LayerNorm): images [N, C, H, W] ->
+  // f32 [N * patches, vision hidden].
+  Tensor vision_features(const Tensor& images);
   // Logits [R, V] at `rows` (i32 [R]) for packed tokens whose image rows are filled from `image_tokens`. Always
   // f32 (bf16 logits are cast on the device), ready for a host copy.
   Tensor logits_at_rows(const VlmInputs& in, const Tensor& image_tokens, const Tensor& rows);
@@ -93,6 +96,8 @@ class VlmModel {
 
   ModelConfig config_;
   Device device_;
+  // Null when config.parts leaves them out: text models have no vision_/projector_, vision models no
+  // projector_/text_.
   Recompute recompute_ = Recompute::none;
   ParameterStore params_;
   std::unique_ptr<VisionTransformer> vision_;

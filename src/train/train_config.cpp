@@ -1,6 +1,8 @@
 // Run-file option declarations and loading.
 #include "train/train_config.h"
 
+#include "model/model_io.h"
+
 #include <toml++/toml.h>
 
 namespace vlm {
@@ -51,7 +53,12 @@ void add_run_options(OptionSet& o, RunConfig& c) {
         non_negative<double>());
   o.add("train.ckpt_every", &t.ckpt_every, "steps between checkpoints (0 = final only)", non_negative<int64_t>());
   o.add("train.keep_last", &t.keep_last, "checkpoints kept", positive<int>());
-  o.add("train.init_from", &t.init_from, "safetensors weights to start from");
+  o.add("train.init_from", &t.init_from,
+        "weights to start from: a Hugging Face model folder (its config.json sets the model.* shape), a vlm model "
+        "folder (vlm convert) or a safetensors file with vlm's names; loading is strict");
+  o.add("train.init_allow_missing", &t.init_allow_missing,
+        "what init_from (and model.vision_from / text_from) may lack: parts (vision, projector, text) or tensor "
+        "names, a trailing * matching any suffix; the rest keep their random init");
   EvalConfig& e = c.eval;
   o.add("eval.every", &e.every, "steps between evals (0 = at the end only)", non_negative<int64_t>());
   o.add("eval.samples", &e.samples, "held-out images per eval", positive<int>());
@@ -92,6 +99,8 @@ Expected<RunConfig> load_run_config(const std::string& path, const std::vector<s
   if (!path.empty()) VLM_RETURN_IF_ERROR(options.load_toml_file(path));
   for (const auto& s : overrides) VLM_RETURN_IF_ERROR(options.set(s));
   VLM_RETURN_IF_ERROR(options.validate());
+  // Pretrained folders (train.init_from, model.vision_from / text_from) decide the shapes they hold.
+  VLM_RETURN_IF_ERROR(apply_pretrained_config(config.model, config.train.init_from));
   VLM_RETURN_IF_ERROR(validate_model_config(config.model).with_context(path.empty() ? "config" : path));
   VLM_RETURN_IF_ERROR(config.data.validate().with_context(path.empty() ? "config" : path));
   VLM_RETURN_IF_ERROR(training_compute_dtype(config.train).status().with_context(path.empty() ? "config" : path));

@@ -36,7 +36,8 @@ struct OptimConfig {
   double peak_tflops = 0;                 // the device's peak, for the mfu metric (0 = from the GPU's name)
   int64_t ckpt_every = 200;               // 0 disables periodic checkpoints (a final one is always written)
   int keep_last = 3;
-  std::string init_from;                  // safetensors to start from (HF names); "" = random init
+  std::string init_from;                  // weights to start from: a model folder (HF or vlm) or a safetensors file
+  std::vector<std::string> init_allow_missing;  // parts or tensor names init_from may lack (strict otherwise)
 };
 
 struct EvalConfig {

@@ -14,6 +14,7 @@
 #include "core/logging.h"
 #include "core/safetensors.h"
 #include "kernels/ops.h"
+#include "model/model_io.h"
 #include "track/metrics.h"
 #include "track/run_dir.h"
 #include "train/checkpoint.h"
@@ -153,7 +154,9 @@ MetricRecord eval_record(int64_t step, const EvalResult& r) {
 
 // The run on this rank of `dp` (see run_training).
 Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataParallel& dp) {
-  const RunConfig& c = o.config;
+  RunConfig resolved = o.config;  // pretrained folders decide the shapes they hold (as load_run_config does)
+  VLM_RETURN_IF_ERROR(apply_pretrained_config(resolved.model, resolved.train.init_from));
+  const RunConfig& c = resolved;
   const double t_start = now_seconds();
   if (c.train.threads > 0) {
     omp_set_num_threads(c.train.threads);
@@ -213,8 +216,11 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
   model.set_recompute(*recompute);
   if (device.is_cuda()) ops::set_deterministic(c.train.deterministic);
   model.init_weights(static_cast<uint64_t>(c.train.seed));
-  if (!c.train.init_from.empty() && !resume_from)
-    VLM_RETURN_IF_ERROR(model.params().load(c.train.init_from, /*allow_missing=*/true));
+  if (!resume_from) {
+    LoadPolicy policy;
+    policy.allow_missing = c.train.init_allow_missing;
+    VLM_RETURN_IF_ERROR(load_pretrained(model, c.train.init_from, policy));
+  }
   for (const auto& part : c.train.freeze) {
     VLM_ASSIGN_OR_RETURN(ParamGroup g, parse_param_group(part));
     for (auto& p : model.params().all())

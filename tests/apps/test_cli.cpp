@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/env.h"
+#include "core/safetensors.h"
 #include "testing/test_util.h"
 
 namespace {
@@ -58,7 +59,7 @@ TEST(Cli, HelpListsEveryCommandAndEachAnswersHelp) {
   ASSERT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--help-env"), std::string::npos) << r.out;
   const std::vector<std::string> commands = listed(r.out, "commands");
-  EXPECT_EQ(commands, (std::vector<std::string>{"train", "eval", "data synth", "data build", "data inspect",
+  EXPECT_EQ(commands, (std::vector<std::string>{"train", "eval", "forward", "convert", "data synth", "data build", "data inspect",
                                                 "data dedup", "data filter", "data tokenizer-train",
                                                 "bench attention", "bench data", "bench train", "report"}))
       << r.out;
@@ -167,6 +168,36 @@ TEST(Cli, TinyEndToEndRunWithResumeAndEval) {
   CliResult bad = run("eval --run-dir " + dir + "/r --task captions");
   EXPECT_EQ(bad.code, 1);
   EXPECT_NE(bad.out.find("'captions'"), std::string::npos) << bad.out;
+
+  // The run out to a Hugging Face folder and back into a vlm model folder: both forward to the same logits.
+  CliResult x = run("convert " + dir + "/r --to hf --out " + dir + "/hf");
+  ASSERT_EQ(x.code, 0) << x.out;
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                        "tokenizer_config.json", "preprocessor_config.json"})
+    EXPECT_TRUE(std::ifstream(dir + "/hf/" + f).good()) << f;
+  std::stringstream tok_config;
+  tok_config << std::ifstream(dir + "/hf/tokenizer_config.json").rdbuf();
+  EXPECT_NE(tok_config.str().find("{{ '<|im_start|>user\\\\n' + message['content']"), std::string::npos)
+      << tok_config.str();  // the run's ChatML template, as Jinja
+  CliResult y = run("convert --from hf " + dir + "/hf --out " + dir + "/mine");
+  ASSERT_EQ(y.code, 0) << y.out;
+  const std::vector<int64_t> ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  ASSERT_TRUE(vlm::safetensors_save(dir + "/in.safetensors",
+                                    {{"input_ids", vlm::Tensor::from_vector(ids, {2, 5})}}).ok());
+  for (const char* m : {"hf", "mine"}) {
+    CliResult f = run(std::string("forward ") + dir + "/" + m + " --inputs " + dir + "/in.safetensors --out " + dir +
+                      "/out_" + m + ".safetensors");
+    ASSERT_EQ(f.code, 0) << f.out;
+  }
+  auto a_out = vlm::safetensors_load(dir + "/out_hf.safetensors");
+  auto b_out = vlm::safetensors_load(dir + "/out_mine.safetensors");
+  ASSERT_TRUE(a_out.ok() && b_out.ok());
+  EXPECT_EQ(a_out->tensors.at("logits").shape(), vlm::Shape({2, 5, 300}));
+  EXPECT_TRUE(vlm::testing::all_close(a_out->tensors.at("logits"), b_out->tensors.at("logits"), 0, 0));
+  // A folder without config.json is named in the error.
+  CliResult bad = run("forward " + dir + "/val --inputs " + dir + "/in.safetensors --out " + dir + "/x.safetensors");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.out.find("config.json"), std::string::npos) << bad.out;
 }
 
 }  // namespace
