@@ -8,6 +8,7 @@
 #include "data/tokenizer/normalizer.h"
 #include "data/tokenizer/pre_tokenizer.h"
 #include "data/tokenizer/regex.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace vlm::tok {
 namespace {
@@ -139,6 +140,43 @@ TEST(Decoders, SentencePieceChain) {
   EXPECT_EQ(decode_tokens({meta}, {sp + "Hey", sp + "friend"}), "Hey friend");
   meta.prepend = false;
   EXPECT_EQ(decode_tokens({meta}, {sp + "Hey"}), " Hey");
+}
+
+// A hand-made SentencePiece-style tokenizer.json (the fuzz seed tests/fuzz/corpus/tokenizer_json/sentencepiece_bpe.json)
+// whose encodings follow by hand from its merges: Prepend/Replace normalizers, Metaspace, byte fallback, fused unk.
+const char* const kSentencePieceJson = R"json({
+  "version": "1.0",
+  "added_tokens": [
+    {"id": 0, "content": "<unk>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+    {"id": 1, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}
+  ],
+  "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+  "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": true},
+  "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                     "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+  "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+  "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>", "fuse_unk": true, "byte_fallback": true,
+            "vocab": {"<unk>": 0, "<s>": 1, "<0x00>": 2, "<0xC3>": 3, "<0xB6>": 4, "\u2581": 5, "H": 6, "e": 7, "l": 8, "o": 9, "\u2581H": 10, "ll": 11, "\u2581Hell": 12, "He": 13, "\u2581He": 14, "w": 15, "\u2581w": 16, "r": 17, "d": 18},
+            "merges": ["\u2581 H", "l l", "\u2581H e", "\u2581He ll", "H e", "\u2581 w"]}
+}
+)json";
+
+TEST(SentencePieceBpe, HandDerivedEncodings) {
+  Expected<Tokenizer> t = Tokenizer::from_json_text(kSentencePieceJson, "sentencepiece_bpe.json");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  // "▁Hello" merges to ▁Hell + o; "▁wörld": ▁w, ö as the bytes <0xC3> <0xB6>, r, l, d.
+  std::vector<int32_t> want = {12, 9, 16, 3, 4, 17, 8, 18};
+  EXPECT_EQ(t->encode("Hello w\xC3\xB6rld"), want);
+  want.insert(want.begin(), 1);
+  EXPECT_EQ(t->encode("Hello w\xC3\xB6rld", /*add_special_tokens=*/true), want);
+  EXPECT_EQ(t->decode(want), "<s> Hello w\xC3\xB6rld");
+  EXPECT_EQ(t->decode(want, /*skip_special_tokens=*/true), "Hello w\xC3\xB6rld");
+  // 'z' has neither a token nor a byte token: unk, and a run of them fuses into one.
+  EXPECT_EQ(t->encode("Hzz"), (std::vector<int32_t>{10, 0}));
+  // Save and reload keep the pipeline.
+  Expected<Tokenizer> again = Tokenizer::from_json_text(t->to_json_text(), "saved.json");
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->encode("Hello w\xC3\xB6rld Hzz"), t->encode("Hello w\xC3\xB6rld Hzz"));
 }
 
 }  // namespace
