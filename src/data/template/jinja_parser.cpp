@@ -323,6 +323,20 @@ class Lexer {
 const char* const kUnsupportedTags[] = {"include", "import", "from", "extends", "block", "call", "with", "raw",
                                         "autoescape", "print", "do", "trans"};
 
+// Bounds the recursion of the expression parser (and so of the evaluator): hostile templates nest deeply.
+class DepthGuard {
+ public:
+  DepthGuard(int& depth, const Pos& pos) : depth_(depth) {
+    if (++depth_ > 400) fail(pos, "expression nested too deeply");
+  }
+  ~DepthGuard() { --depth_; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+
+ private:
+  int& depth_;
+};
+
 class Parser {
  public:
   explicit Parser(std::vector<Token> tokens) : t_(std::move(tokens)) {}
@@ -443,6 +457,7 @@ class Parser {
   }
 
   Body parse_block_body(const Pos& open, const std::vector<const char*>& ends) {
+    if (open_lines_.size() >= 256) fail(open, "blocks nested more than 256 deep");
     open_lines_.push_back(open);
     Body b = parse_body(ends);
     open_lines_.pop_back();
@@ -601,10 +616,8 @@ class Parser {
   }
 
   ExprPtr parse_expression(bool with_condexpr = true) {
-    if (++depth_ > 200) fail(peek().pos, "expression nested too deeply");
-    ExprPtr e = with_condexpr ? parse_condexpr() : parse_or();
-    --depth_;
-    return e;
+    DepthGuard guard(depth_, peek().pos);
+    return with_condexpr ? parse_condexpr() : parse_or();
   }
 
   ExprPtr parse_condexpr() {
@@ -653,6 +666,7 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    DepthGuard guard(depth_, peek().pos);
     if (is_name("not")) {
       Pos pos = next().pos;
       ExprPtr u = make(ExprKind::unary, pos);
@@ -722,6 +736,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter = true) {
+    DepthGuard guard(depth_, peek().pos);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       Token op = next();
@@ -738,7 +753,7 @@ class Parser {
 
   ExprPtr parse_primary() {
     const Token& t = peek();
-    if (++depth_ > 200) fail(t.pos, "expression nested too deeply");
+    DepthGuard guard(depth_, t.pos);
     ExprPtr e;
     if (t.kind == Tok::name) {
       ++i_;
@@ -800,7 +815,6 @@ class Parser {
     } else {
       fail(t.pos, "unexpected " + describe(t) + " in expression");
     }
-    --depth_;
     return e;
   }
 

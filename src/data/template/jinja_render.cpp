@@ -48,6 +48,7 @@ void validate(const Body& body) {
 }
 
 constexpr size_t kMaxOutput = size_t{64} << 20;
+constexpr int64_t kMaxIterations = 10'000'000;  // loop iterations per render: nested ranges cannot hang a render
 constexpr int kMaxCallDepth = 64;
 
 class Renderer {
@@ -203,6 +204,7 @@ class Renderer {
     }
     const int64_t len = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < len; ++i) {
+      if (++iterations_ > kMaxIterations) throw TemplateError("more than 10,000,000 loop iterations");
       frames_.push_back(Frame{});
       bind(frames_.back(), items[static_cast<size_t>(i)]);
       ValueDict loop;
@@ -483,6 +485,7 @@ class Renderer {
   std::vector<Frame> frames_;
   size_t barrier_ = 0;
   int call_depth_ = 0;
+  int64_t iterations_ = 0;
 };
 
 }  // namespace

@@ -25,8 +25,16 @@ Value::Value(int64_t i) : type_(Type::integer), i_(i) {}
 Value::Value(double d) : type_(Type::floating), d_(d) {}
 Value::Value(std::string s) : type_(Type::string), s_(std::make_shared<std::string>(std::move(s))) {}
 
+namespace {
+constexpr int kMaxNesting = 512;
+}  // namespace
+
 Value Value::list(ValueList items) {
   Value v;
+  int depth = 0;
+  for (const Value& item : items) depth = std::max(depth, item.depth_ + 1);
+  if (depth > kMaxNesting) throw TemplateError("value nested more than 512 deep");
+  v.depth_ = static_cast<uint16_t>(depth);
   v.type_ = Type::list;
   v.list_ = std::make_shared<ValueList>(std::move(items));
   return v;
@@ -34,6 +42,10 @@ Value Value::list(ValueList items) {
 
 Value Value::dict(ValueDict d) {
   Value v;
+  int depth = 0;
+  for (const auto& e : d.entries) depth = std::max(depth, e.second.depth_ + 1);
+  if (depth > kMaxNesting) throw TemplateError("value nested more than 512 deep");
+  v.depth_ = static_cast<uint16_t>(depth);
   v.type_ = Type::dict;
   v.dict_ = std::make_shared<ValueDict>(std::move(d));
   return v;
@@ -220,7 +232,26 @@ std::string json_string(const std::string& s) {
 
 }  // namespace
 
+namespace {
+// Values can nest without bound at render time ({% set ns.x = [ns.x] %} in a loop); printing, serializing and
+// comparing them recurse, so the depth is bounded.
+constexpr int kMaxValueDepth = 512;
+thread_local int value_depth = 0;
+struct ValueDepth {
+  ValueDepth() {
+    if (++value_depth > kMaxValueDepth) {
+      value_depth = 0;
+      throw TemplateError("value nested more than 512 deep");
+    }
+  }
+  ~ValueDepth() {
+    if (value_depth > 0) --value_depth;
+  }
+};
+}  // namespace
+
 std::string Value::to_str() const {
+  ValueDepth depth;
   switch (type_) {
     case Type::undefined: return "";
     case Type::none: return "None";
@@ -251,6 +282,7 @@ std::string Value::repr() const { return type_ == Type::string ? string_repr(*s_
 std::string Value::to_json(int indent, const std::string& item_sep, const std::string& key_sep, bool sort_keys) const {
   // json.dumps with indent: items on their own lines; the level is tracked through a recursive helper.
   std::function<std::string(const Value&, int)> dump = [&](const Value& v, int level) -> std::string {
+    ValueDepth depth;
     std::string nl, nl_in;
     if (indent >= 0) {
       nl.assign(1, '\n');
@@ -326,6 +358,7 @@ void Args::expect_at_most(size_t n) const {
 }
 
 bool equals(const Value& a, const Value& b) {
+  ValueDepth depth;
   if (a.is_number() && b.is_number()) {
     if (a.type() == Type::floating || b.type() == Type::floating) return a.as_double() == b.as_double();
     return a.as_int() == b.as_int();
@@ -355,6 +388,7 @@ bool equals(const Value& a, const Value& b) {
 }
 
 bool less_than(const Value& a, const Value& b) {
+  ValueDepth depth;
   if (a.is_number() && b.is_number()) return a.as_double() < b.as_double();
   if (a.is_string() && b.is_string()) return code_points(a.str_ref()) < code_points(b.str_ref());
   if (a.is_list() && b.is_list()) {

@@ -75,9 +75,11 @@ class Value {
   // json.dumps(value, ensure_ascii=False, indent, separators, sort_keys) as transformers' tojson filter does.
   std::string to_json(int indent, const std::string& item_sep, const std::string& key_sep, bool sort_keys) const;
   const char* type_name() const;  // Python's type names: 'str', 'list', 'dict', 'NoneType', ...
+  int depth() const { return depth_; }
 
  private:
   Type type_ = Type::undefined;
+  uint16_t depth_ = 0;  // lists and dicts: 1 + the deepest element (bounded, so destruction cannot overflow the stack)
   bool b_ = false;
   int64_t i_ = 0;
   double d_ = 0;

@@ -97,6 +97,19 @@ TEST(Jinja, RenderErrorsCarryTheMessageAndPosition) {
 TEST(Jinja, DeepNestingIsAnErrorNotACrash) {
   std::string deep = "{{ " + std::string(500, '(') + "1" + std::string(500, ')') + " }}";
   expect_error(deep, StatusCode::parse_error, {"nested too deeply"});
+  expect_error("{{ " + std::string(100000, '-') + "1 }}", StatusCode::parse_error, {"nested too deeply"});
+  std::string nots;
+  for (int i = 0; i < 50000; ++i) nots += "not ";
+  expect_error("{{ " + nots + "x }}", StatusCode::parse_error, {"nested too deeply"});
+  std::string blocks;
+  for (int i = 0; i < 100000; ++i) blocks += "{% if x %}";
+  expect_error(blocks, StatusCode::parse_error, {"nested more than 256 deep"});
+  expect_error("{% set ns = namespace(x=1) %}{% for i in range(50000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+               StatusCode::invalid_argument, {"nested more than 512 deep"});
+  expect_error("{% set ns = namespace(x=1) %}{% set ns.x = ns %}{{ ns | tojson }}", StatusCode::invalid_argument,
+               {"nested more than 512 deep"});
+  expect_error("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}",
+               StatusCode::invalid_argument, {"more than 10,000,000 loop iterations"});
   std::string ifs;
   for (int i = 0; i < 50; ++i) ifs += "{% if true %}";
   ifs += "x";
