@@ -1,6 +1,7 @@
 // The tree-walking interpreter: scopes (the context, the template's top level, one per loop iteration and macro
 // call), expression evaluation with Python semantics, statement execution, and the JinjaTemplate API around it.
 #include <unordered_map>
+#include <unordered_set>
 
 #include "data/template/jinja.h"
 #include "data/template/jinja_builtins.h"
@@ -47,8 +48,26 @@ void validate(const Body& body) {
   }
 }
 
+// Whether `target` (a namespace's storage) is reachable from `v`: storing such a value into the namespace would
+// make a reference cycle, which reference counting never frees.
+bool reaches(const Value& v, const void* target, std::unordered_set<const void*>& seen) {
+  const void* id = v.identity();
+  if (id == nullptr || !seen.insert(id).second) return false;
+  if (id == target) return true;
+  if (v.is_list()) {
+    for (const Value& item : v.items()) {
+      if (reaches(item, target, seen)) return true;
+    }
+  } else if (v.is_dict()) {
+    for (const auto& e : v.entries().entries) {
+      if (reaches(e.second, target, seen)) return true;
+    }
+  }
+  return false;
+}
+
 constexpr size_t kMaxOutput = size_t{64} << 20;
-constexpr int64_t kMaxIterations = 10'000'000;  // loop iterations per render: nested ranges cannot hang a render
+constexpr int64_t kMaxIterations = 1'000'000;  // loop iterations per render: nested ranges cannot hang a render
 constexpr int kMaxCallDepth = 64;
 
 class Renderer {
@@ -154,6 +173,10 @@ class Renderer {
         throw TemplateError("cannot assign attribute '" + n.attribute + "' on '" + n.targets[0] +
                             "': only namespace() objects can be modified");
       }
+      std::unordered_set<const void*> seen;
+      if (reaches(v, ns.identity(), seen)) {
+        throw TemplateError("unsupported construct: storing namespace '" + n.targets[0] + "' inside itself");
+      }
       ns.mutable_namespace().set(n.attribute, std::move(v));
       return;
     }
@@ -204,7 +227,7 @@ class Renderer {
     }
     const int64_t len = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < len; ++i) {
-      if (++iterations_ > kMaxIterations) throw TemplateError("more than 10,000,000 loop iterations");
+      if (++iterations_ > kMaxIterations) throw TemplateError("more than 1,000,000 loop iterations");
       frames_.push_back(Frame{});
       bind(frames_.back(), items[static_cast<size_t>(i)]);
       ValueDict loop;

@@ -76,6 +76,10 @@ class Value {
   std::string to_json(int indent, const std::string& item_sep, const std::string& key_sep, bool sort_keys) const;
   const char* type_name() const;  // Python's type names: 'str', 'list', 'dict', 'NoneType', ...
   int depth() const { return depth_; }
+  // The shared storage of a list, dict or namespace (null otherwise): identity for cycle checks.
+  const void* identity() const {
+    return list_ ? static_cast<const void*>(list_.get()) : static_cast<const void*>(dict_.get());
+  }
 
  private:
   Type type_ = Type::undefined;
