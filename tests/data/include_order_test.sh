@@ -9,9 +9,10 @@ allowed() {
     io) echo "io" ;;
     image) echo "io image" ;;
     tokenizer) echo "tokenizer" ;;
-    loader) echo "io image tokenizer loader" ;;
-    dedup) echo "io image tokenizer loader dedup" ;;
-    tools) echo "io image tokenizer loader tools" ;;
+    template) echo "template" ;;
+    loader) echo "io image tokenizer template loader" ;;
+    dedup) echo "io image tokenizer template loader dedup" ;;
+    tools) echo "io image tokenizer template loader tools" ;;
   esac
 }
 bad=0
@@ -29,5 +30,5 @@ for dir in */; do
 done
 # A file directly in src/data (outside every library folder) is not part of the order either.
 for f in *.h *.cpp; do [ -e "$f" ] && { echo "FAIL: src/data/$f sits outside the library folders"; bad=1; }; done
-[ $bad -eq 0 ] && echo "PASS: src/data includes follow io, image, tokenizer < loader < dedup, tools"
+[ $bad -eq 0 ] && echo "PASS: src/data includes follow io, image, tokenizer, template < loader < dedup, tools"
 exit $bad

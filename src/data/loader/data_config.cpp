@@ -37,7 +37,9 @@ void add_data_options(OptionSet& o, DataConfig& d, DataFilterConfig& f) {
   o.add("data.task", &d.task, "what the samples teach", one_of({"vqa", "caption", "mixed"}));
   o.add("data.max_turns", &d.max_turns, "question/answer turns per training sequence", positive<int>());
   o.add("data.caption_prompt", &d.caption_prompt, "user prompt for captioning");
-  o.add("data.chat_template", &d.chat_template, "prompt format", one_of({"chat", "plain"}));
+  o.add("data.chat_template", &d.chat_template,
+        "prompt format: chat | plain | hf (the Jinja chat template beside data.tokenizer) | a path to a "
+        "tokenizer_config.json, chat_template.jinja or model directory");
   o.add("data.resize", &d.resize, "resize filter", one_of({"bicubic", "bilinear"}));
   o.add("data.image_mean", &d.image_mean, "per-channel mean for normalization");
   o.add("data.image_std", &d.image_std, "per-channel std for normalization");
@@ -114,7 +116,7 @@ Expected<VlmDataOptions> build_loader_options(const DataConfig& data, const Data
   if (filter.any() && !for_eval) {
     VLM_ASSIGN_OR_RETURN(d.filters, filter.filter_config());
   }
-  VLM_ASSIGN_OR_RETURN(d.chat, chat_template_by_name(data.chat_template));
+  VLM_ASSIGN_OR_RETURN(d.chat, chat_template_for(data.chat_template, data.tokenizer));
   return d;
 }
 

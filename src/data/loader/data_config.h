@@ -20,7 +20,7 @@ struct DataConfig {
   std::string task = "vqa";               // vqa (json "qa" pairs) | caption (txt / json caption) | mixed
   int max_turns = 8;                      // question/answer turns per training sequence (vqa, mixed)
   std::string caption_prompt = "describe the image.";
-  std::string chat_template = "chat";     // chat (ChatML markers) | plain
+  std::string chat_template = "chat";     // chat (ChatML markers) | plain | hf | path to a model's chat template
   std::string resize = "bicubic";         // bicubic | bilinear
   std::vector<float> image_mean = {0.5f, 0.5f, 0.5f};
   std::vector<float> image_std = {0.5f, 0.5f, 0.5f};

@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "data/template/chat_template.h"
 #include "data/tokenizer/tokenizer.h"
 
 namespace vlm {
@@ -21,10 +23,21 @@ struct ChatTemplate {
   std::string assistant_suffix = "<|im_end|>";  // trained: the model learns to stop
   std::string turn_separator = "\n";            // after assistant_suffix, not trained
   std::string image_token = "<image>";
+  // A model's own Jinja chat template (data.chat_template = "hf" or a path). When set, turns are rendered with it
+  // (images as {"type": "image"} parts of the first user message, which the template spells as image_token) and
+  // the markup fields above are unused, except assistant_suffix: the end-of-turn token generation stops at (the
+  // config's eos_token).
+  std::shared_ptr<const ChatTemplateRenderer> hf;
+  // The Jinja template reads message contents as lists of {"type": ...} parts (SmolVLM's, Qwen2-VL's); else
+  // contents are strings and images cannot be placed.
+  bool hf_content_parts = false;
 };
 
 // "chat" (SmolLM2 / ChatML markers) or "plain" ("<image>question answer<|im_end|>" with minimal markup).
 Expected<ChatTemplate> chat_template_by_name(const std::string& name);
+// chat_template_by_name's names, plus "hf" (the Jinja template of the model directory holding `tokenizer_path`:
+// chat_template.jinja, tokenizer_config.json or chat_template.json) or a path to such a file or directory.
+Expected<ChatTemplate> chat_template_for(const std::string& spec, const std::string& tokenizer_path);
 
 struct Turn {
   std::string user;
@@ -41,6 +54,10 @@ struct TokenizedChat {
 // Tokenizes `turns`; the first user turn is prefixed with `n_images` image placeholders. With
 // `generation_prompt`, the last turn's assistant text is ignored and the sequence ends after assistant_prefix
 // (what generation continues from). Errors: the template's special tokens missing from the tokenizer.
+// With a Jinja template (tmpl.hf), the assistant spans are found by rendering the conversation up to each answer
+// with and without it (the answer and its end-of-turn token are the targets); a template that does not render
+// conversations as growing prefixes of each other (e.g. one that moves the system prompt into the last user turn)
+// is an error naming it, and so is an image placeholder count that differs from n_images.
 Expected<TokenizedChat> tokenize_chat(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
                                       const std::vector<Turn>& turns, int n_images, int image_tokens,
                                       bool generation_prompt);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "data/tokenizer/byte_level.h"
+#include "data/tokenizer/unicode.h"
 
 namespace vlm::tok {
 namespace {
@@ -77,6 +78,8 @@ Expected<BpeModel> BpeModel::create(const std::vector<std::pair<std::string, int
     std::string s;
     byte_level_encode(std::string_view(reinterpret_cast<const char*>(&b), 1), s);
     m.byte_ids_[b] = m.token_to_id(s).value_or(-1);
+    static const char kHex[] = "0123456789ABCDEF";
+    m.fallback_ids_[b] = m.token_to_id(str("<0x", kHex[b >> 4], kHex[b & 15], ">")).value_or(-1);
   }
   if (m.options_.unk_token) {
     std::optional<int32_t> unk = m.token_to_id(*m.options_.unk_token);
@@ -102,7 +105,11 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
   if (options_.ignore_merges) {
     thread_local std::string spelled;
     spelled.clear();
-    byte_level_encode(word, spelled);
+    if (options_.byte_level) {
+      byte_level_encode(word, spelled);
+    } else {
+      spelled.assign(word);
+    }
     if (std::optional<int32_t> id = token_to_id(spelled)) {
       out.push_back(*id);
       return;
@@ -119,20 +126,45 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     syms.push_back({id, n - 1, -1, len});
   };
   bool pending_unk = false;  // the last symbol is an unk that may still absorb bytes (fuse_unk)
-  for (char c : word) {
-    int32_t id = byte_ids_[static_cast<unsigned char>(c)];
-    if (id >= 0) {
-      push_symbol(id, 1);
-      pending_unk = false;
-    } else if (unk_id_ >= 0) {
-      if (pending_unk && options_.fuse_unk) {
-        syms.back().len += 1;
+  auto push_unk = [&](uint32_t len) {
+    // Without an unk token a symbol missing from the vocabulary is dropped, as in Hugging Face.
+    if (unk_id_ < 0) return;
+    if (pending_unk && options_.fuse_unk) {
+      syms.back().len += len;
+    } else {
+      push_symbol(unk_id_, len);
+      pending_unk = true;
+    }
+  };
+  if (options_.byte_level) {
+    for (char c : word) {
+      int32_t id = byte_ids_[static_cast<unsigned char>(c)];
+      if (id >= 0) {
+        push_symbol(id, 1);
+        pending_unk = false;
       } else {
-        push_symbol(unk_id_, 1);
-        pending_unk = true;
+        push_unk(1);
       }
     }
-    // Without an unk token a byte missing from the vocabulary is dropped, as in Hugging Face.
+  } else {
+    for (size_t pos = 0; pos < word.size();) {
+      uint32_t len = utf8_decode(word, pos).len;
+      std::string_view ch = word.substr(pos, len);
+      pos += len;
+      if (std::optional<int32_t> id = token_to_id(ch)) {
+        push_symbol(*id, len);
+        pending_unk = false;
+        continue;
+      }
+      bool all_bytes = options_.byte_fallback;
+      for (size_t k = 0; all_bytes && k < ch.size(); ++k) all_bytes = fallback_ids_[static_cast<unsigned char>(ch[k])] >= 0;
+      if (all_bytes) {
+        for (char c : ch) push_symbol(fallback_ids_[static_cast<unsigned char>(c)], 1);
+        pending_unk = false;
+      } else {
+        push_unk(len);
+      }
+    }
   }
 
   auto candidate = [&](int32_t pos) {

@@ -1,6 +1,8 @@
-// The byte-level BPE model: vocabulary, ranked merges and the word encoder. A word (one pre-tokenized piece, as
-// raw bytes) starts as one symbol per byte and is merged greedily, always applying the lowest-rank merge present
-// (leftmost on ties), as Hugging Face's BPE::merge_word does with its priority queue. WordCache memoizes words.
+// The BPE model: vocabulary, ranked merges and the word encoder. A word (one pre-tokenized piece) starts as one
+// symbol per byte (byte-level vocabularies: GPT-2, Llama-3, Qwen2, SmolLM2) or per character (SentencePiece-style
+// vocabularies: Mistral, Llama-2; characters missing from the vocabulary become <0xAB> byte tokens with
+// byte_fallback, else unk) and is merged greedily, always applying the lowest-rank merge present (leftmost on
+// ties), as Hugging Face's BPE::merge_word does with its priority queue. WordCache memoizes words.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,8 @@ struct BpeOptions {
   std::optional<std::string> unk_token;  // id used for bytes missing from the vocabulary; dropped when unset
   bool fuse_unk = false;                 // consecutive unknown bytes share one unk id
   bool ignore_merges = false;            // a word that is itself in the vocabulary is emitted as one id (Llama-3)
+  bool byte_fallback = false;            // characters missing from the vocabulary become <0xAB> tokens
+  bool byte_level = true;                // symbols are bytes in GPT-2's alphabet (else UTF-8 characters)
 };
 
 struct MergeTarget {
@@ -65,7 +69,8 @@ class BpeModel {
   std::vector<uint8_t> has_id_;
   std::vector<std::pair<int32_t, int32_t>> merges_;
   std::unordered_map<uint64_t, MergeTarget> merge_map_;
-  int32_t byte_ids_[256] = {};  // id of the single-byte token for each byte, or -1
+  int32_t byte_ids_[256] = {};      // id of the single-byte token for each byte, or -1
+  int32_t fallback_ids_[256] = {};  // id of "<0xAB>" for each byte, or -1
   int32_t unk_id_ = -1;
 };
 

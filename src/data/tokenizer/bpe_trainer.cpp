@@ -158,7 +158,8 @@ Expected<Tokenizer> train_bpe(const std::vector<std::string>& corpus, const BpeT
     for (const tok::TextSegment& seg : segments) {
       if (seg.token_id >= 0) continue;
       pieces.clear();
-      tok::pre_tokenize(impl->pre_tokenizer, std::string_view(text).substr(seg.begin, seg.end - seg.begin), pieces);
+      tok::pre_tokenize(impl->pre_tokenizer, std::string_view(text).substr(seg.begin, seg.end - seg.begin), seg.begin == 0,
+                        pieces);
       for (std::string& p : pieces) ++counts[std::move(p)];
     }
   }

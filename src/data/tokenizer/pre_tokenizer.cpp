@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "data/tokenizer/regex.h"
 #include "data/tokenizer/unicode.h"
 
 namespace vlm::tok {
@@ -215,11 +216,40 @@ void find_numbers(std::string_view piece, std::vector<Span>& matches) {
   }
 }
 
-void apply_step(const PreTokenizerStep& step, const std::vector<std::string>& in, std::vector<std::string>& out) {
+// Metaspace on one piece: spaces -> replacement, the prepend scheme, then a split before every replacement
+// (MergedWithNext).
+void metaspace(const PreTokenizerStep& step, std::string_view piece, bool first_piece, std::vector<std::string>& out) {
+  const std::string& rep = step.replacement;
+  std::string s;
+  s.reserve(piece.size() + rep.size());
+  bool starts_with_rep = piece.substr(0, 1) == " " || piece.substr(0, rep.size()) == rep;
+  bool prepend = step.prepend == PrependScheme::always || (step.prepend == PrependScheme::first && first_piece);
+  if (prepend && !starts_with_rep) s += rep;
+  for (char c : piece) {
+    if (c == ' ') {
+      s += rep;
+    } else {
+      s += c;
+    }
+  }
+  if (!step.metaspace_split) {
+    out.push_back(std::move(s));
+    return;
+  }
+  std::vector<Span> matches;
+  find_literal(s, rep, matches);
+  std::vector<Segment> segs;
+  segments_from_matches(s.size(), matches, false, segs);
+  emit_segments(s, segs, SplitBehavior::merged_with_next, out);
+}
+
+void apply_step(const PreTokenizerStep& step, const std::vector<std::string>& in, bool at_start,
+                std::vector<std::string>& out) {
   std::vector<Span> matches;
   std::vector<Segment> segs;
   std::string prefixed;
-  for (const std::string& piece_in : in) {
+  for (size_t index = 0; index < in.size(); ++index) {
+    const std::string& piece_in = in[index];
     std::string_view piece = piece_in;
     matches.clear();
     SplitBehavior behavior = SplitBehavior::isolated;
@@ -242,12 +272,16 @@ void apply_step(const PreTokenizerStep& step, const std::vector<std::string>& in
         find_numbers(piece, matches);
         behavior = step.individual_digits ? SplitBehavior::isolated : SplitBehavior::contiguous;
         break;
+      case PreTokenizerKind::metaspace:
+        metaspace(step, piece, at_start && index == 0, out);
+        continue;
       case PreTokenizerKind::split:
         switch (step.regex) {
           case SplitRegex::literal: find_literal(piece, step.pattern, matches); break;
           case SplitRegex::gpt2: split_gpt2(piece, matches); break;
           case SplitRegex::llama3: split_llama3(piece, 3, matches); break;
           case SplitRegex::qwen2: split_llama3(piece, 1, matches); break;
+          case SplitRegex::pcre2: step.compiled->find_all(piece, matches); break;
         }
         behavior = step.behavior;
         invert = step.invert;
@@ -304,12 +338,13 @@ bool split_behavior_from_name(std::string_view name, SplitBehavior& out) {
   return false;
 }
 
-void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view text, std::vector<std::string>& pieces) {
+void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view text, bool at_start,
+                  std::vector<std::string>& pieces) {
   std::vector<std::string> current{std::string(text)};
   std::vector<std::string> next;
   for (const PreTokenizerStep& step : steps) {
     next.clear();
-    apply_step(step, current, next);
+    apply_step(step, current, at_start, next);
     current.swap(next);
   }
   for (std::string& p : current) {

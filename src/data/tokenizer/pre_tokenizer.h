@@ -1,10 +1,11 @@
 // Pre-tokenizers: split normalized text into the pieces BPE runs on, as Hugging Face `tokenizers` does. The regex
 // patterns byte-level BPE tokenizers ship with (GPT-2's, Llama-3's / GPT-4's, Qwen2's) are implemented by hand as
-// code-point scanners that reproduce the leftmost-first regex semantics exactly; no regex engine is involved.
-// Any other pattern is rejected when the tokenizer.json is read.
+// code-point scanners that reproduce the leftmost-first regex semantics exactly; any other Split pattern runs on
+// PCRE2 (regex.h). Metaspace is SentencePiece's: spaces become "▁", optionally prepended, split before each "▁".
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,11 +18,14 @@ extern const char* const kLlama3Pattern;  // Llama-3 (= tiktoken cl100k)
 extern const char* const kGpt4Pattern;    // tiktoken's cl100k spelling (possessive quantifiers): same matches
 extern const char* const kQwen2Pattern;   // Llama-3's with single digits
 
-enum class SplitRegex : uint8_t { literal, gpt2, llama3, qwen2 };
+enum class SplitRegex : uint8_t { literal, gpt2, llama3, qwen2, pcre2 };
 // How the matches of a Split are kept (Hugging Face's SplitDelimiterBehavior).
 enum class SplitBehavior : uint8_t { removed, isolated, merged_with_previous, merged_with_next, contiguous };
 
-enum class PreTokenizerKind : uint8_t { byte_level, digits, split };
+enum class PreTokenizerKind : uint8_t { byte_level, digits, split, metaspace };
+enum class PrependScheme : uint8_t { always, first, never };
+
+class Regex;
 
 struct PreTokenizerStep {
   PreTokenizerKind kind = PreTokenizerKind::byte_level;
@@ -37,6 +41,12 @@ struct PreTokenizerStep {
   std::string pattern;
   SplitBehavior behavior = SplitBehavior::isolated;
   bool invert = false;
+  std::shared_ptr<const Regex> compiled;  // split with regex == pcre2
+  // metaspace: `replacement` replaces every space; prepended per `prepend`; pieces split before each replacement
+  // when `metaspace_split`.
+  std::string replacement = "\xE2\x96\x81";  // U+2581
+  PrependScheme prepend = PrependScheme::always;
+  bool metaspace_split = true;
 };
 
 // Byte range [begin, end) of `text`.
@@ -56,7 +66,9 @@ const char* split_behavior_name(SplitBehavior behavior);
 bool split_behavior_from_name(std::string_view name, SplitBehavior& out);
 
 // Runs `steps` in order over `text` (each step splits every piece of the previous one) and appends the non-empty
-// final pieces to `pieces`.
-void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view text, std::vector<std::string>& pieces);
+// final pieces to `pieces`. `at_start`: `text` begins the whole input (Metaspace's prepend scheme "first" prepends
+// only there).
+void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view text, bool at_start,
+                  std::vector<std::string>& pieces);
 
 }  // namespace vlm::tok

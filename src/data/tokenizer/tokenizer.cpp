@@ -15,30 +15,17 @@
 namespace vlm {
 namespace {
 
-std::string normalize(NormalizerKind kind, std::string_view text) {
-  return kind == NormalizerKind::nfc ? tok::nfc(text) : std::string(text);
-}
-
 // Pre-tokenizes one stretch of normalized text without added tokens and BPE-encodes every piece (cached).
-void encode_plain(const Tokenizer::Impl& impl, std::string_view text, std::vector<int32_t>& out) {
+// `at_start`: the stretch begins the input (Metaspace's prepend_scheme "first").
+void encode_plain(const Tokenizer::Impl& impl, std::string_view text, bool at_start, std::vector<int32_t>& out) {
   thread_local std::vector<std::string> pieces;
   pieces.clear();
-  tok::pre_tokenize(impl.pre_tokenizer, text, pieces);
+  tok::pre_tokenize(impl.pre_tokenizer, text, at_start, pieces);
   for (const std::string& piece : pieces) {
     if (impl.cache.lookup(piece, out)) continue;
     size_t start = out.size();
     impl.model.encode_word(piece, out);
     impl.cache.insert(piece, out.data() + start, out.size() - start);
-  }
-}
-
-// Appends the bytes of one token as the decoder spells them.
-void append_token(const Tokenizer::Impl& impl, const std::string& token, std::string& out) {
-  if (impl.decoder == DecoderKind::byte_level) {
-    if (!tok::byte_level_decode(token, out)) out += token;  // not byte-level text: its own bytes, as HF does
-  } else {
-    if (!out.empty()) out += ' ';  // Hugging Face joins tokens with spaces when there is no decoder
-    out += token;
   }
 }
 
@@ -94,9 +81,9 @@ void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) 
       out.push_back(seg.token_id);
       continue;
     }
-    std::string normalized = normalize(im.normalizer, text.substr(seg.begin, seg.end - seg.begin));
+    std::string normalized = tok::normalize(im.normalizers, text.substr(seg.begin, seg.end - seg.begin));
     if (im.normalized_matcher.empty()) {
-      encode_plain(im, normalized, out);
+      encode_plain(im, normalized, seg.begin == 0, out);
       continue;
     }
     norm_segments.clear();
@@ -105,7 +92,8 @@ void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) 
       if (n.token_id >= 0) {
         out.push_back(n.token_id);
       } else {
-        encode_plain(im, std::string_view(normalized).substr(n.begin, n.end - n.begin), out);
+        encode_plain(im, std::string_view(normalized).substr(n.begin, n.end - n.begin), seg.begin == 0 && n.begin == 0,
+                     out);
       }
     }
   }
@@ -123,20 +111,25 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
   const Impl& im = impl();
-  std::string out;
-  out.reserve(ids.size() * 4);
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (int32_t id : ids) {
     if (id < 0 || id >= im.vocab_size) continue;
     int32_t added = id < static_cast<int32_t>(im.added_index_of_id.size()) ? im.added_index_of_id[id] : -1;
     if (added >= 0) {
       const tok::AddedToken& t = im.added_tokens[added];
       if (skip_special_tokens && t.special) continue;
-      append_token(im, t.content, out);
+      tokens.push_back(t.content);
     } else if (im.model.has_id(id)) {
-      append_token(im, im.model.id_to_token(id), out);
+      tokens.push_back(im.model.id_to_token(id));
     }
   }
-  return out;
+  if (!im.has_decoder) {  // Hugging Face joins tokens with spaces when there is no decoder
+    std::string out;
+    for (const std::string& t : tokens) out += (out.empty() ? "" : " ") + t;
+    return out;
+  }
+  return tok::decode_tokens(im.decoders, std::move(tokens));
 }
 
 std::string Tokenizer::token_bytes(int32_t id) const { return decode({id}, false); }
@@ -245,7 +238,7 @@ Status finalize_tokenizer(Tokenizer::Impl& impl, const std::string& source) {
       continue;
     }
     tok::AddedToken n = t;
-    n.content = normalize(impl.normalizer, t.content);
+    n.content = tok::normalize(impl.normalizers, t.content);
     impl.normalized_added.push_back(std::move(n));
   }
   std::vector<const tok::AddedToken*> normalized;

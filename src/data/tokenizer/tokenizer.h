@@ -1,8 +1,10 @@
-// Tokenizer: byte-level BPE that reads and writes Hugging Face `tokenizer.json` files (GPT-2, SmolLM2, Llama-3,
-// Qwen2 families) and encodes exactly as the `tokenizers` library does: added/special tokens found in the raw
-// text first, then normalizer (none or NFC) -> pre-tokenizer (ByteLevel / Digits / Split with the known patterns)
-// -> BPE merges by rank. Any byte string can be encoded (invalid UTF-8 included), and decode(encode(s)) == s
-// whenever the vocabulary holds the 256 byte symbols, as every real byte-level vocabulary does.
+// Tokenizer: BPE that reads and writes Hugging Face `tokenizer.json` files and encodes exactly as the `tokenizers`
+// library does: byte-level vocabularies (GPT-2, SmolLM2/SmolVLM, Llama-3, Qwen2/3) and SentencePiece-style ones with
+// byte fallback (Mistral, Llama-2). Added/special tokens are found in the raw text first, then normalizers (NFC,
+// Prepend, Replace, Strip) -> pre-tokenizers (ByteLevel, Digits, Split with hand-written or PCRE2 patterns,
+// Metaspace) -> BPE merges by rank; decoding runs the file's decoder chain. Any byte string can be encoded (invalid
+// UTF-8 included), and decode(encode(s)) == s whenever the vocabulary holds the 256 byte symbols, as every real
+// byte-level vocabulary does.
 //
 // Thread safety: a Tokenizer is immutable once built; encode/decode may be called from many threads at once
 // (the word cache is internally locked). Copies are cheap and share the same tables.
@@ -25,8 +27,9 @@ class Tokenizer {
   Tokenizer() = default;
 
   // Reads a tokenizer.json (`path` may also be a model directory holding one). Errors name the file and the JSON
-  // field: parse_error for malformed files, unsupported for valid files using features this implementation lacks
-  // (e.g. a WordPiece model, a Lowercase normalizer, a split regex other than GPT-2's, Llama-3's or Qwen2's).
+  // field: parse_error for malformed files (a regex that does not compile included), unsupported for valid files
+  // using features this implementation lacks (e.g. a WordPiece model, a Lowercase normalizer, a Whitespace
+  // pre-tokenizer), naming the type.
   static Expected<Tokenizer> load(const std::string& path);
   static Expected<Tokenizer> from_json_text(std::string_view json_text, const std::string& source_name);
   // Writes a tokenizer.json that Hugging Face `tokenizers` can load (and load() reads back identically).
@@ -41,7 +44,8 @@ class Tokenizer {
   // The bytes the ids stand for, concatenated. Unknown ids are skipped. The result is returned byte for byte:
   // a cut in the middle of a multi-byte character is not replaced by U+FFFD (Hugging Face does that).
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
-  // The bytes of one token (for streaming output); empty for an unknown id.
+  // decode({id}); empty for an unknown id. With SentencePiece decoders the word-initial space of the token is
+  // stripped as at the start of a text: stream such output by decoding the whole sequence and taking the new suffix.
   std::string token_bytes(int32_t id) const;
 
   // Number of ids the embedding table needs: max id + 1 over the model vocabulary and the added tokens.

@@ -8,21 +8,23 @@
 
 #include "data/tokenizer/added_tokens.h"
 #include "data/tokenizer/bpe.h"
+#include "data/tokenizer/decoder.h"
+#include "data/tokenizer/normalizer.h"
 #include "data/tokenizer/pre_tokenizer.h"
 #include "data/tokenizer/tokenizer.h"
 
 namespace vlm {
 
-enum class NormalizerKind : uint8_t { none, nfc };
-enum class DecoderKind : uint8_t { none, byte_level };
-
 struct Tokenizer::Impl {
   // --- configuration (what tokenizer.json says) ---
-  NormalizerKind normalizer = NormalizerKind::none;
+  std::vector<tok::NormalizerStep> normalizers;
+  std::string normalizer_json = "null";  // kept verbatim for saving
   std::vector<tok::PreTokenizerStep> pre_tokenizer;
   bool pre_tokenizer_is_sequence = false;  // written back as a Sequence even with one step
-  DecoderKind decoder = DecoderKind::byte_level;
-  bool decoder_add_prefix_space = true, decoder_trim_offsets = true, decoder_use_regex = true;
+  // No decoder at all: tokens are joined with spaces, as Hugging Face does.
+  bool has_decoder = true;
+  std::vector<tok::DecoderStep> decoders{tok::DecoderStep{}};  // ByteLevel
+  std::string decoder_json = R"({"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true})";
   std::string post_processor_json = "null";  // kept verbatim
   std::vector<int32_t> post_prefix, post_suffix;  // ids encode(text, true) adds around a single sequence
   tok::BpeModel model;

@@ -1,6 +1,7 @@
 // tokenizer.json -> Tokenizer::Impl. Every error names the source file and the JSON field; features of the format
-// this implementation does not have (WordPiece models, Lowercase normalizers, unknown split regexes, ...) are
-// reported as `unsupported`, malformed content as `parse_error`.
+// this implementation does not have (WordPiece models, Lowercase normalizers, Whitespace pre-tokenizers, ...) are
+// reported as `unsupported` naming the type, malformed content (a regex that does not compile included) as
+// `parse_error`.
 #include <nlohmann/json.hpp>
 
 #include "data/tokenizer/tokenizer_impl.h"
@@ -77,14 +78,31 @@ Status parse_added_tokens(const Reader& r, const json& root, Tokenizer::Impl& im
   return Status();
 }
 
-Status parse_normalizer(const Reader& r, const json& n, const std::string& field, NormalizerKind& out) {
+// A Replace pattern: {"String": s} or {"Regex": r}.
+Status parse_pattern(const Reader& r, const json& obj, const std::string& field, std::string& literal,
+                     std::shared_ptr<const tok::Regex>& regex) {
+  auto pat = obj.find("pattern");
+  if (pat == obj.end() || !pat->is_object()) return r.bad(field + ".pattern", "missing or not an object");
+  if (auto lit = pat->find("String"); lit != pat->end()) {
+    if (!lit->is_string()) return r.bad(field + ".pattern.String", "expected a string");
+    literal = lit->get<std::string>();
+    return Status();
+  }
+  if (auto re = pat->find("Regex"); re != pat->end()) {
+    if (!re->is_string()) return r.bad(field + ".pattern.Regex", "expected a string");
+    Expected<std::shared_ptr<const tok::Regex>> compiled = tok::Regex::compile(re->get<std::string>());
+    if (!compiled.ok()) return r.bad(field + ".pattern.Regex", compiled.status().message());
+    regex = std::move(compiled).value();
+    return Status();
+  }
+  return r.bad(field + ".pattern", "expected {\"String\": ...} or {\"Regex\": ...}");
+}
+
+Status parse_normalizer(const Reader& r, const json& n, const std::string& field, std::vector<tok::NormalizerStep>& out) {
   if (n.is_null()) return Status();
   std::string type;
   VLM_RETURN_IF_ERROR(r.type_of(n, field, type));
-  if (type == "NFC") {
-    out = NormalizerKind::nfc;
-    return Status();
-  }
+  tok::NormalizerStep step;
   if (type == "Sequence") {
     auto list = n.find("normalizers");
     if (list == n.end() || !list->is_array()) return r.bad(field + ".normalizers", "missing or not an array");
@@ -93,7 +111,30 @@ Status parse_normalizer(const Reader& r, const json& n, const std::string& field
     }
     return Status();
   }
-  return r.no(field + ".type", str("normalizer '", type, "' is not supported (supported: null, NFC, Sequence of NFC)"));
+  if (type == "NFC") {
+    step.kind = tok::NormalizerKind::nfc;
+  } else if (type == "Prepend") {
+    step.kind = tok::NormalizerKind::prepend;
+    auto p = n.find("prepend");
+    if (p == n.end() || !p->is_string()) return r.bad(field + ".prepend", "missing or not a string");
+    step.text = p->get<std::string>();
+  } else if (type == "Replace") {
+    step.kind = tok::NormalizerKind::replace;
+    VLM_RETURN_IF_ERROR(parse_pattern(r, n, field, step.text, step.regex));
+    auto c = n.find("content");
+    if (c == n.end() || !c->is_string()) return r.bad(field + ".content", "missing or not a string");
+    step.content = c->get<std::string>();
+  } else if (type == "Strip") {
+    step.kind = tok::NormalizerKind::strip;
+    step.strip_left = step.strip_right = true;
+    VLM_RETURN_IF_ERROR(r.opt_bool(n, "strip_left", field, step.strip_left));
+    VLM_RETURN_IF_ERROR(r.opt_bool(n, "strip_right", field, step.strip_right));
+  } else {
+    return r.no(field + ".type", str("normalizer '", type,
+                                     "' is not supported (supported: NFC, Prepend, Replace, Strip, Sequence)"));
+  }
+  out.push_back(std::move(step));
+  return Status();
 }
 
 Status parse_pre_tokenizer(const Reader& r, const json& p, const std::string& field, Tokenizer::Impl& impl) {
@@ -127,8 +168,10 @@ Status parse_pre_tokenizer(const Reader& r, const json& p, const std::string& fi
       if (!re->is_string()) return r.bad(field + ".pattern.Regex", "expected a string");
       step.pattern = re->get<std::string>();
       if (!tok::split_regex_from_pattern(step.pattern, step.regex)) {
-        return r.no(field + ".pattern.Regex", str("split regex '", step.pattern,
-                                                  "' is not supported (only the GPT-2, Llama-3 and Qwen2 patterns)"));
+        Expected<std::shared_ptr<const tok::Regex>> compiled = tok::Regex::compile(step.pattern);
+        if (!compiled.ok()) return r.bad(field + ".pattern.Regex", compiled.status().message());
+        step.regex = tok::SplitRegex::pcre2;
+        step.compiled = std::move(compiled).value();
       }
     } else if (auto lit = pat->find("String"); lit != pat->end()) {
       if (!lit->is_string()) return r.bad(field + ".pattern.String", "expected a string");
@@ -143,9 +186,26 @@ Status parse_pre_tokenizer(const Reader& r, const json& p, const std::string& fi
       return r.bad(field + ".behavior", str("unknown behavior '", behavior->get<std::string>(), "'"));
     }
     VLM_RETURN_IF_ERROR(r.opt_bool(p, "invert", field, step.invert));
+  } else if (type == "Metaspace") {
+    step.kind = tok::PreTokenizerKind::metaspace;
+    if (auto rep = p.find("replacement"); rep != p.end()) {
+      if (!rep->is_string() || rep->get<std::string>().empty()) return r.bad(field + ".replacement", "expected a character");
+      step.replacement = rep->get<std::string>();
+    }
+    bool add_prefix_space = true;  // the spelling of tokenizers < 0.19
+    VLM_RETURN_IF_ERROR(r.opt_bool(p, "add_prefix_space", field, add_prefix_space));
+    step.prepend = add_prefix_space ? tok::PrependScheme::always : tok::PrependScheme::never;
+    if (auto scheme = p.find("prepend_scheme"); scheme != p.end() && !scheme->is_null()) {
+      std::string v = scheme->is_string() ? scheme->get<std::string>() : "";
+      if (v == "always") step.prepend = tok::PrependScheme::always;
+      else if (v == "first") step.prepend = tok::PrependScheme::first;
+      else if (v == "never") step.prepend = tok::PrependScheme::never;
+      else return r.bad(field + ".prepend_scheme", "expected \"always\", \"first\" or \"never\"");
+    }
+    VLM_RETURN_IF_ERROR(r.opt_bool(p, "split", field, step.metaspace_split));
   } else {
     return r.no(field + ".type", str("pre-tokenizer '", type,
-                                     "' is not supported (supported: ByteLevel, Digits, Split, Sequence)"));
+                                     "' is not supported (supported: ByteLevel, Digits, Split, Metaspace, Sequence)"));
   }
   impl.pre_tokenizer.push_back(std::move(step));
   return Status();
@@ -216,19 +276,70 @@ Status parse_post_processor(const Reader& r, const json& p, const std::string& f
   return r.no(field + ".type", str("post-processor '", type, "' is not supported"));
 }
 
-Status parse_decoder(const Reader& r, const json& d, Tokenizer::Impl& impl) {
-  if (d.is_null()) {
-    impl.decoder = DecoderKind::none;
+Status parse_decoder(const Reader& r, const json& d, const std::string& field, std::vector<tok::DecoderStep>& out) {
+  std::string type;
+  VLM_RETURN_IF_ERROR(r.type_of(d, field, type));
+  tok::DecoderStep step;
+  if (type == "Sequence") {
+    auto list = d.find("decoders");
+    if (list == d.end() || !list->is_array()) return r.bad(field + ".decoders", "missing or not an array");
+    for (size_t i = 0; i < list->size(); ++i) {
+      VLM_RETURN_IF_ERROR(parse_decoder(r, (*list)[i], str(field, ".decoders[", i, "]"), out));
+    }
     return Status();
   }
-  std::string type;
-  VLM_RETURN_IF_ERROR(r.type_of(d, "decoder", type));
-  if (type != "ByteLevel") return r.no("decoder.type", str("decoder '", type, "' is not supported (only ByteLevel)"));
-  impl.decoder = DecoderKind::byte_level;
-  VLM_RETURN_IF_ERROR(r.opt_bool(d, "add_prefix_space", "decoder", impl.decoder_add_prefix_space));
-  VLM_RETURN_IF_ERROR(r.opt_bool(d, "trim_offsets", "decoder", impl.decoder_trim_offsets));
-  VLM_RETURN_IF_ERROR(r.opt_bool(d, "use_regex", "decoder", impl.decoder_use_regex));
+  if (type == "ByteLevel") {
+    step.kind = tok::DecoderKind::byte_level;
+  } else if (type == "ByteFallback") {
+    step.kind = tok::DecoderKind::byte_fallback;
+  } else if (type == "Fuse") {
+    step.kind = tok::DecoderKind::fuse;
+  } else if (type == "Replace") {
+    step.kind = tok::DecoderKind::replace;
+    VLM_RETURN_IF_ERROR(parse_pattern(r, d, field, step.text, step.regex));
+    auto c = d.find("content");
+    if (c == d.end() || !c->is_string()) return r.bad(field + ".content", "missing or not a string");
+    step.content = c->get<std::string>();
+  } else if (type == "Strip") {
+    step.kind = tok::DecoderKind::strip;
+    auto c = d.find("content");
+    if (c == d.end() || !c->is_string()) return r.bad(field + ".content", "missing or not a string");
+    step.content = c->get<std::string>();
+    for (auto [key, dst] : {std::pair{"start", &step.start}, std::pair{"stop", &step.stop}}) {
+      auto v = d.find(key);
+      if (v == d.end() || !v->is_number_unsigned()) return r.bad(str(field, ".", key), "missing or not a count");
+      *dst = static_cast<int>(std::min<uint64_t>(v->get<uint64_t>(), 1 << 20));
+    }
+  } else if (type == "Metaspace") {
+    step.kind = tok::DecoderKind::metaspace;
+    step.text = "\xE2\x96\x81";
+    if (auto rep = d.find("replacement"); rep != d.end() && rep->is_string()) step.text = rep->get<std::string>();
+    bool add_prefix_space = true;
+    VLM_RETURN_IF_ERROR(r.opt_bool(d, "add_prefix_space", field, add_prefix_space));
+    step.prepend = add_prefix_space;
+    if (auto scheme = d.find("prepend_scheme"); scheme != d.end() && scheme->is_string()) {
+      step.prepend = scheme->get<std::string>() != "never";
+    }
+  } else {
+    return r.no(field + ".type", str("decoder '", type, "' is not supported (supported: ByteLevel, ByteFallback, "
+                                     "Fuse, Replace, Strip, Metaspace, Sequence)"));
+  }
+  out.push_back(std::move(step));
   return Status();
+}
+
+// Whether a ByteLevel step appears in the pre-tokenizer (then the model's symbols are bytes in GPT-2's alphabet).
+bool has_byte_level_step(const json& p) {
+  if (!p.is_object()) return false;
+  auto type = p.find("type");
+  if (type != p.end() && type->is_string() && type->get<std::string>() == "ByteLevel") return true;
+  auto list = p.find("pretokenizers");
+  if (list != p.end() && list->is_array()) {
+    for (const json& s : *list) {
+      if (has_byte_level_step(s)) return true;
+    }
+  }
+  return false;
 }
 
 Status parse_merges(const Reader& r, const json& merges, std::vector<std::pair<std::string, std::string>>& out) {
@@ -253,6 +364,8 @@ Status parse_merges(const Reader& r, const json& merges, std::vector<std::pair<s
 }
 
 Status parse_model(const Reader& r, const json& root, Tokenizer::Impl& impl, const std::string& source) {
+  auto pre = root.find("pre_tokenizer");
+  bool byte_level = pre != root.end() && has_byte_level_step(*pre);
   auto mit = root.find("model");
   if (mit == root.end() || mit->is_null()) return r.bad("model", "missing");
   const json& m = *mit;
@@ -286,9 +399,8 @@ Status parse_model(const Reader& r, const json& root, Tokenizer::Impl& impl, con
   VLM_RETURN_IF_ERROR(r.opt_string(m, "unk_token", "model", options.unk_token));
   VLM_RETURN_IF_ERROR(r.opt_bool(m, "fuse_unk", "model", options.fuse_unk));
   VLM_RETURN_IF_ERROR(r.opt_bool(m, "ignore_merges", "model", options.ignore_merges));
-  bool byte_fallback = false;
-  VLM_RETURN_IF_ERROR(r.opt_bool(m, "byte_fallback", "model", byte_fallback));
-  if (byte_fallback) return r.no("model.byte_fallback", "byte_fallback is not supported (byte-level BPE needs none)");
+  VLM_RETURN_IF_ERROR(r.opt_bool(m, "byte_fallback", "model", options.byte_fallback));
+  options.byte_level = byte_level;
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     std::optional<std::string> affix;
     VLM_RETURN_IF_ERROR(r.opt_string(m, key, "model", affix));
@@ -320,23 +432,21 @@ Expected<std::shared_ptr<Tokenizer::Impl>> parse_tokenizer_json(std::string_view
   VLM_RETURN_IF_ERROR(parse_model(r, root, *impl, source));
   VLM_RETURN_IF_ERROR(parse_added_tokens(r, root, *impl));
   if (auto n = root.find("normalizer"); n != root.end()) {
-    VLM_RETURN_IF_ERROR(parse_normalizer(r, *n, "normalizer", impl->normalizer));
+    VLM_RETURN_IF_ERROR(parse_normalizer(r, *n, "normalizer", impl->normalizers));
+    impl->normalizer_json = n->dump();
   }
   if (auto p = root.find("pre_tokenizer"); p != root.end()) {
     VLM_RETURN_IF_ERROR(parse_pre_tokenizer(r, *p, "pre_tokenizer", *impl));
   }
-  bool has_byte_level = false;
-  for (const tok::PreTokenizerStep& s : impl->pre_tokenizer) has_byte_level |= s.kind == tok::PreTokenizerKind::byte_level;
-  if (!has_byte_level) return r.no("pre_tokenizer", "no ByteLevel step: only byte-level BPE is supported");
   if (auto p = root.find("post_processor"); p != root.end()) {
     VLM_RETURN_IF_ERROR(parse_post_processor(r, *p, "post_processor", *impl));
     impl->post_processor_json = p->dump();
   }
-  if (auto d = root.find("decoder"); d != root.end()) {
-    VLM_RETURN_IF_ERROR(parse_decoder(r, *d, *impl));
-  } else {
-    impl->decoder = DecoderKind::none;
-  }
+  impl->decoders.clear();
+  auto d = root.find("decoder");
+  impl->has_decoder = d != root.end() && !d->is_null();
+  if (impl->has_decoder) VLM_RETURN_IF_ERROR(parse_decoder(r, *d, "decoder", impl->decoders));
+  impl->decoder_json = impl->has_decoder ? d->dump() : "null";
   VLM_RETURN_IF_ERROR(finalize_tokenizer(*impl, source));
   return impl;
 }

@@ -24,6 +24,14 @@ ojson step_json(const tok::PreTokenizerStep& s) {
       j["type"] = "Digits";
       j["individual_digits"] = s.individual_digits;
       break;
+    case tok::PreTokenizerKind::metaspace:
+      j["type"] = "Metaspace";
+      j["replacement"] = s.replacement;
+      j["prepend_scheme"] = s.prepend == tok::PrependScheme::always  ? "always"
+                            : s.prepend == tok::PrependScheme::first ? "first"
+                                                                     : "never";
+      j["split"] = s.metaspace_split;
+      break;
     case tok::PreTokenizerKind::split:
       j["type"] = "Split";
       j["pattern"] = ojson::object({{s.regex == tok::SplitRegex::literal ? "String" : "Regex", s.pattern}});
@@ -43,7 +51,8 @@ void write_model(const tok::BpeModel& model, std::string& out) {
   out += "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n";
   out += str("    \"unk_token\": ", o.unk_token ? quoted(*o.unk_token) : std::string("null"), ",\n");
   out += "    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n";
-  out += str("    \"fuse_unk\": ", o.fuse_unk ? "true" : "false", ",\n    \"byte_fallback\": false,\n");
+  out += str("    \"fuse_unk\": ", o.fuse_unk ? "true" : "false", ",\n    \"byte_fallback\": ",
+             o.byte_fallback ? "true" : "false", ",\n");
   out += str("    \"ignore_merges\": ", o.ignore_merges ? "true" : "false", ",\n    \"vocab\": {");
   bool first = true;
   for (int32_t id = 0; id < model.id_span(); ++id) {
@@ -100,8 +109,10 @@ std::string tokenizer_json_text(const Tokenizer::Impl& impl) {
                       {"special", t->special}});
   }
   root["added_tokens"] = std::move(tokens);
-  root["normalizer"] = impl.normalizer == NormalizerKind::nfc ? ojson{{"type", "NFC"}} : ojson(nullptr);
-  if (impl.pre_tokenizer.size() == 1 && !impl.pre_tokenizer_is_sequence) {
+  root["normalizer"] = ojson::parse(impl.normalizer_json);
+  if (impl.pre_tokenizer.empty()) {
+    root["pre_tokenizer"] = nullptr;
+  } else if (impl.pre_tokenizer.size() == 1 && !impl.pre_tokenizer_is_sequence) {
     root["pre_tokenizer"] = step_json(impl.pre_tokenizer[0]);
   } else {
     ojson steps = ojson::array();
@@ -109,14 +120,7 @@ std::string tokenizer_json_text(const Tokenizer::Impl& impl) {
     root["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", std::move(steps)}};
   }
   root["post_processor"] = ojson::parse(impl.post_processor_json);
-  if (impl.decoder == DecoderKind::byte_level) {
-    root["decoder"] = {{"type", "ByteLevel"},
-                       {"add_prefix_space", impl.decoder_add_prefix_space},
-                       {"trim_offsets", impl.decoder_trim_offsets},
-                       {"use_regex", impl.decoder_use_regex}};
-  } else {
-    root["decoder"] = nullptr;
-  }
+  root["decoder"] = ojson::parse(impl.decoder_json);
   try {
     // Everything but the model as pretty JSON, then the model section appended before the closing brace.
     std::string out = root.dump(2);

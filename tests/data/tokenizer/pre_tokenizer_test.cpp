@@ -72,7 +72,7 @@ TEST(SplitPatterns, RecognisesKnownPatternsOnly) {
 
 V run(const std::vector<PreTokenizerStep>& steps, std::string_view text) {
   V out;
-  pre_tokenize(steps, text, out);
+  pre_tokenize(steps, text, /*at_start=*/true, out);
   return out;
 }
 
