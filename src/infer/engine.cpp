@@ -60,6 +60,9 @@ Status Engine::validate(const Request& r) const {
   const std::string who = "request '" + r.id + "': ";
   if (Status s = r.sampling.validate(); !s.ok()) return invalid_argument(who + s.message());
   if (r.prompt.empty()) return invalid_argument(who + "the prompt is empty");
+  if (r.sampling.n > options_.max_num_seqs)
+    return invalid_argument(who + "n = " + std::to_string(r.sampling.n) + " completions exceed the " +
+                            std::to_string(options_.max_num_seqs) + " sequences that run at once");
   const int64_t len = static_cast<int64_t>(r.prompt.size());
   if (len >= max_context_)
     return invalid_argument(who + "the prompt has " + std::to_string(len) + " tokens; the context holds " +
@@ -127,6 +130,7 @@ int64_t Engine::add_request(Request r) {
   seq->prompt_len = static_cast<int64_t>(r.prompt.size());
   seq->images = images;
   seq->rng = Philox(seed, 0);
+  seq->slots = r.sampling.n;
   live->request = std::move(r);
   counters_.prompt_tokens += seq->prompt_len;
   scheduler_->add(seq.get());
@@ -301,6 +305,7 @@ std::vector<RequestOutput> Engine::step() {
     if (n > 1 && !live.forked) {
       // The prompt is computed: the other completions fork here, sharing its blocks, and sample from its logits.
       live.forked = true;
+      s.slots = 1;
       row_copy.assign(row, row + V);
       const uint64_t seed = live.request.sampling.seed ? *live.request.sampling.seed
                                                        : options_.seed ^ fmix64(static_cast<uint64_t>(live.number) + 1);
@@ -309,6 +314,7 @@ std::vector<RequestOutput> Engine::step() {
         child->child = k;
         child->order = s.order + k;
         child->rng = Philox(seed, static_cast<uint64_t>(k));
+        child->slots = 1;
         for (int32_t b : child->blocks) pool_->retain(b);
         scheduler_->add_running(child.get());
         ++live.unfinished;

@@ -107,7 +107,8 @@ StepPlan Scheduler::schedule() {
     ++i;
   }
   if (!plan.preempted.empty()) return plan;  // blocks are short: admit nothing new this step
-  while (budget > 0 && !waiting_.empty() && static_cast<int>(running_.size()) < options_.max_num_seqs) {
+  int64_t slots = running_slots();
+  while (budget > 0 && !waiting_.empty() && slots + waiting_.front()->slots <= options_.max_num_seqs) {
     Sequence* s = waiting_.front();
     if (options_.prefix_cache && s->computed == 0) match_prefix(*s);
     const int64_t hits = s->computed;
@@ -119,6 +120,7 @@ StepPlan Scheduler::schedule() {
     prefix_hit_tokens_ += hits;
     waiting_.pop_front();
     running_.push_back(s);
+    slots += s->slots;
     plan.chunks.push_back({s, s->computed, count});
     budget -= count;
   }
@@ -149,6 +151,12 @@ void Scheduler::remove(Sequence* s) {
   release_blocks(*s);
 }
 
+int64_t Scheduler::running_slots() const {
+  int64_t n = 0;
+  for (const Sequence* s : running_) n += s->slots;
+  return n;
+}
+
 SchedulerStats Scheduler::stats() const {
   SchedulerStats st;
   st.preemptions = preemptions_;
@@ -169,7 +177,8 @@ SchedulerStats Scheduler::stats() const {
 void Scheduler::check_invariants() const {
   pool_.check_invariants();
   const int bs = options_.block_size;
-  VLM_CHECK(static_cast<int>(running_.size()) <= options_.max_num_seqs, running_.size(), " running sequences");
+  VLM_CHECK(running_slots() <= options_.max_num_seqs, running_slots(), " running slots for at most ",
+            options_.max_num_seqs);
   std::unordered_map<int32_t, int32_t> holders;
   for (const Sequence* s : running_) {
     VLM_CHECK(static_cast<int64_t>(s->blocks.size()) * bs >= s->computed, "sequence ", s->request, " computed ",

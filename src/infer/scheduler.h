@@ -59,6 +59,8 @@ class Scheduler {
   void remove(Sequence* seq);
 
   const std::vector<Sequence*>& running() const { return running_; }
+  // Running slots taken (Sequence::slots summed): admission keeps it within max_num_seqs.
+  int64_t running_slots() const;
   const std::deque<Sequence*>& waiting() const { return waiting_; }
   bool idle() const { return running_.empty() && waiting_.empty(); }
   SchedulerStats stats() const;

@@ -32,6 +32,9 @@ struct Sequence {
   Philox rng;
   Completion completion;
   int64_t preemptions = 0;
+  // Running slots this sequence accounts for against max_num_seqs: n before a request forks (its completions will
+  // run beside it), 1 after.
+  int slots = 1;
 
   int64_t output_len() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
   std::vector<int32_t> output() const { return {tokens.begin() + prompt_len, tokens.end()}; }
