@@ -2,9 +2,9 @@
 // the op boundary ops/<family>.cpp validates shapes/dtypes and dispatches on the device of the output, to the plain CPU
 // reference cpu/<family>.cpp or the fast CUDA version cuda/<family>.cu (gemm: cuda/gemm.cpp, on cuBLASLt); its tests
 // are tests/kernels/test_<family>.cpp and tests/kernels/cuda/test_cuda_<family>.cpp. Families: gemm, elementwise, norm,
-// activation, rope, packed, attention, loss, embedding, layout, optimizer; lm_head composes gemm and loss ops
-// (ops/lm_head.cpp, tests/kernels/test_lm_head.cpp). supports(), the device-level switches and streams declared among
-// the families, and check_index_errors are defined in ops.cpp. Layout conventions:
+// activation, rope, packed, attention, paged_attention, loss, embedding, layout, optimizer; lm_head composes gemm and
+// loss ops (ops/lm_head.cpp, tests/kernels/test_lm_head.cpp). supports(), the device-level switches and streams
+// declared among the families, and check_index_errors are defined in ops.cpp. Layout conventions:
 //   * activations are row-major 2-D [T, C] (T = tokens or rows, C = channels) unless stated; linear, layernorm
 //     and rmsnorm also take [..., C], flattening the leading dims into T;
 //   * linear weights use the Hugging Face layout W [out_features, in_features];
@@ -22,9 +22,9 @@
 //   * Parameters passed to an op (w, b, norm weights, embedding table, position table) are in the compute dtype.
 //   * Parameter gradients (dw, db, dtable, dpos) are f32 and ACCUMULATED (+=) on every device: bf16 inputs, fp32
 //     accumulation and output (cuBLASLt: A/B bf16, C/D f32, compute 32F).
-//   * Statistics (mean, rstd, lse, losses) are f32. ids, targets, positions, index and cu_seqlens are i32 on the
-//     op's device. AdamW's param (the fp32 master), grad, m and v are f32; it can also write a bf16 copy of the
-//     updated weights in the same pass.
+//   * Statistics (mean, rstd, lse, losses) are f32. ids, targets, positions, index, cu_seqlens and the
+//     paged cache's tables (slot_mapping, block_tables, context_lens) are i32 on the op's device. AdamW's param (the
+//     fp32 master), grad, m and v are f32; it can also write a bf16 copy of the updated weights in the same pass.
 //   * Inside CUDA kernels all math and every reduction runs in fp32 (sum_of_squares in fp64); a bf16 result is
 //     rounded to nearest even once, when stored.
 // Determinism: CUDA reductions (norm weight grads, bias grads, dpos, dtable, attention, losses, sum_of_squares) use
@@ -212,6 +212,38 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
                         const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& cu_seqlens_q,
                         const Tensor& cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float scale, bool causal,
                         bool cu_seqlens_checked = false);
+
+// ---- paged_attention: the paged KV cache of the inference engine --------------------------------------------
+// K and V live in fixed-size blocks: k_cache, v_cache [num_blocks, block_size, Hkv, D] (contiguous, the compute dtype;
+// the same dtype as k, v, q and out). Cache slot s is row s % block_size of block s / block_size.
+//
+// Writes row t of k, v [T, Hkv, D] into slot slot_mapping[t] (i32 [T]) of each cache; -1 skips the row (padding).
+// Slots must lie in [-1, num_blocks * block_size) and be distinct (two rows writing one slot race on CUDA). On
+// CUDA, k and v may be row-strided (column slices of a packed qkv projection); a bad slot is recorded
+// (check_index_errors) and its row skipped.
+void paged_kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& slot_mapping);
+// Attention of packed queries over the paged cache, grouped-query (Hq % Hkv == 0; q head h reads kv head
+// h / (Hq/Hkv)).
+//   q [Tq, Hq, D] packed by sequence, cu_seqlens_q i32 [B + 1] (sequence b's queries are rows [cu[b], cu[b+1]));
+//   block_tables i32 [B, max_blocks_per_seq]: sequence b's cache position p is in block block_tables[b, p / block_size]
+//   at row p % block_size; context_lens i32 [B]: sequence b has L_b = context_lens[b] keys (positions [0, L_b)),
+//   its own queries' K/V included (write them with paged_kv_write first);
+//   out [Tq, Hq, D] (contiguous).
+// The Lq_b = cu[b+1] - cu[b] queries of sequence b are its last Lq_b positions (bottom-right causal): query i sees
+// keys j <= i + L_b - Lq_b. Decode is Lq_b = 1 (every key visible); chunked prefill is Lq_b > 1 over earlier
+// chunks' K/V already in the cache. Only the first ceil(L_b / block_size) entries of row b of block_tables are read
+// (the rest may hold anything, e.g. -1).
+// Checked (on the CPU at once, aborting with the entry named; on CUDA by a one-block kernel recording the first
+// violation for check_index_errors, the main kernels clamping so nothing is read out of bounds): cu_seqlens_q as
+// check_cu_seqlens(cu_seqlens_q, Tq, max_seqlen_q); Lq_b <= L_b <= min(max_context_len, max_blocks_per_seq *
+// block_size); every block id read in [0, num_blocks). indices_checked: the caller vouches that an earlier call
+// with the same block_tables, context_lens, cu_seqlens_q, bounds and num_blocks passed these checks (an engine
+// checks once per step for all of its layers). On CUDA, max_context_len (a host-side bound, not the exact maximum)
+// sets how many splits of the context the decode kernel spreads over the GPU; a CUDA graph captured with a bound
+// stays correct for every batch within it.
+void paged_attention(Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                     const Tensor& block_tables, const Tensor& context_lens, const Tensor& cu_seqlens_q,
+                     int max_seqlen_q, int max_context_len, float scale, bool indices_checked = false);
 
 // ---- loss --------------------------------------------------------------------------------------------------
 // losses[T] = logsumexp(logits[t]) - logits[t, targets[t]]; rows whose target == ignore_index get loss 0.

@@ -44,6 +44,8 @@ const char* const kAllOps[] = {"cast",
                                "swiglu_packed_backward",
                                "attention_forward",
                                "attention_backward",
+                               "paged_kv_write",
+                               "paged_attention",
                                "cross_entropy_forward",
                                "cross_entropy_backward",
                                "cross_entropy_forward_backward",
@@ -283,6 +285,17 @@ TEST(Dispatch, MalformedCallsAbortNamingTheOp) {
          Tensor dq = f32({5, 2, 4}), dk = f32({5, 2, 4}), dv = f32({5, 2, 3});
          ops::attention_backward(dq, dk, dv, f32({5, 2, 4}), f32({5, 2, 4}), f32({5, 2, 4}), f32({5, 2, 4}),
                                  f32({5, 2, 4}), f32({2, 5}), i32({2}), i32({2}), 5, 5, 1.f, false);
+       }},
+      {"paged_kv_write",
+       [&] {
+         Tensor kc = f32({2, 4, 2, 8}), vc = f32({2, 4, 2, 8});
+         ops::paged_kv_write(kc, vc, f32({3, 2, 8}), f32({3, 2, 8}), i32({2}));
+       }},
+      {"paged_attention",
+       [&] {
+         Tensor o = f32({2, 4, 8});
+         ops::paged_attention(o, f32({2, 4, 8}), f32({2, 4, 2, 8}), f32({2, 4, 2, 4}), i32({1, 2}), i32({1}),
+                              i32({2}), 2, 2, 1.f);
        }},
       {"cross_entropy_forward",
        [&] {

@@ -114,6 +114,32 @@ void attention_forward(float* out, float* lse, const AttentionParams& p);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                         const AttentionParams& p);
 
+// ---- paged_attention.cpp -----------------------------------------------------------------------------------
+// Row t of k, v [tokens, row] (row = heads_kv * head_dim) into cache row slots[t] of k_cache, v_cache
+// [num_slots, row]; -1 skips the row; any other slot outside [0, num_slots) aborts naming the op and the entry.
+void paged_kv_write(float* k_cache, float* v_cache, const float* k, const float* v, const int32_t* slots,
+                    int64_t tokens, int64_t num_slots, int64_t row);
+// Inputs of one paged attention call (see ops::paged_attention for the semantics).
+struct PagedAttentionParams {
+  const float* q = nullptr;                // [tokens_q, heads_q, head_dim]
+  const float* k_cache = nullptr;          // [num_blocks, block_size, heads_kv, head_dim]
+  const float* v_cache = nullptr;          // same
+  const int32_t* block_tables = nullptr;   // [batch, max_blocks_per_seq]
+  const int32_t* context_lens = nullptr;   // [batch]
+  const int32_t* cu_seqlens_q = nullptr;   // [batch + 1]
+  int64_t batch = 0;
+  int64_t tokens_q = 0;
+  int64_t heads_q = 0, heads_kv = 0, head_dim = 0;
+  int64_t num_blocks = 0, block_size = 0, max_blocks_per_seq = 0;
+  int max_seqlen_q = 0, max_context_len = 0;  // upper bounds (checked)
+  float scale = 1.f;
+};
+// Aborts naming op and the entry unless the cu_seqlens, context lengths and the block ids they reach are valid (the
+// checks listed at ops::paged_attention).
+void check_paged_attention(const char* op, const PagedAttentionParams& p);
+// out [tokens_q, heads_q, head_dim]; checks first.
+void paged_attention(float* out, const PagedAttentionParams& p);
+
 // ---- loss.cpp ----------------------------------------------------------------------------------------------
 void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                            int ignore_index);

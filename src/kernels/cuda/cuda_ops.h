@@ -94,6 +94,12 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
                         bool cu_seqlens_checked);
 void check_cu_seqlens(const Tensor& cu_seqlens, int64_t rows, int max_seqlen);
 
+// ---- paged_attention.cu ----------------------------------------------------------------------------------------
+void paged_kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& slot_mapping);
+void paged_attention(Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                     const Tensor& block_tables, const Tensor& context_lens, const Tensor& cu_seqlens_q,
+                     int max_seqlen_q, int max_context_len, float scale, bool indices_checked);
+
 // ---- loss.cu ---------------------------------------------------------------------------------------------------
 // losses and dlogits are each optional (at least one defined); dlogits may alias logits.
 void cross_entropy(Tensor& losses, Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,

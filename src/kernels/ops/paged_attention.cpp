@@ -1,0 +1,99 @@
+// The paged_attention family's op boundary: writing K/V rows into the paged cache and attention of packed queries
+// over it (decode and chunked prefill). Each op validates shapes, dtypes and devices, then dispatches to
+// cuda/paged_attention.cu or the CPU reference in cpu/paged_attention.cpp (which checks the index tables' values).
+#include <cmath>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/ops.h"
+#include "kernels/ops/check.h"
+
+namespace vlm::ops {
+
+using namespace detail;  // NOLINT: the boundary helpers of ops/check.h
+
+namespace {
+
+// k_cache and v_cache: [num_blocks, block_size, Hkv, D] of the compute dtype on `dev`, one shape, block_size > 0.
+void check_caches(const char* op, const Tensor& k_cache, const Tensor& v_cache, DType dt, Device dev) {
+  check_tensor(op, "k_cache", k_cache, dt, dev);
+  check_ndim(op, "k_cache", k_cache, 4);
+  check_like(op, "v_cache", v_cache, dt, dev, k_cache.shape());
+  VLM_CHECK(k_cache.dim(1) > 0 && k_cache.dim(2) > 0 && k_cache.dim(3) > 0, "ops::", op, ": k_cache is ",
+            k_cache.describe(), ", expected [num_blocks, block_size > 0, Hkv > 0, D > 0]");
+}
+
+}  // namespace
+
+void paged_kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& slot_mapping) {
+  const char* op = "paged_kv_write";
+  const Device dev = k_cache.device();
+  const DType dt = compute_dtype(op, "k", k);
+  check_caches(op, k_cache, v_cache, dt, dev);
+  check_rows(op, "k", k, dt, dev);
+  check_ndim(op, "k", k, 3);
+  VLM_CHECK(k.dim(1) == k_cache.dim(2) && k.dim(2) == k_cache.dim(3), "ops::", op, ": k is ", k.describe(),
+            ", k_cache is ", k_cache.describe(), " (expected k [T, Hkv, D] with the cache's Hkv and D)");
+  check_rows(op, "v", v, dt, dev);
+  check_shape(op, "v", v, k.shape());
+  check_i32_vector(op, "slot_mapping", slot_mapping, dev, k.dim(0));
+  VLM_PROFILE_TAG(k.dim(0), " h", k.dim(1), " d", k.dim(2));
+  VLM_DISPATCH_CUDA(dev, op, cuda::paged_kv_write(k_cache, v_cache, k, v, slot_mapping));
+  const int64_t row = k.dim(1) * k.dim(2);
+  cpu::paged_kv_write(k_cache.data<float>(), v_cache.data<float>(), k.data<float>(), v.data<float>(),
+                      slot_mapping.data<int32_t>(), k.dim(0), k_cache.dim(0) * k_cache.dim(1), row);
+}
+
+void paged_attention(Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                     const Tensor& block_tables, const Tensor& context_lens, const Tensor& cu_seqlens_q,
+                     int max_seqlen_q, int max_context_len, float scale, bool indices_checked) {
+  const char* op = "paged_attention";
+  const Device dev = out.device();
+  const DType dt = compute_dtype(op, "q", q);
+  check_rows(op, "q", q, dt, dev);
+  check_ndim(op, "q", q, 3);
+  check_like(op, "out", out, dt, dev, q.shape());
+  check_caches(op, k_cache, v_cache, dt, dev);
+  const int64_t heads_q = q.dim(1), heads_kv = k_cache.dim(2), dim = q.dim(2);
+  VLM_CHECK(k_cache.dim(3) == dim && dim > 0, "ops::", op, ": q is ", q.describe(), ", k_cache is ",
+            k_cache.describe(), " (head dims must match and be > 0)");
+  VLM_CHECK(heads_q % heads_kv == 0, "ops::", op, ": q is ", q.describe(), ", k_cache is ", k_cache.describe(),
+            " (q heads must be a multiple of kv heads)");
+  check_tensor(op, "cu_seqlens_q", cu_seqlens_q, DType::i32, dev);
+  check_ndim(op, "cu_seqlens_q", cu_seqlens_q, 1);
+  VLM_CHECK(cu_seqlens_q.dim(0) >= 1, "ops::", op, ": cu_seqlens_q is ", cu_seqlens_q.describe(),
+            ", expected [B + 1]");
+  const int64_t batch = cu_seqlens_q.dim(0) - 1;
+  check_i32_vector(op, "context_lens", context_lens, dev, batch);
+  check_tensor(op, "block_tables", block_tables, DType::i32, dev);
+  check_ndim(op, "block_tables", block_tables, 2);
+  VLM_CHECK(block_tables.dim(0) == batch, "ops::", op, ": block_tables is ", block_tables.describe(), ", expected ",
+            batch, " rows (one per sequence of cu_seqlens_q)");
+  VLM_CHECK(max_seqlen_q >= 0 && max_context_len >= 0, "ops::", op, ": negative max_seqlen_q (", max_seqlen_q,
+            ") or max_context_len (", max_context_len, ")");
+  VLM_CHECK(std::isfinite(scale), "ops::", op, ": scale is ", scale);
+  VLM_PROFILE_TAG(q.dim(0), " b", batch, " h", heads_q, "/", heads_kv, " d", dim, " ctx", max_context_len);
+  VLM_DISPATCH_CUDA(dev, op,
+                    cuda::paged_attention(out, q, k_cache, v_cache, block_tables, context_lens, cu_seqlens_q,
+                                          max_seqlen_q, max_context_len, scale, indices_checked));
+  cpu::PagedAttentionParams p;
+  p.q = q.data<float>();
+  p.k_cache = k_cache.data<float>();
+  p.v_cache = v_cache.data<float>();
+  p.block_tables = block_tables.data<int32_t>();
+  p.context_lens = context_lens.data<int32_t>();
+  p.cu_seqlens_q = cu_seqlens_q.data<int32_t>();
+  p.batch = batch;
+  p.tokens_q = q.dim(0);
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.head_dim = dim;
+  p.num_blocks = k_cache.dim(0);
+  p.block_size = k_cache.dim(1);
+  p.max_blocks_per_seq = block_tables.dim(1);
+  p.max_seqlen_q = max_seqlen_q;
+  p.max_context_len = max_context_len;
+  p.scale = scale;
+  cpu::paged_attention(out.data<float>(), p);
+}
+
+}  // namespace vlm::ops

@@ -1,0 +1,273 @@
+// The paged KV cache ops on the CPU: paged_attention against a float64 dense attention over the K/V gathered through
+// the block tables (shuffled, non-contiguous blocks; every cache slot the op must not read is NaN, so reading one
+// fails), GQA ratios 1/3/8, decode and chunked prefill, context lengths that are not multiples of the block size;
+// chunked prefill written with paged_kv_write equals attention_forward over the whole sequences bit for bit; and the
+// errors for bad slots, block ids, context lengths and cu_seqlens.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "kernel_test_util.h"
+#include "kernels/ops.h"
+
+namespace vlm::testing {
+namespace {
+
+std::vector<int32_t> cumulative(const std::vector<int32_t>& lens) {
+  std::vector<int32_t> cu(lens.size() + 1, 0);
+  std::partial_sum(lens.begin(), lens.end(), cu.begin() + 1);
+  return cu;
+}
+
+struct PagedCase {
+  const char* name;
+  std::vector<int32_t> context_lens;  // L_b
+  std::vector<int32_t> query_lens;    // Lq_b <= L_b (1: decode)
+  int64_t heads_q, heads_kv, dim, block_size;
+};
+
+const PagedCase kCases[] = {
+    {"decode_mha", {1, 5, 16, 17}, {1, 1, 1, 1}, 2, 2, 8, 4},
+    {"decode_smollm_gqa3", {33, 1, 100}, {1, 1, 1}, 9, 3, 64, 16},
+    {"decode_gqa8_d128", {7, 64}, {1, 1}, 8, 1, 128, 16},
+    {"prefill_chunks", {12, 9, 31}, {12, 4, 7}, 4, 2, 16, 8},
+    {"prefill_gqa3_bs16", {40, 17}, {40, 1}, 9, 3, 64, 16},
+    {"long_decode", {4096, 1000, 4095}, {1, 1, 1}, 3, 1, 64, 16},
+    {"block_size_1", {5, 3}, {2, 3}, 2, 1, 4, 1},
+};
+
+// A paged problem: the cache (slots no sequence may read are NaN), a shuffled assignment of blocks, the tables.
+struct PagedInputs {
+  Tensor q, k_cache, v_cache, block_tables, context_lens, cu_q;
+  std::vector<std::vector<int64_t>> slots;  // slots[b][p]: the cache slot of sequence b's position p
+  int max_q = 0, max_ctx = 0;
+  float scale = 1.f;
+};
+
+PagedInputs make_inputs(const PagedCase& c, uint64_t seed) {
+  PagedInputs in;
+  const int64_t batch = static_cast<int64_t>(c.context_lens.size()), bs = c.block_size;
+  int64_t max_blocks = 0, used_blocks = 0;
+  for (int32_t len : c.context_lens) {
+    max_blocks = std::max<int64_t>(max_blocks, (len + bs - 1) / bs);
+    used_blocks += (len + bs - 1) / bs;
+  }
+  max_blocks += 1;  // a padding column of -1 that must never be read
+  const int64_t num_blocks = used_blocks + 3;  // spare blocks, NaN
+  std::vector<int32_t> order(static_cast<size_t>(num_blocks));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(seed)));
+  std::vector<int32_t> tables(static_cast<size_t>(batch * max_blocks), -1);
+  const int64_t row = c.heads_kv * c.dim;
+  const Tensor k_rand = random_normal({num_blocks, bs, c.heads_kv, c.dim}, seed + 1);
+  const Tensor v_rand = random_normal({num_blocks, bs, c.heads_kv, c.dim}, seed + 2);
+  in.k_cache = nan_tensor(k_rand.shape());
+  in.v_cache = nan_tensor(v_rand.shape());
+  size_t next = 0;
+  in.slots.resize(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t len = c.context_lens[static_cast<size_t>(b)];
+    for (int64_t j = 0; j < (len + bs - 1) / bs; ++j) tables[static_cast<size_t>(b * max_blocks + j)] = order[next++];
+    for (int64_t p = 0; p < len; ++p) {
+      const int64_t slot = int64_t{tables[static_cast<size_t>(b * max_blocks + p / bs)]} * bs + p % bs;
+      in.slots[static_cast<size_t>(b)].push_back(slot);
+      std::copy_n(k_rand.data<float>() + slot * row, row, in.k_cache.data<float>() + slot * row);
+      std::copy_n(v_rand.data<float>() + slot * row, row, in.v_cache.data<float>() + slot * row);
+    }
+  }
+  const std::vector<int32_t> cu = cumulative(c.query_lens);
+  in.q = random_normal({cu.back(), c.heads_q, c.dim}, seed + 3);
+  in.block_tables = i32_tensor(tables).view({batch, max_blocks});
+  in.context_lens = i32_tensor(c.context_lens);
+  in.cu_q = i32_tensor(cu);
+  in.max_q = *std::max_element(c.query_lens.begin(), c.query_lens.end());
+  in.max_ctx = *std::max_element(c.context_lens.begin(), c.context_lens.end());
+  in.scale = 1.f / std::sqrt(static_cast<float>(c.dim));
+  return in;
+}
+
+// Dense attention in float64 over each sequence's keys gathered by slot, bottom-right causal.
+Doubles dense_reference(const PagedInputs& in, const PagedCase& c) {
+  const Doubles q = to_doubles(in.q), kc = to_doubles(in.k_cache), vc = to_doubles(in.v_cache);
+  const std::vector<int32_t> cu = cumulative(c.query_lens);
+  const int64_t hq = c.heads_q, hkv = c.heads_kv, d = c.dim, row = hkv * d;
+  Doubles out(static_cast<size_t>(in.q.numel()), 0.0);
+  for (size_t b = 0; b < c.context_lens.size(); ++b) {
+    const int64_t len = c.context_lens[b], lq = c.query_lens[b];
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t kvh = h / (hq / hkv);
+      for (int64_t i = 0; i < lq; ++i) {
+        const int64_t qbase = ((cu[b] + i) * hq + h) * d, n = i + len - lq + 1;
+        std::vector<double> s(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t kbase = in.slots[b][static_cast<size_t>(j)] * row + kvh * d;
+          double dotp = 0;
+          for (int64_t e = 0; e < d; ++e)
+            dotp += q[static_cast<size_t>(qbase + e)] * kc[static_cast<size_t>(kbase + e)];
+          s[static_cast<size_t>(j)] = in.scale * dotp;
+        }
+        const double m = *std::max_element(s.begin(), s.end());
+        double z = 0;
+        for (double x : s) z += std::exp(x - m);
+        for (int64_t j = 0; j < n; ++j) {
+          const double p = std::exp(s[static_cast<size_t>(j)] - m) / z;
+          const int64_t vbase = in.slots[b][static_cast<size_t>(j)] * row + kvh * d;
+          for (int64_t e = 0; e < d; ++e) out[static_cast<size_t>(qbase + e)] += p * vc[static_cast<size_t>(vbase + e)];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(PagedAttention, MatchesDenseAttentionOverGatheredKv) {
+  uint64_t seed = 10;
+  for (const PagedCase& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const PagedInputs in = make_inputs(c, seed += 10);
+    Tensor out = nan_tensor(in.q.shape());
+    ops::paged_attention(out, in.q, in.k_cache, in.v_cache, in.block_tables, in.context_lens, in.cu_q, in.max_q,
+                         in.max_ctx, in.scale);
+    EXPECT_TRUE(all_close(out, from_doubles(dense_reference(in, c), in.q.shape()), 1e-4, 1e-5));
+  }
+}
+
+// The engine's use: a prompt written chunk by chunk with paged_kv_write, each chunk's queries attending over the
+// cache, then decode steps; the outputs equal attention_forward (causal) over the whole sequences, bit for bit
+// (same arithmetic, same key order).
+TEST(PagedAttention, ChunkedPrefillAndDecodeEqualDenseCausalAttention) {
+  const int64_t hq = 6, hkv = 2, d = 32, bs = 4, num_blocks = 40;
+  const std::vector<int32_t> total = {23, 9, 14};  // tokens per sequence: prompt chunks, then decode
+  const int64_t batch = 3, max_blocks = 8;
+  const std::vector<int32_t> cu = cumulative(total);
+  const Tensor q = random_normal({cu.back(), hq, d}, 1), k = random_normal({cu.back(), hkv, d}, 2);
+  const Tensor v = random_normal({cu.back(), hkv, d}, 3);
+  const float scale = 0.17f;
+  Tensor expect = nan_tensor(q.shape()), lse = nan_tensor({hq, cu.back()});
+  const Tensor cu_t = i32_tensor(cu);
+  ops::attention_forward(expect, lse, q, k, v, cu_t, cu_t, 23, 23, scale, true);
+
+  // Blocks handed out in a scrambled order, as a pool that has served other requests would.
+  std::vector<int32_t> tables(static_cast<size_t>(batch * max_blocks), -1);
+  for (int64_t i = 0; i < batch * max_blocks; ++i)
+    tables[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7 + 3) % num_blocks);
+  const Tensor block_tables = i32_tensor(tables).view({batch, max_blocks});
+  Tensor k_cache = nan_tensor({num_blocks, bs, hkv, d}), v_cache = nan_tensor({num_blocks, bs, hkv, d});
+  Tensor out = nan_tensor(q.shape());
+  const int64_t row_q = hq * d, row_kv = hkv * d;
+  std::vector<int32_t> done(batch, 0);
+  const std::vector<std::vector<int32_t>> steps = {{10, 5, 6}, {7, 0, 6}, {1, 1, 1}, {1, 1, 1}, {1, 1, 0},
+                                                   {1, 1, 0}, {1, 0, 0}, {1, 0, 0}};  // tokens per step
+  for (const auto& step : steps) {
+    // The step's rows of every sequence, packed; their slots, then the attention over each sequence's context.
+    std::vector<int32_t> rows, slots, lens_q, ctx;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int32_t i = 0; i < step[static_cast<size_t>(b)]; ++i) {
+        const int32_t p = done[static_cast<size_t>(b)] + i;
+        rows.push_back(cu[static_cast<size_t>(b)] + p);
+        slots.push_back(tables[static_cast<size_t>(b * max_blocks + p / bs)] * static_cast<int32_t>(bs) +
+                        p % static_cast<int32_t>(bs));
+      }
+      lens_q.push_back(step[static_cast<size_t>(b)]);
+      done[static_cast<size_t>(b)] += step[static_cast<size_t>(b)];
+      ctx.push_back(done[static_cast<size_t>(b)]);
+    }
+    const int64_t n = static_cast<int64_t>(rows.size());
+    Tensor qs = Tensor::empty({n, hq, d}, DType::f32), ks = Tensor::empty({n, hkv, d}, DType::f32);
+    Tensor vs = Tensor::empty({n, hkv, d}, DType::f32);
+    for (int64_t r = 0; r < n; ++r) {
+      std::copy_n(q.data<float>() + rows[static_cast<size_t>(r)] * row_q, row_q, qs.data<float>() + r * row_q);
+      std::copy_n(k.data<float>() + rows[static_cast<size_t>(r)] * row_kv, row_kv, ks.data<float>() + r * row_kv);
+      std::copy_n(v.data<float>() + rows[static_cast<size_t>(r)] * row_kv, row_kv, vs.data<float>() + r * row_kv);
+    }
+    ops::paged_kv_write(k_cache, v_cache, ks, vs, i32_tensor(slots));
+    Tensor os = nan_tensor(qs.shape());
+    const int max_q = *std::max_element(lens_q.begin(), lens_q.end());
+    ops::paged_attention(os, qs, k_cache, v_cache, block_tables, i32_tensor(ctx), i32_tensor(cumulative(lens_q)),
+                         max_q, 23, scale);
+    for (int64_t r = 0; r < n; ++r)
+      std::copy_n(os.data<float>() + r * row_q, row_q, out.data<float>() + rows[static_cast<size_t>(r)] * row_q);
+  }
+  EXPECT_TRUE(bitwise_equal(out, expect));
+}
+
+TEST(PagedKvWrite, CopiesRowsIntoTheirSlotsAndSkipsPadding) {
+  const int64_t num_blocks = 3, bs = 4, hkv = 2, d = 3, row = hkv * d;
+  Tensor k_cache = filled({num_blocks, bs, hkv, d}, DType::f32, [](int64_t i) { return -1.0 - i; });
+  Tensor v_cache = filled({num_blocks, bs, hkv, d}, DType::f32, [](int64_t i) { return -1000.0 - i; });
+  const Tensor before_k = k_cache.clone(), before_v = v_cache.clone();
+  const Tensor k = filled({4, hkv, d}, DType::f32, [](int64_t i) { return i; });
+  const Tensor v = filled({4, hkv, d}, DType::f32, [](int64_t i) { return 100.0 + i; });
+  const std::vector<int32_t> slots = {11, -1, 0, 5};
+  ops::paged_kv_write(k_cache, v_cache, k, v, i32_tensor(slots));
+  for (int64_t s = 0; s < num_blocks * bs; ++s) {
+    const auto it = std::find(slots.begin(), slots.end(), s);
+    const int64_t t = it == slots.end() ? -1 : it - slots.begin();
+    for (int64_t e = 0; e < row; ++e) {
+      const float kx = k_cache.data<float>()[s * row + e], vx = v_cache.data<float>()[s * row + e];
+      EXPECT_EQ(kx, t < 0 ? before_k.data<float>()[s * row + e] : k.data<float>()[t * row + e]) << s << " " << e;
+      EXPECT_EQ(vx, t < 0 ? before_v.data<float>()[s * row + e] : v.data<float>()[t * row + e]) << s << " " << e;
+    }
+  }
+  Tensor none_k = Tensor::empty({0, hkv, d}, DType::f32), none_v = Tensor::empty({0, hkv, d}, DType::f32);
+  ops::paged_kv_write(k_cache, v_cache, none_k, none_v, Tensor::empty({0}, DType::i32));  // no rows: nothing
+}
+
+TEST(PagedKvWrite, BadSlotsAndShapesAbortNamingTheEntry) {
+  use_threadsafe_death_tests();
+  Tensor k_cache = Tensor::zeros({2, 4, 1, 8}, DType::f32), v_cache = Tensor::zeros({2, 4, 1, 8}, DType::f32);
+  const Tensor k = random_normal({3, 1, 8}, 1), v = random_normal({3, 1, 8}, 2);
+  EXPECT_DEATH(ops::paged_kv_write(k_cache, v_cache, k, v, i32_tensor({0, 8, 1})),
+               "ops::paged_kv_write: slot_mapping\\[1\\] = 8 is outside \\[-1, 8\\)");
+  EXPECT_DEATH(ops::paged_kv_write(k_cache, v_cache, k, v, i32_tensor({-2, 0, 1})),
+               "ops::paged_kv_write: slot_mapping\\[0\\] = -2");
+  EXPECT_DEATH(ops::paged_kv_write(k_cache, v_cache, k, v, i32_tensor({0, 1})), "ops::paged_kv_write: slot_mapping");
+  const Tensor k_wide = random_normal({3, 2, 8}, 3);
+  EXPECT_DEATH(ops::paged_kv_write(k_cache, v_cache, k_wide, k_wide, i32_tensor({0, 1, 2})),
+               "ops::paged_kv_write: k is .* \\(expected k \\[T, Hkv, D\\] with the cache's Hkv and D\\)");
+  Tensor v_small = Tensor::zeros({1, 4, 1, 8}, DType::f32);
+  EXPECT_DEATH(ops::paged_kv_write(k_cache, v_small, k, v, i32_tensor({0, 1, 2})), "ops::paged_kv_write: v_cache");
+}
+
+TEST(PagedAttention, BadTablesAbortNamingTheEntry) {
+  use_threadsafe_death_tests();
+  const PagedCase c{"errors", {9, 5}, {2, 1}, 2, 1, 4, 4};
+  const PagedInputs in = make_inputs(c, 5);
+  Tensor out = nan_tensor(in.q.shape());
+  auto call = [&](const Tensor& tables, const Tensor& lens, const Tensor& cu, int max_q, int max_ctx) {
+    ops::paged_attention(out, in.q, in.k_cache, in.v_cache, tables, lens, cu, max_q, max_ctx, in.scale);
+  };
+  const int64_t max_blocks = in.block_tables.dim(1);  // 4: 3 used by sequence 0, then -1
+  Tensor bad_tables = in.block_tables.clone();
+  bad_tables.data<int32_t>()[max_blocks + 1] = 99;  // sequence 1's second block (positions 4..7; 5 keys use it)
+  EXPECT_DEATH(call(bad_tables, in.context_lens, in.cu_q, 2, 9),
+               "ops::paged_attention: block_tables\\[1, 1\\] = 99 is outside \\[0, 8\\)");
+  bad_tables = in.block_tables.clone();
+  bad_tables.data<int32_t>()[0] = -1;
+  EXPECT_DEATH(call(bad_tables, in.context_lens, in.cu_q, 2, 9), "block_tables\\[0, 0\\] = -1");
+  EXPECT_DEATH(call(in.block_tables, i32_tensor({9, 17}), in.cu_q, 2, 20),
+               "ops::paged_attention: context_lens\\[1\\] = 17 exceeds the block table's 4 blocks x 4 = 16 positions");
+  EXPECT_DEATH(call(in.block_tables, in.context_lens, in.cu_q, 2, 8),
+               "ops::paged_attention: context_lens\\[0\\] = 9 > max_context_len 8");
+  EXPECT_DEATH(call(in.block_tables, i32_tensor({1, 5}), in.cu_q, 2, 9),
+               "ops::paged_attention: context_lens\\[0\\] = 1 is less than the sequence's 2 queries");
+  EXPECT_DEATH(call(in.block_tables, in.context_lens, in.cu_q, 1, 9),
+               "ops::paged_attention: sequence 0 has length 2 > max_seqlen 1 \\(cu_seqlens_q\\)");
+  EXPECT_DEATH(call(in.block_tables, in.context_lens, i32_tensor({0, 2, 2}), 2, 9),
+               "ops::paged_attention: cu_seqlens_q\\[2\\] = 2 but the tensor has 3 rows");
+  EXPECT_DEATH(call(in.block_tables.view({4, 2}), in.context_lens, in.cu_q, 2, 9),
+               "ops::paged_attention: block_tables is .*, expected 2 rows");
+  EXPECT_DEATH(call(in.block_tables, i32_tensor({9}), in.cu_q, 2, 9), "ops::paged_attention: context_lens");
+  const Tensor q_bad = random_normal({3, 3, 4}, 1);  // 3 q heads over 1 kv head is fine; 3 over 2 is not
+  Tensor k2 = Tensor::zeros({6, 4, 2, 4}, DType::f32);
+  Tensor out3 = nan_tensor(q_bad.shape());
+  EXPECT_DEATH(ops::paged_attention(out3, q_bad, k2, k2, in.block_tables, in.context_lens, in.cu_q, 2, 9, 1.f),
+               "q heads must be a multiple of kv heads");
+}
+
+}  // namespace
+}  // namespace vlm::testing
