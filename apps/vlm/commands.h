@@ -26,6 +26,7 @@ int cmd_train(int argc, char** argv, int first);
 int cmd_eval(int argc, char** argv, int first);
 int cmd_data(int argc, char** argv, int first);
 int cmd_bench(int argc, char** argv, int first);
+int cmd_generate(int argc, char** argv, int first);
 
 // `vlm data`'s tools and `vlm bench`'s benchmarks.
 const std::vector<Command>& data_tools();

@@ -17,6 +17,8 @@ const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"train", "train a VLM from a TOML run file (--resume continues a run exactly)", vlm::cli::cmd_train},
       {"eval", "evaluate a checkpoint on held-out shards (VQA accuracy, caption exact match)", vlm::cli::cmd_eval},
+      {"generate", "generate with a trained model (paged-KV engine; --prompt/--image or a JSONL of requests)",
+       vlm::cli::cmd_generate},
       {"data", "dataset tools", vlm::cli::cmd_data, &vlm::cli::data_tools()},
       {"bench", "benchmarks against the peers", vlm::cli::cmd_bench, &vlm::cli::benchmarks()},
   };

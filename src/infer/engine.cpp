@@ -27,6 +27,7 @@ struct Engine::Live {
   Tensor image_embeddings;  // [images * per_image, hidden] on the device, once its prompt is first scheduled
   std::vector<std::unique_ptr<Sequence>> seqs;
   bool forked = false;
+  bool admitted = false;  // scheduled at least once (cached_prompt_tokens is then known)
   int unfinished = 1;
   double t0 = 0;
   RequestOutput out;
@@ -209,7 +210,11 @@ bool Engine::sample_and_append(Live& live, Sequence& seq, float* logits) {
       (seq.output_len() >= sp.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= max_context_))
     c.finish_reason = "length";
   if (c.finish_reason.empty()) return false;
-  if (!cut && options_.detokenize) c.text = options_.detokenize(c.tokens);
+  if (!cut && options_.detokenize) {  // the text leaves out a stop id that ended generation
+    std::vector<int32_t> ids = c.tokens;
+    if (c.finish_reason == "stop") ids.pop_back();
+    c.text = options_.detokenize(ids);
+  }
   return true;
 }
 
@@ -249,6 +254,10 @@ std::vector<RequestOutput> Engine::step() {
   for (ScheduledChunk& c : plan.chunks) {
     Sequence& s = *c.seq;
     Live& live = *live_.at(s.request);
+    if (!live.admitted) {
+      live.admitted = true;
+      live.out.cached_prompt_tokens = c.start;  // what the prefix cache supplied
+    }
     for (int64_t p = c.start; p < c.start + c.count; ++p) {
       const int32_t img = s.image_row(p);
       if (img >= 0) {

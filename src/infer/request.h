@@ -31,7 +31,8 @@ struct Completion {
   std::vector<int32_t> tokens;   // generated ids (a stop id that ended generation included)
   std::vector<float> logprobs;   // log p of each generated token under the model
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;  // per token, when sampling.logprobs > 0
-  std::string text;              // detokenized output (cut before a stop string), when the engine has a detokenizer
+  std::string text;              // detokenized output without a final stop id and cut before a stop string (when the
+                                 // engine has a detokenizer)
   std::string finish_reason;     // "stop" (stop id or string), "length" (max_tokens or the context limit)
   std::vector<double> token_times;  // seconds since the request was added, one per generated token
 };
