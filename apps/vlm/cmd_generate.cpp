@@ -76,7 +76,7 @@ int cmd_generate(int argc, char** argv, int first) {
   std::string prompt, requests_path, out_path, device_name, dtype_name, kv_memory_text;
   std::vector<std::string> images, overrides, stops;
   std::string temperature, top_p, min_p, rep, freq, pres;
-  int64_t max_tokens = 64, top_k = 0, n = 1, logprobs = 0, seed = -1, block_size = 16, max_seqs = 256;
+  int64_t max_tokens = 64, top_k = 0, n = 1, logprobs = -1, seed = -1, block_size = 16, max_seqs = 256;
   int64_t step_tokens = 2048;
   bool no_prefix_cache = false, quiet = false;
   Flags f("vlm generate MODEL (--prompt TEXT [--image FILE]... | --requests IN.jsonl [--out OUT.jsonl]) [flags]",
@@ -97,7 +97,7 @@ int cmd_generate(int argc, char** argv, int first) {
   f.add_int("--seed", &seed, "sampling seed (default: per request from a fixed engine seed)");
   f.add_int("--n", &n, "completions per prompt (forked after the prompt, sharing its KV blocks)");
   f.add_multi("--stop", &stops, "stop string (repeatable)");
-  f.add_int("--logprobs", &logprobs, "top alternatives with log-probabilities per token (JSON output)");
+  f.add_int("--logprobs", &logprobs, "log-probabilities in the JSON output: 0 the chosen token's, N also the N most likely (default -1: none)");
   f.add_string("--kv-memory", &kv_memory_text, "KV cache size, e.g. 4G (default: 90% of free GPU memory; 1G on CPU)");
   f.add_int("--block-size", &block_size, "tokens per KV block");
   f.add_int("--max-num-seqs", &max_seqs, "sequences decoded at once");

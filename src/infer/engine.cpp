@@ -189,7 +189,7 @@ bool Engine::sample_and_append(Live& live, Sequence& seq, float* logits) {
   seq.tokens.push_back(t.id);
   Completion& c = seq.completion;
   c.tokens.push_back(t.id);
-  c.logprobs.push_back(t.logprob);
+  if (sp.logprobs >= 0) c.logprobs.push_back(t.logprob);
   if (sp.logprobs > 0) c.top_logprobs.push_back(t.top);
   c.token_times.push_back(now_seconds() - live.t0);
   ++counters_.generated_tokens;

@@ -29,7 +29,7 @@ struct Request {
 
 struct Completion {
   std::vector<int32_t> tokens;   // generated ids (a stop id that ended generation included)
-  std::vector<float> logprobs;   // log p of each generated token under the model
+  std::vector<float> logprobs;   // log p of each generated token under the model (when sampling.logprobs >= 0)
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;  // per token, when sampling.logprobs > 0
   std::string text;              // detokenized output without a final stop id and cut before a stop string (when the
                                  // engine has a detokenizer)

@@ -132,7 +132,7 @@ std::string answer_line(const RequestOutput& out) {
     e["text"] = c.text;
     e["tokens"] = c.tokens;
     e["finish_reason"] = c.finish_reason;
-    e["logprobs"] = c.logprobs;
+    if (!c.logprobs.empty()) e["logprobs"] = c.logprobs;
     if (!c.top_logprobs.empty()) {
       json tops = json::array();
       for (const auto& top : c.top_logprobs) {

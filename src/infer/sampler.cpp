@@ -22,7 +22,7 @@ Status SamplingParams::validate() const {
   if (!std::isfinite(frequency_penalty) || !std::isfinite(presence_penalty))
     return bad("frequency_penalty and presence_penalty must be finite");
   if (n < 1 || n > 1024) return bad("n must be in [1, 1024], got " + std::to_string(n));
-  if (logprobs < 0 || logprobs > 100) return bad("logprobs must be in [0, 100], got " + std::to_string(logprobs));
+  if (logprobs < -1 || logprobs > 100) return bad("logprobs must be in [-1, 100], got " + std::to_string(logprobs));
   for (const auto& s : stop)
     if (s.empty()) return bad("stop strings must not be empty");
   return Status();
@@ -59,13 +59,17 @@ SampledToken sample_token(float* logits, int64_t V, const SamplingParams& p, con
                           const std::vector<int32_t>& output, int32_t banned, Philox& rng) {
   if (banned >= 0 && banned < V) logits[banned] = kNegInf;
   // log-softmax of the model's distribution, for the returned log-probabilities.
-  const float max_logit = *std::max_element(logits, logits + V);
-  double z = 0;
-  for (int64_t t = 0; t < V; ++t) z += std::exp(static_cast<double>(logits[t] - max_logit));
-  const float log_z = max_logit + static_cast<float>(std::log(z));
+  const bool want_logprobs = p.logprobs >= 0;
+  float log_z = 0.f;
+  if (want_logprobs) {
+    const float max_logit = *std::max_element(logits, logits + V);
+    double z = 0;
+    for (int64_t t = 0; t < V; ++t) z += std::exp(static_cast<double>(logits[t] - max_logit));
+    log_z = max_logit + static_cast<float>(std::log(z));
+  }
   std::vector<float> model_logits;
-  if (p.logprobs > 0 || p.repetition_penalty != 1.f || p.frequency_penalty != 0.f || p.presence_penalty != 0.f ||
-      p.temperature > 0.f)
+  if (want_logprobs && (p.repetition_penalty != 1.f || p.frequency_penalty != 0.f || p.presence_penalty != 0.f ||
+                        p.temperature > 0.f))
     model_logits.assign(logits, logits + V);
 
   SampledToken out;
@@ -128,8 +132,10 @@ SampledToken sample_token(float* logits, int64_t V, const SamplingParams& p, con
       }
     }
   }
-  const float chosen = model_logits.empty() ? logits[out.id] : model_logits[static_cast<size_t>(out.id)];
-  out.logprob = chosen - log_z;
+  if (want_logprobs) {
+    const float chosen = model_logits.empty() ? logits[out.id] : model_logits[static_cast<size_t>(out.id)];
+    out.logprob = chosen - log_z;
+  }
   return out;
 }
 

@@ -28,7 +28,9 @@ struct SamplingParams {
   std::vector<int32_t> stop_ids;   // generation ends after one of these (kept in the output)
   std::vector<std::string> stop;   // generation ends when the text contains one (cut from the text)
   int n = 1;                       // completions of the prompt, forked after the prompt (sharing its KV blocks)
-  int logprobs = 0;                // top alternatives returned per token (0: only the chosen token's)
+  // -1: no log-probabilities (they cost a pass over the vocabulary per token); 0: the chosen token's; N > 0: also
+  // the N most likely alternatives.
+  int logprobs = -1;
 
   // invalid_argument naming the first bad field.
   Status validate() const;
@@ -36,7 +38,7 @@ struct SamplingParams {
 
 struct SampledToken {
   int32_t id = -1;
-  float logprob = 0.f;                             // log p(id) under the model
+  float logprob = 0.f;                             // log p(id) under the model (when params.logprobs >= 0)
   std::vector<std::pair<int32_t, float>> top;      // the `logprobs` most likely tokens, most likely first
 };
 

@@ -29,6 +29,7 @@ void expect_greedy_equal(const EngineCase& ec, const std::vector<RequestOutput>&
     ASSERT_EQ(out[i].completions.size(), 1u);
     EXPECT_EQ(out[i].completions[0].tokens, ec.expected[i]) << what << ": request " << i;
     EXPECT_EQ(out[i].completions[0].finish_reason, "length");
+    EXPECT_TRUE(out[i].completions[0].logprobs.empty());  // not asked for
   }
 }
 
@@ -112,6 +113,7 @@ TEST(Engine, SeededSamplingRepeatsWhateverSharesTheBatch) {
     EXPECT_EQ(a.completions[k].tokens, b.completions[k].tokens);
     ASSERT_EQ(a.completions[k].top_logprobs.size(), a.completions[k].tokens.size());
     EXPECT_EQ(a.completions[k].top_logprobs[0].size(), 3u);
+    ASSERT_EQ(a.completions[k].logprobs.size(), a.completions[k].tokens.size());
     for (float lp : a.completions[k].logprobs) EXPECT_LE(lp, 0.f);
   }
   EXPECT_NE(a.completions[0].tokens, a.completions[1].tokens);  // each completion has its own stream
@@ -181,6 +183,8 @@ TEST(Engine, StopIdsAndStopStringsEndGeneration) {
   const auto first = std::find(full.begin(), full.end(), full[3]) - full.begin();
   EXPECT_EQ(out[0].completions[0].tokens, std::vector<int32_t>(full.begin(), full.begin() + first + 1));
   EXPECT_EQ(out[0].completions[0].finish_reason, "stop");
+  // The text leaves the stop id out.
+  EXPECT_EQ(out[0].completions[0].text, o.detokenize(std::vector<int32_t>(full.begin(), full.begin() + first)));
   const size_t at = text.find(text.substr(2, 2));
   EXPECT_EQ(out[1].completions[0].text, text.substr(0, at));
   EXPECT_EQ(out[1].completions[0].finish_reason, "stop");
