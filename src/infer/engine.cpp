@@ -242,6 +242,7 @@ std::vector<RequestOutput> Engine::step() {
     return finished;
   }
   for (const auto& [src, dst] : plan.copies) kv_->copy_block(src, dst);
+  counters_.peak_running = std::max<int64_t>(counters_.peak_running, static_cast<int64_t>(plan.chunks.size()));
 
   // The step's rows: chunk after chunk, each its sequence's next positions.
   const Device dev = model_.device();

@@ -47,6 +47,7 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   int64_t prefix_hit_tokens = 0;   // prompt (or recomputed) tokens whose KV came from the prefix cache
   int64_t preemptions = 0;
+  int64_t peak_running = 0;        // most sequences computed in one step
   int64_t image_cache_hits = 0, image_cache_misses = 0;
   int64_t kv_bytes = 0;            // allocated KV cache
   int64_t block_size = 0;
