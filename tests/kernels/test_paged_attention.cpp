@@ -9,26 +9,13 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <random>
 
 #include "kernel_test_util.h"
 #include "kernels/ops.h"
+#include "paged_inputs.h"
 
 namespace vlm::testing {
 namespace {
-
-std::vector<int32_t> cumulative(const std::vector<int32_t>& lens) {
-  std::vector<int32_t> cu(lens.size() + 1, 0);
-  std::partial_sum(lens.begin(), lens.end(), cu.begin() + 1);
-  return cu;
-}
-
-struct PagedCase {
-  const char* name;
-  std::vector<int32_t> context_lens;  // L_b
-  std::vector<int32_t> query_lens;    // Lq_b <= L_b (1: decode)
-  int64_t heads_q, heads_kv, dim, block_size;
-};
 
 const PagedCase kCases[] = {
     {"decode_mha", {1, 5, 16, 17}, {1, 1, 1, 1}, 2, 2, 8, 4},
@@ -40,60 +27,10 @@ const PagedCase kCases[] = {
     {"block_size_1", {5, 3}, {2, 3}, 2, 1, 4, 1},
 };
 
-// A paged problem: the cache (slots no sequence may read are NaN), a shuffled assignment of blocks, the tables.
-struct PagedInputs {
-  Tensor q, k_cache, v_cache, block_tables, context_lens, cu_q;
-  std::vector<std::vector<int64_t>> slots;  // slots[b][p]: the cache slot of sequence b's position p
-  int max_q = 0, max_ctx = 0;
-  float scale = 1.f;
-};
-
-PagedInputs make_inputs(const PagedCase& c, uint64_t seed) {
-  PagedInputs in;
-  const int64_t batch = static_cast<int64_t>(c.context_lens.size()), bs = c.block_size;
-  int64_t max_blocks = 0, used_blocks = 0;
-  for (int32_t len : c.context_lens) {
-    max_blocks = std::max<int64_t>(max_blocks, (len + bs - 1) / bs);
-    used_blocks += (len + bs - 1) / bs;
-  }
-  max_blocks += 1;  // a padding column of -1 that must never be read
-  const int64_t num_blocks = used_blocks + 3;  // spare blocks, NaN
-  std::vector<int32_t> order(static_cast<size_t>(num_blocks));
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(seed)));
-  std::vector<int32_t> tables(static_cast<size_t>(batch * max_blocks), -1);
-  const int64_t row = c.heads_kv * c.dim;
-  const Tensor k_rand = random_normal({num_blocks, bs, c.heads_kv, c.dim}, seed + 1);
-  const Tensor v_rand = random_normal({num_blocks, bs, c.heads_kv, c.dim}, seed + 2);
-  in.k_cache = nan_tensor(k_rand.shape());
-  in.v_cache = nan_tensor(v_rand.shape());
-  size_t next = 0;
-  in.slots.resize(static_cast<size_t>(batch));
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t len = c.context_lens[static_cast<size_t>(b)];
-    for (int64_t j = 0; j < (len + bs - 1) / bs; ++j) tables[static_cast<size_t>(b * max_blocks + j)] = order[next++];
-    for (int64_t p = 0; p < len; ++p) {
-      const int64_t slot = int64_t{tables[static_cast<size_t>(b * max_blocks + p / bs)]} * bs + p % bs;
-      in.slots[static_cast<size_t>(b)].push_back(slot);
-      std::copy_n(k_rand.data<float>() + slot * row, row, in.k_cache.data<float>() + slot * row);
-      std::copy_n(v_rand.data<float>() + slot * row, row, in.v_cache.data<float>() + slot * row);
-    }
-  }
-  const std::vector<int32_t> cu = cumulative(c.query_lens);
-  in.q = random_normal({cu.back(), c.heads_q, c.dim}, seed + 3);
-  in.block_tables = i32_tensor(tables).view({batch, max_blocks});
-  in.context_lens = i32_tensor(c.context_lens);
-  in.cu_q = i32_tensor(cu);
-  in.max_q = *std::max_element(c.query_lens.begin(), c.query_lens.end());
-  in.max_ctx = *std::max_element(c.context_lens.begin(), c.context_lens.end());
-  in.scale = 1.f / std::sqrt(static_cast<float>(c.dim));
-  return in;
-}
-
 // Dense attention in float64 over each sequence's keys gathered by slot, bottom-right causal.
 Doubles dense_reference(const PagedInputs& in, const PagedCase& c) {
   const Doubles q = to_doubles(in.q), kc = to_doubles(in.k_cache), vc = to_doubles(in.v_cache);
-  const std::vector<int32_t> cu = cumulative(c.query_lens);
+  const std::vector<int32_t> cu = cumulative_lens(c.query_lens);
   const int64_t hq = c.heads_q, hkv = c.heads_kv, d = c.dim, row = hkv * d;
   Doubles out(static_cast<size_t>(in.q.numel()), 0.0);
   for (size_t b = 0; b < c.context_lens.size(); ++b) {
@@ -128,7 +65,7 @@ TEST(PagedAttention, MatchesDenseAttentionOverGatheredKv) {
   uint64_t seed = 10;
   for (const PagedCase& c : kCases) {
     SCOPED_TRACE(c.name);
-    const PagedInputs in = make_inputs(c, seed += 10);
+    const PagedInputs in = make_paged_inputs(c, seed += 10);
     Tensor out = nan_tensor(in.q.shape());
     ops::paged_attention(out, in.q, in.k_cache, in.v_cache, in.block_tables, in.context_lens, in.cu_q, in.max_q,
                          in.max_ctx, in.scale);
@@ -143,7 +80,7 @@ TEST(PagedAttention, ChunkedPrefillAndDecodeEqualDenseCausalAttention) {
   const int64_t hq = 6, hkv = 2, d = 32, bs = 4, num_blocks = 40;
   const std::vector<int32_t> total = {23, 9, 14};  // tokens per sequence: prompt chunks, then decode
   const int64_t batch = 3, max_blocks = 8;
-  const std::vector<int32_t> cu = cumulative(total);
+  const std::vector<int32_t> cu = cumulative_lens(total);
   const Tensor q = random_normal({cu.back(), hq, d}, 1), k = random_normal({cu.back(), hkv, d}, 2);
   const Tensor v = random_normal({cu.back(), hkv, d}, 3);
   const float scale = 0.17f;
@@ -187,7 +124,7 @@ TEST(PagedAttention, ChunkedPrefillAndDecodeEqualDenseCausalAttention) {
     ops::paged_kv_write(k_cache, v_cache, ks, vs, i32_tensor(slots));
     Tensor os = nan_tensor(qs.shape());
     const int max_q = *std::max_element(lens_q.begin(), lens_q.end());
-    ops::paged_attention(os, qs, k_cache, v_cache, block_tables, i32_tensor(ctx), i32_tensor(cumulative(lens_q)),
+    ops::paged_attention(os, qs, k_cache, v_cache, block_tables, i32_tensor(ctx), i32_tensor(cumulative_lens(lens_q)),
                          max_q, 23, scale);
     for (int64_t r = 0; r < n; ++r)
       std::copy_n(os.data<float>() + r * row_q, row_q, out.data<float>() + rows[static_cast<size_t>(r)] * row_q);
@@ -236,7 +173,7 @@ TEST(PagedKvWrite, BadSlotsAndShapesAbortNamingTheEntry) {
 TEST(PagedAttention, BadTablesAbortNamingTheEntry) {
   use_threadsafe_death_tests();
   const PagedCase c{"errors", {9, 5}, {2, 1}, 2, 1, 4, 4};
-  const PagedInputs in = make_inputs(c, 5);
+  const PagedInputs in = make_paged_inputs(c, 5);
   Tensor out = nan_tensor(in.q.shape());
   auto call = [&](const Tensor& tables, const Tensor& lens, const Tensor& cu, int max_q, int max_ctx) {
     ops::paged_attention(out, in.q, in.k_cache, in.v_cache, tables, lens, cu, max_q, max_ctx, in.scale);

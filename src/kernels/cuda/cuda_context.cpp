@@ -100,6 +100,10 @@ const char* index_error_op_name(int32_t code) {
     case IndexErrorOp::scatter_rows: return "scatter_rows (index)";
     case IndexErrorOp::gather_rows: return "gather_rows (index)";
     case IndexErrorOp::attention_cu_seqlens: return "attention (cu_seqlens)";
+    case IndexErrorOp::paged_kv_slots: return "paged_kv_write (slot_mapping)";
+    case IndexErrorOp::paged_cu_seqlens: return "paged_attention (cu_seqlens_q)";
+    case IndexErrorOp::paged_context_lens: return "paged_attention (context_lens)";
+    case IndexErrorOp::paged_block_tables: return "paged_attention (block_tables)";
   }
   return "unknown op";
 }
@@ -132,7 +136,15 @@ Status take_index_error(Device device) {
   if (static_cast<IndexErrorOp>(host.op) == IndexErrorOp::scatter_rows && host.value >= 0 && host.value < host.limit)
     return out_of_range(str("ops::", what, ": entry ", host.position, " = ", host.value,
                             " repeats an earlier index (must be distinct) on ", device.to_string()));
-  if (static_cast<IndexErrorOp>(host.op) == IndexErrorOp::attention_cu_seqlens)
+  if (static_cast<IndexErrorOp>(host.op) == IndexErrorOp::paged_context_lens)
+    return out_of_range(str("ops::", what, ": entry ", host.position, " = ", host.value,
+                            " is below the sequence's query count or above ", host.limit,
+                            " (max_context_len and the block table's capacity) on ", device.to_string()));
+  if (static_cast<IndexErrorOp>(host.op) == IndexErrorOp::paged_kv_slots)
+    return out_of_range(str("ops::", what, ": entry ", host.position, " = ", host.value, " is outside [-1, ",
+                            host.limit, ") on ", device.to_string()));
+  if (static_cast<IndexErrorOp>(host.op) == IndexErrorOp::attention_cu_seqlens ||
+      static_cast<IndexErrorOp>(host.op) == IndexErrorOp::paged_cu_seqlens)
     return out_of_range(str("ops::", what, ": entry ", host.position, " = ", host.value,
                             " breaks 0 = cu[0] <= ... <= cu[B] = rows (", host.limit, ") or exceeds max_seqlen on ",
                             device.to_string()));

@@ -48,11 +48,17 @@ enum class IndexErrorOp : int32_t {
   scatter_rows,
   gather_rows,
   attention_cu_seqlens,
+  paged_kv_slots,
+  paged_cu_seqlens,
+  paged_context_lens,
+  paged_block_tables,
 };
 const char* index_error_op_name(int32_t code);
 
 // The first bad index a kernel met on one device: ops[position] = value was outside [0, limit) (or, for
-// scatter_rows, repeated an earlier index; for cu_seqlens, broke 0 = cu[0] <= ... <= cu[B] = rows).
+// scatter_rows, repeated an earlier index; for cu_seqlens, broke 0 = cu[0] <= ... <= cu[B] = rows; for a paged
+// context length, was below its sequence's query count or above `limit`, the bound its table and max_context_len
+// allow; for block_tables, position is the row-major entry b * max_blocks_per_seq + j).
 struct IndexErrorRecord {
   int32_t op = 0;  // an IndexErrorOp; kernels claim the record with atomicCAS(op, 0, code)
   int32_t pad = 0;

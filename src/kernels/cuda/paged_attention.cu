@@ -1,0 +1,472 @@
+// The paged KV cache on CUDA (semantics of ops::paged_kv_write and ops::paged_attention).
+//
+// paged_kv_write: one block per row, 16-byte copies where aligned; a bad slot is recorded and its row skipped.
+// paged_attention, by the shape of the call:
+//   * decode (every sequence has at most one query, head dim 64 or 128, up to kMaxGroup q heads per kv head,
+//     16-byte aligned rows): paged_decode_kernel, one block per (context split, kv head, sequence) covering all the q
+//     heads of the kv head, so each K/V row is read once per group. A lane group of D / 8 lanes (bf16) holds one key
+//     row in a 16-byte load per lane, kDecodeUnroll keys in flight; every lane group keeps an online softmax per q
+//     head and the block merges its lane groups in shared memory. Splits: when sequences x kv heads leave the GPU
+//     under-filled (batch 1 with a long context), the context is split so that about two waves of blocks run, each
+//     split writes a normalized partial row and its log-sum-exp, and paged_combine_kernel merges them in split order.
+//   * everything else (chunked prefill, other head dims, larger groups, misaligned views): paged_attention_kernel,
+//     one warp per (query row, q head) with an online softmax over its visible keys, read through the block table.
+// Scores run in the log2 domain (q pre-scaled by scale * log2 e) in the decode kernel. All sums are in a fixed
+// order, so results are bit-reproducible. The index tables are checked by a one-block kernel that records the first
+// violation (cuda_context.h); the main kernels clamp what they read so a bad table cannot leave the buffers.
+#include <algorithm>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace vlm::ops::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;              // warps per block of the attention kernels
+constexpr int kMaxSimpleDim = 512;     // head dims of paged_attention_kernel (shared memory: kWarps x 2 x D floats)
+constexpr int kMaxGroup = 8;           // q heads per kv head the decode kernel keeps in registers
+constexpr int kDecodeUnroll = 4;       // keys in flight per lane group of the decode kernel
+constexpr int kMinSplitKeys = 64;      // fewest keys a context split gets (less would cost more merging than it saves)
+constexpr int kSplitAlign = 16;        // split lengths are multiples of this
+constexpr int kMaxSplits = 128;        // bound on the partial rows one query may get
+constexpr int kCopyThreads = 128;      // threads of a paged_kv_write row
+constexpr int kCheckThreads = 256;     // threads of the table check
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <class T>
+struct PagedArgs {
+  const T* q;                  // [tokens_q, heads_q, dim], rows q_stride elements apart
+  const T* k_cache;            // [num_blocks, block_size, heads_kv, dim]
+  const T* v_cache;            // same
+  const int32_t* block_tables; // [batch, max_blocks]
+  const int32_t* context_lens; // [batch]
+  const int32_t* cu_q;         // [batch + 1]
+  int64_t q_stride;
+  int64_t tokens_q;
+  int heads_q, heads_kv, dim;
+  int block_size, max_blocks, num_blocks;
+  int max_q, max_ctx;
+  float scale;
+};
+
+// Sequence b's query rows [q_begin, q_begin + q_len) and its context length, clamped into what the buffers and the
+// bounds allow (the check kernel reports violations; clamping keeps a bad table in bounds) with q_len <= ctx.
+struct SeqView {
+  int64_t q_begin, q_len, ctx;
+  const int32_t* table;
+};
+template <class T>
+__device__ __forceinline__ SeqView seq_view(const PagedArgs<T>& a, int b) {
+  const int64_t begin = min(max(static_cast<int64_t>(a.cu_q[b]), int64_t{0}), a.tokens_q);
+  const int64_t end = min(max(static_cast<int64_t>(a.cu_q[b + 1]), begin), a.tokens_q);
+  const int64_t cap = min(static_cast<int64_t>(a.max_ctx), static_cast<int64_t>(a.max_blocks) * a.block_size);
+  const int64_t q_len = min(min(end - begin, static_cast<int64_t>(a.max_q)), cap);
+  const int64_t ctx = min(max(static_cast<int64_t>(a.context_lens[b]), q_len), cap);
+  return {begin, q_len, ctx, a.block_tables + static_cast<int64_t>(b) * a.max_blocks};
+}
+
+// The element offset of (position p, kv head kvh) of a sequence in the cache; block ids clamped into range.
+template <class T>
+__device__ __forceinline__ int64_t cache_offset(const PagedArgs<T>& a, const int32_t* table, int64_t p, int kvh) {
+  const int32_t block = min(max(table[p / a.block_size], 0), a.num_blocks - 1);
+  const int64_t slot = static_cast<int64_t>(block) * a.block_size + p % a.block_size;
+  return (slot * a.heads_kv + kvh) * a.dim;
+}
+
+__global__ void check_paged_tables_kernel(const int32_t* cu, const int32_t* context_lens, const int32_t* tables,
+                                          int batch, int64_t tokens_q, int max_q, int max_ctx, int max_blocks,
+                                          int block_size, int num_blocks, IndexErrorRecord* rec) {
+  pdl::grid_begin();
+  const int64_t cap = min(static_cast<int64_t>(max_ctx), static_cast<int64_t>(max_blocks) * block_size);
+  for (int b = threadIdx.x; b <= batch; b += blockDim.x) {
+    const int64_t c = cu[b];
+    bool ok = b == 0 ? c == 0 : (c >= cu[b - 1] && c - cu[b - 1] <= max_q);
+    if (b == batch) ok = ok && c == tokens_q;
+    if (!ok) record_index_error(rec, IndexErrorOp::paged_cu_seqlens, b, c, tokens_q);
+    if (b == batch) continue;
+    const int64_t lq = static_cast<int64_t>(cu[b + 1]) - c, len = context_lens[b];
+    if (len < lq || len > cap) {
+      record_index_error(rec, IndexErrorOp::paged_context_lens, b, len, cap);
+      continue;
+    }
+    for (int64_t j = 0; j < (len + block_size - 1) / block_size; ++j) {
+      const int64_t at = static_cast<int64_t>(b) * max_blocks + j;
+      const int32_t id = tables[at];
+      if (id < 0 || id >= num_blocks) record_index_error(rec, IndexErrorOp::paged_block_tables, at, id, num_blocks);
+    }
+  }
+}
+
+// Row t of k and v into cache slot slots[t] (row = heads_kv * dim elements); kVec: 16-byte copies.
+template <class T, bool kVec>
+__global__ void paged_kv_write_kernel(T* k_cache, T* v_cache, const T* k, const T* v, int64_t k_stride,
+                                      int64_t v_stride, const int32_t* slots, int64_t num_slots, int row,
+                                      IndexErrorRecord* rec) {
+  pdl::grid_begin();
+  const int64_t t = blockIdx.x, s = slots[t];
+  if (s == -1) return;
+  if (s < -1 || s >= num_slots) {
+    if (threadIdx.x == 0) record_index_error(rec, IndexErrorOp::paged_kv_slots, t, s, num_slots);
+    return;
+  }
+  T* dk = k_cache + s * row;
+  T* dv = v_cache + s * row;
+  const T* sk = k + t * k_stride;
+  const T* sv = v + t * v_stride;
+  if constexpr (kVec) {
+    for (int i = threadIdx.x * kVec16<T>; i < row; i += blockDim.x * kVec16<T>) {
+      *reinterpret_cast<uint4*>(dk + i) = load_raw16(sk + i);
+      *reinterpret_cast<uint4*>(dv + i) = load_raw16(sv + i);
+    }
+  } else {
+    for (int i = threadIdx.x; i < row; i += blockDim.x) {
+      dk[i] = sk[i];
+      dv[i] = sv[i];
+    }
+  }
+}
+
+// One warp per (query row i of sequence z, q head y): online softmax over keys 0 .. i + ctx - q_len.
+template <class T>
+__global__ void paged_attention_kernel(PagedArgs<T> a, T* out) {
+  pdl::grid_begin();
+  extern __shared__ float smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int b = blockIdx.z, h = blockIdx.y, kvh = h / (a.heads_q / a.heads_kv), dim = a.dim;
+  const SeqView s = seq_view(a, b);
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (i >= s.q_len) return;
+  float* qs = smem + warp * 2 * dim;  // each lane touches only its own d (d = lane mod 32): no syncs needed
+  float* acc = qs + dim;
+  const int64_t row = s.q_begin + i;
+  for (int d = lane; d < dim; d += 32) {
+    qs[d] = to_f32(a.q[row * a.q_stride + static_cast<int64_t>(h) * dim + d]);
+    acc[d] = 0.f;
+  }
+  const int64_t n = i + s.ctx - s.q_len + 1;
+  float m = -INFINITY, l = 0.f;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t at = cache_offset(a, s.table, j, kvh);
+    const T* kj = a.k_cache + at;
+    float dot = 0.f;
+    for (int d = lane; d < dim; d += 32) dot += qs[d] * to_f32(kj[d]);
+    const float sc = a.scale * warp_sum(dot);
+    const float m_new = fmaxf(m, sc);
+    const float corr = expf(m - m_new), p = expf(sc - m_new);
+    l = l * corr + p;
+    const T* vj = a.v_cache + at;
+    for (int d = lane; d < dim; d += 32) acc[d] = acc[d] * corr + p * to_f32(vj[d]);
+    m = m_new;
+  }
+  const float inv_l = 1.f / l;  // n >= 1: q_len <= ctx
+  T* o = out + (row * a.heads_q + h) * dim;
+  for (int d = lane; d < dim; d += 32) o[d] = from_f32<T>(acc[d] * inv_l);
+}
+
+// The decode kernel's lanes: a lane group of kLanes lanes holds one key row (kVec elements per lane, one 16-byte load).
+template <class T, int kDim>
+struct DecodeTraits {
+  static constexpr int kVec = kVec16<T>;
+  static constexpr int kLanes = kDim / kVec;        // lanes per key row
+  static constexpr int kGroups = 32 / kLanes;       // lane groups per warp
+  static constexpr int kSlots = kWarps * kGroups;   // lane groups per block, each with its own softmax state
+  static_assert(kDim % kVec == 0 && kLanes <= 32 && 32 % kLanes == 0, "a key row spans a power-of-two of lanes");
+};
+
+// Block (split x, kv head y, sequence z) of a decode step: keys [x * chunk, min((x + 1) * chunk, ctx)) for the q
+// heads of kv head y. part_out == nullptr (one split): writes out; else the split's normalized partial rows
+// part_out [splits, tokens_q, heads_q, dim] and their log2-sum-exp2 part_lse [splits, tokens_q, heads_q] (-inf for an
+// empty split).
+// kGroup: the most q heads per kv head it handles (the registers it keeps per lane scale with it).
+template <class T, int kDim, int kGroup>
+__global__ void __launch_bounds__(kWarps * 32)
+    paged_decode_kernel(PagedArgs<T> a, int chunk, T* out, float* part_out, float* part_lse) {
+  pdl::grid_begin();
+  using Tr = DecodeTraits<T, kDim>;
+  constexpr int kVec = Tr::kVec, kLanes = Tr::kLanes, kSlots = Tr::kSlots;
+  __shared__ float s_acc[kSlots][kGroup][kDim];
+  __shared__ float s_m[kSlots][kGroup], s_l[kSlots][kGroup];
+  const int b = blockIdx.z, kvh = blockIdx.y, split = blockIdx.x;
+  const int group = a.heads_q / a.heads_kv;
+  const SeqView s = seq_view(a, b);
+  if (s.q_len == 0) return;  // no query of this sequence in the step (uniform over the block)
+  const int64_t row = s.q_begin;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int part = lane % kLanes, slot_id = warp * Tr::kGroups + lane / kLanes;
+  float q[kGroup][kVec];
+#pragma unroll
+  for (int g = 0; g < kGroup; ++g) {
+    if (g >= group) break;
+    const T* qg = a.q + row * a.q_stride + static_cast<int64_t>(kvh * group + g) * kDim + part * kVec;
+    load_vec16<T>(qg, q[g]);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) q[g][e] *= a.scale * kLog2e;
+  }
+  float m[kGroup], l[kGroup], acc[kGroup][kVec];
+#pragma unroll
+  for (int g = 0; g < kGroup; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) acc[g][e] = 0.f;
+  }
+  const int64_t k_begin = static_cast<int64_t>(split) * chunk, k_end = min(k_begin + chunk, s.ctx);
+  // The loop runs while the warp's first lane group has keys, so every lane of a warp takes the same iterations (the
+  // score shuffles need the whole warp); lane groups past the split's end compute on zeros and drop the result.
+  const int64_t warp_first = k_begin + warp * Tr::kGroups, group_offset = slot_id - warp * Tr::kGroups;
+  for (int64_t w0 = warp_first; w0 < k_end; w0 += static_cast<int64_t>(kSlots) * kDecodeUnroll) {
+    const int64_t j0 = w0 + group_offset;
+    uint4 kr[kDecodeUnroll], vr[kDecodeUnroll];  // keys past the split stay 0 (computed on, never used)
+#pragma unroll
+    for (int u = 0; u < kDecodeUnroll; ++u) {
+      const int64_t j = j0 + static_cast<int64_t>(u) * kSlots;
+      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      if (j < k_end) {
+        const int64_t at = cache_offset(a, s.table, j, kvh) + part * kVec;
+        kr[u] = load_raw16(a.k_cache + at);
+        vr[u] = load_raw16(a.v_cache + at);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kDecodeUnroll; ++u) {
+      const bool valid = j0 + static_cast<int64_t>(u) * kSlots < k_end;  // uniform over the lane group
+      float kf[kVec];
+      unpack_vec16<T>(kr[u], kf);
+      float dot[kGroup];
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        if (g >= group) break;
+        float d = 0.f;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) d += q[g][e] * kf[e];
+#pragma unroll
+        for (int off = kLanes / 2; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);  // whole warp
+        dot[g] = d;
+      }
+      if (!valid) continue;
+      float vf[kVec];
+      unpack_vec16<T>(vr[u], vf);
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        if (g >= group) break;
+        const float m_new = fmaxf(m[g], dot[g]);
+        const float corr = exp2f(m[g] - m_new), p = exp2f(dot[g] - m_new);
+        l[g] = l[g] * corr + p;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) acc[g][e] = acc[g][e] * corr + p * vf[e];
+        m[g] = m_new;
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < kGroup; ++g) {
+    if (g >= group) break;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) s_acc[slot_id][g][part * kVec + e] = acc[g][e];
+    if (part == 0) {
+      s_m[slot_id][g] = m[g];
+      s_l[slot_id][g] = l[g];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < group * kDim; idx += blockDim.x) {
+    const int g = idx / kDim, d = idx % kDim, h = kvh * group + g;
+    float mx = -INFINITY;
+    for (int sl = 0; sl < kSlots; ++sl) mx = fmaxf(mx, s_m[sl][g]);
+    float sum = 0.f, val = 0.f;
+    if (mx != -INFINITY) {
+      for (int sl = 0; sl < kSlots; ++sl) {
+        const float w = exp2f(s_m[sl][g] - mx);  // 0 for an empty lane group (m = -inf)
+        sum += w * s_l[sl][g];
+        val += w * s_acc[sl][g][d];
+      }
+    }
+    const int64_t o = (row * a.heads_q + h) * kDim + d;
+    if (part_out == nullptr) {
+      out[o] = from_f32<T>(val / sum);  // one split covers the whole context, ctx >= 1 key: sum > 0
+    } else {
+      const int64_t po = static_cast<int64_t>(split) * a.tokens_q * a.heads_q * kDim + o;
+      part_out[po] = sum > 0.f ? val / sum : 0.f;
+      if (d == 0)
+        part_lse[static_cast<int64_t>(split) * a.tokens_q * a.heads_q + row * a.heads_q + h] =
+            sum > 0.f ? mx + log2f(sum) : -INFINITY;
+    }
+  }
+}
+
+// One warp per (row x, q head): out = sum over splits of 2^(lse_s - max) * part_s / sum of the weights, in split
+// order; empty splits (lse -inf) are skipped.
+template <class T>
+__global__ void paged_combine_kernel(T* out, const float* part_out, const float* part_lse, int splits,
+                                     int64_t tokens_q, int heads_q, int dim) {
+  pdl::grid_begin();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int h = blockIdx.y * kWarps + warp;
+  const int64_t t = blockIdx.x;
+  if (h >= heads_q) return;
+  const int64_t row = t * heads_q + h, plane = tokens_q * heads_q;
+  float mx = -INFINITY;
+  for (int sp = lane; sp < splits; sp += 32) mx = fmaxf(mx, part_lse[sp * plane + row]);
+  mx = warp_max(mx);
+  float total = 0.f;
+  for (int sp = 0; sp < splits; ++sp) {
+    const float lse = part_lse[sp * plane + row];
+    if (lse != -INFINITY) total += exp2f(lse - mx);
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  for (int d = lane; d < dim; d += 32) {
+    float v = 0.f;
+    for (int sp = 0; sp < splits; ++sp) {
+      const float lse = part_lse[sp * plane + row];
+      if (lse != -INFINITY) v += exp2f(lse - mx) * part_out[(sp * plane + row) * dim + d];
+    }
+    out[row * dim + d] = from_f32<T>(v * inv);
+  }
+}
+
+int multiprocessors(int device) {
+  static int cached[64] = {};
+  int& n = cached[std::clamp(device, 0, 63)];
+  if (n == 0) VLM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  return n;
+}
+
+// Context splits of a decode step: enough blocks for about two waves when batch x kv heads leave the GPU idle, each
+// split at least kMinSplitKeys keys; returns the split length (a multiple of kSplitAlign) and sets splits.
+int decode_chunk(int& splits, int64_t batch, int64_t heads_kv, int max_ctx, int device) {
+  const int64_t blocks = batch * heads_kv, target = 2 * static_cast<int64_t>(multiprocessors(device));
+  const int64_t ctx = std::max(max_ctx, 1);
+  int64_t n = blocks >= target ? 1 : ceil_div(target, blocks);
+  n = std::clamp<int64_t>(std::min(n, ceil_div(ctx, kMinSplitKeys)), 1, kMaxSplits);
+  const int64_t chunk = ceil_div(ceil_div(ctx, n), kSplitAlign) * kSplitAlign;
+  splits = static_cast<int>(ceil_div(ctx, chunk));
+  return static_cast<int>(chunk);
+}
+
+template <class T, int kDim, int kGroup>
+void launch_decode(const PagedArgs<T>& a, T* out, int64_t batch, Device dev, cudaStream_t stream) {
+  int splits = 1;
+  const int chunk = decode_chunk(splits, batch, a.heads_kv, a.max_ctx, dev.index);
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(batch));
+  if (splits == 1) {
+    pdl::launch(paged_decode_kernel<T, kDim, kGroup>, grid, kWarps * 32, 0, stream, a, chunk, out,
+                static_cast<float*>(nullptr), static_cast<float*>(nullptr));
+    VLM_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  Tensor part_out = scratch(Shape{splits, a.tokens_q, a.heads_q, kDim}, DType::f32, dev);
+  Tensor part_lse = scratch(Shape{splits, a.tokens_q, a.heads_q}, DType::f32, dev);
+  pdl::launch(paged_decode_kernel<T, kDim, kGroup>, grid, kWarps * 32, 0, stream, a, chunk, out, ptr<float>(part_out),
+              ptr<float>(part_lse));
+  VLM_CUDA_CHECK_LAUNCH();
+  const dim3 combine_grid(static_cast<unsigned>(a.tokens_q), static_cast<unsigned>(ceil_div(a.heads_q, kWarps)));
+  pdl::launch(paged_combine_kernel<T>, combine_grid, kWarps * 32, 0, stream, out, ptr<float>(part_out),
+              ptr<float>(part_lse), splits, a.tokens_q, a.heads_q, kDim);
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+// The decode kernel's instantiations: head dim 64 or 128 x the group bound 1, 3 (SmolLM2's 9 / 3), 4 or kMaxGroup.
+template <class T, int kDim>
+void launch_decode_for_group(const PagedArgs<T>& a, T* out, int64_t batch, Device dev, cudaStream_t stream) {
+  const int group = a.heads_q / a.heads_kv;
+  if (group == 1) return launch_decode<T, kDim, 1>(a, out, batch, dev, stream);
+  if (group == 3) return launch_decode<T, kDim, 3>(a, out, batch, dev, stream);
+  if (group <= 4) return launch_decode<T, kDim, 4>(a, out, batch, dev, stream);
+  launch_decode<T, kDim, kMaxGroup>(a, out, batch, dev, stream);
+}
+template <class T>
+void launch_decode_for_dim(const PagedArgs<T>& a, T* out, int64_t batch, Device dev, cudaStream_t stream) {
+  if (a.dim == 64) return launch_decode_for_group<T, 64>(a, out, batch, dev, stream);
+  launch_decode_for_group<T, 128>(a, out, batch, dev, stream);
+}
+
+// Whether the decode kernel takes the call: one query per sequence, a head dim it is built for, a group it keeps in
+// registers and 16-byte aligned rows.
+template <class T>
+bool decode_applies(const PagedArgs<T>& a) {
+  const int group = a.heads_q / a.heads_kv;
+  return a.max_q <= 1 && (a.dim == 64 || a.dim == 128) && group <= kMaxGroup &&
+         all_aligned16(a.q, a.k_cache, a.v_cache) && (a.q_stride * sizeof(T)) % 16 == 0;
+}
+
+}  // namespace
+
+void paged_kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& slot_mapping) {
+  const Device dev = k_cache.device();
+  DeviceGuard guard(dev);
+  cudaStream_t stream = stream_of(dev);
+  const int64_t tokens = k.dim(0), row = k.dim(1) * k.dim(2);
+  if (tokens == 0) return;
+  VLM_CHECK(tokens <= (int64_t{1} << 31) - 1, "ops::paged_kv_write: ", tokens, " rows exceed the CUDA grid");
+  const int64_t num_slots = k_cache.dim(0) * k_cache.dim(1);
+  dispatch_float(k.dtype(), "paged_kv_write", [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t ks = k.strides()[0], vs = v.strides()[0];
+    const bool vec = row % kVec16<T> == 0 && ks % kVec16<T> == 0 && vs % kVec16<T> == 0 &&
+                     all_aligned16(ptr<T>(k), ptr<T>(v), ptr<T>(k_cache), ptr<T>(v_cache));
+    auto kernel = vec ? paged_kv_write_kernel<T, true> : paged_kv_write_kernel<T, false>;
+    pdl::launch(kernel, static_cast<unsigned>(tokens), kCopyThreads, 0, stream, ptr<T>(k_cache), ptr<T>(v_cache),
+                ptr<T>(k), ptr<T>(v), ks, vs, ptr<int32_t>(slot_mapping), num_slots, static_cast<int>(row),
+                index_error_record(dev));
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+  check_index_errors_now("paged_kv_write", dev);
+}
+
+void paged_attention(Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                     const Tensor& block_tables, const Tensor& context_lens, const Tensor& cu_seqlens_q,
+                     int max_seqlen_q, int max_context_len, float scale, bool indices_checked) {
+  const Device dev = out.device();
+  DeviceGuard guard(dev);
+  cudaStream_t stream = stream_of(dev);
+  const int64_t batch = cu_seqlens_q.dim(0) - 1;
+  VLM_CHECK(batch <= 65535 && k_cache.dim(2) <= 65535 && q.dim(1) <= 65535, "ops::paged_attention: ", batch,
+            " sequences x ", q.dim(1), " heads exceed the CUDA grid");
+  VLM_CHECK(k_cache.dim(0) <= INT32_MAX && k_cache.dim(1) <= INT32_MAX && block_tables.dim(1) <= INT32_MAX,
+            "ops::paged_attention: the cache or block table is too large for 32-bit block ids");
+  if (batch > 0 && !indices_checked) {
+    pdl::launch(check_paged_tables_kernel, 1, kCheckThreads, 0, stream, ptr<int32_t>(cu_seqlens_q),
+                ptr<int32_t>(context_lens), ptr<int32_t>(block_tables), static_cast<int>(batch), q.dim(0),
+                max_seqlen_q, max_context_len, static_cast<int>(block_tables.dim(1)),
+                static_cast<int>(k_cache.dim(1)), static_cast<int>(k_cache.dim(0)), index_error_record(dev));
+    VLM_CUDA_CHECK_LAUNCH();
+  }
+  check_index_errors_now("paged_attention", dev);
+  if (q.dim(0) == 0 || batch == 0 || k_cache.dim(0) == 0) return;
+  const int64_t dim = q.dim(2);
+  dispatch_float(q.dtype(), "paged_attention", [&](auto tag) {
+    using T = decltype(tag);
+    PagedArgs<T> a{};
+    a.q = ptr<T>(q);
+    a.k_cache = ptr<T>(k_cache);
+    a.v_cache = ptr<T>(v_cache);
+    a.block_tables = ptr<int32_t>(block_tables);
+    a.context_lens = ptr<int32_t>(context_lens);
+    a.cu_q = ptr<int32_t>(cu_seqlens_q);
+    a.q_stride = q.strides()[0];
+    a.tokens_q = q.dim(0);
+    a.heads_q = static_cast<int>(q.dim(1));
+    a.heads_kv = static_cast<int>(k_cache.dim(2));
+    a.dim = static_cast<int>(dim);
+    a.block_size = static_cast<int>(k_cache.dim(1));
+    a.max_blocks = static_cast<int>(block_tables.dim(1));
+    a.num_blocks = static_cast<int>(k_cache.dim(0));
+    a.max_q = max_seqlen_q;
+    a.max_ctx = max_context_len;
+    a.scale = scale;
+    if (decode_applies(a)) {
+      launch_decode_for_dim<T>(a, ptr<T>(out), batch, dev, stream);
+      return;
+    }
+    VLM_CHECK(dim <= kMaxSimpleDim, "ops::paged_attention: head dim ", dim, " exceeds the kernel's ", kMaxSimpleDim);
+    if (max_seqlen_q == 0) return;
+    const dim3 grid(static_cast<unsigned>(ceil_div(max_seqlen_q, kWarps)), static_cast<unsigned>(a.heads_q),
+                    static_cast<unsigned>(batch));
+    const size_t smem = sizeof(float) * kWarps * 2 * static_cast<size_t>(dim);
+    pdl::launch(paged_attention_kernel<T>, grid, kWarps * 32, smem, stream, a, ptr<T>(out));
+    VLM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace vlm::ops::cuda
