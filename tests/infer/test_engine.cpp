@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "engine_fixture.h"
+#include "infer/prefix_hash.h"
+#include "model/generate.h"
+#include "testing/test_util.h"
 
 namespace vlm::infer {
 namespace {
@@ -164,6 +167,54 @@ TEST(Engine, BadRequestsFailAloneWithClearErrors) {
   expect_all_blocks_free(engine);
 }
 
+// Two encodings of equal length and equal leading bytes, differing at the end.
+std::string encoded(char last) {
+  std::string s(3000, 'J');
+  s.back() = last;
+  return s;
+}
+
+TEST(Engine, DifferentImagesWithIdenticalTextNeverShareTheSameImageDoes) {
+  EngineCase ec = make_engine_case(Device::cpu(), 7);
+  const ModelConfig& c = ec.model->config();
+  const int64_t S = c.vision.image_size;
+  const Tensor pa = testing::random_normal({3, S, S}, 71), pb = testing::random_normal({3, S, S}, 72);
+  // The image first, so every prompt block but the text's holds image rows.
+  std::vector<int32_t> prompt(static_cast<size_t>(c.image_tokens()), kImageToken);
+  for (int32_t t : {3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14}) prompt.push_back(t);
+  auto request = [&](const Tensor& pixels, char last) {
+    Request r;
+    r.id = std::string("img-") + last;
+    r.prompt = prompt;
+    r.images.push_back({pixels, image_key(encoded(last), "tiny")});
+    r.sampling.max_tokens = 8;
+    return r;
+  };
+  auto oracle = [&](const Tensor& pixels) {
+    GenerateOptions go;
+    go.max_new_tokens = 8;
+    return generate_greedy(*ec.model, pixels.view({1, 3, S, S}), {{prompt, {0}}}, kImageToken, go)[0];
+  };
+  const std::vector<int32_t> want_a = oracle(pa), want_b = oracle(pb);
+  ASSERT_NE(want_a, want_b) << "the two images must lead to different outputs for the test to mean anything";
+  Engine engine(*ec.model, base_options());
+  const RequestOutput a = engine.generate({request(pa, 'a')})[0];
+  const RequestOutput b = engine.generate({request(pb, 'b')})[0];
+  const RequestOutput a2 = engine.generate({request(pa, 'a')})[0];
+  // The same image after other text: no prefix to share, but its embeddings come from the image cache.
+  Request a3 = request(pa, 'a');
+  a3.prompt.insert(a3.prompt.begin(), 20);
+  ASSERT_TRUE(engine.generate({a3})[0].status.ok());
+  EXPECT_EQ(a.completions[0].tokens, want_a);
+  EXPECT_EQ(b.completions[0].tokens, want_b);
+  EXPECT_EQ(a2.completions[0].tokens, want_a);
+  EXPECT_EQ(b.cached_prompt_tokens, 0);                     // nothing of a's prefix is b's
+  EXPECT_EQ(a2.cached_prompt_tokens, 12);                   // a's three full blocks of four (15 tokens)
+  EXPECT_EQ(engine.stats().image_cache_misses, 2);          // a and b were encoded; a2 computed no image row
+  EXPECT_EQ(engine.stats().image_cache_hits, 1);            // a3 found a's embeddings
+  expect_all_blocks_free(engine);
+}
+
 TEST(Engine, StopIdsAndStopStringsEndGeneration) {
   EngineCase ec = make_engine_case(Device::cpu(), 6);
   EngineOptions o = base_options();
@@ -178,15 +229,16 @@ TEST(Engine, StopIdsAndStopStringsEndGeneration) {
   by_id.sampling.stop_ids = {full[3]};
   Request by_string = ec.requests[7];
   const std::string text = o.detokenize(full);
-  by_string.sampling.stop = {text.substr(2, 2)};
+  const std::string stop(text.begin() + 2, text.begin() + 4);
+  by_string.sampling.stop = {stop};
   const std::vector<RequestOutput> out = engine.generate({by_id, by_string});
   const auto first = std::find(full.begin(), full.end(), full[3]) - full.begin();
   EXPECT_EQ(out[0].completions[0].tokens, std::vector<int32_t>(full.begin(), full.begin() + first + 1));
   EXPECT_EQ(out[0].completions[0].finish_reason, "stop");
   // The text leaves the stop id out.
   EXPECT_EQ(out[0].completions[0].text, o.detokenize(std::vector<int32_t>(full.begin(), full.begin() + first)));
-  const size_t at = text.find(text.substr(2, 2));
-  EXPECT_EQ(out[1].completions[0].text, text.substr(0, at));
+  const size_t at = text.find(stop);
+  EXPECT_EQ(out[1].completions[0].text, std::string(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at)));
   EXPECT_EQ(out[1].completions[0].finish_reason, "stop");
   EXPECT_EQ(out[1].completions[0].tokens.size(), at + 2);
 }
