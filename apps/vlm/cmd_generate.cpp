@@ -75,8 +75,8 @@ Expected<int64_t> parse_bytes(const std::string& text) {
 int cmd_generate(int argc, char** argv, int first) {
   std::string prompt, requests_path, out_path, device_name, dtype_name, kv_memory_text;
   std::vector<std::string> images, overrides, stops;
-  std::string temperature, top_p, min_p, rep, freq, pres;
-  int64_t max_tokens = 64, top_k = 0, n = 1, logprobs = -1, seed = -1, block_size = 16, max_seqs = 256;
+  std::string temperature, top_p, min_p, rep, freq, pres, length_penalty;
+  int64_t max_tokens = 64, top_k = 0, n = 1, logprobs = -1, beam_width = 1, seed = -1, block_size = 16, max_seqs = 256;
   int64_t step_tokens = 2048;
   bool no_prefix_cache = false, quiet = false;
   Flags f("vlm generate MODEL (--prompt TEXT [--image FILE]... | --requests IN.jsonl [--out OUT.jsonl]) [flags]",
@@ -96,6 +96,8 @@ int cmd_generate(int argc, char** argv, int first) {
   f.add_string("--presence-penalty", &pres, "subtracted once a token is in the output");
   f.add_int("--seed", &seed, "sampling seed (default: per request from a fixed engine seed)");
   f.add_int("--n", &n, "completions per prompt (forked after the prompt, sharing its KV blocks)");
+  f.add_int("--beam-width", &beam_width, "beam search of this width (> 1; returns the --n best)");
+  f.add_string("--length-penalty", &length_penalty, "beam search ranks by log-probability / length^this (default 1)");
   f.add_multi("--stop", &stops, "stop string (repeatable)");
   f.add_int("--logprobs", &logprobs, "log-probabilities in the JSON output: 0 the chosen token's, N also the N most likely (default -1: none)");
   f.add_string("--kv-memory", &kv_memory_text, "KV cache size, e.g. 4G (default: 90% of free GPU memory; 1G on CPU)");
@@ -118,6 +120,7 @@ int cmd_generate(int argc, char** argv, int first) {
   defaults.top_k = static_cast<int>(top_k);
   defaults.n = static_cast<int>(n);
   defaults.logprobs = static_cast<int>(logprobs);
+  defaults.beam_width = static_cast<int>(beam_width);
   defaults.stop = stops;
   if (seed >= 0) defaults.seed = static_cast<uint64_t>(seed);
   for (auto [flag, text, target] : {std::tuple{"--temperature", &temperature, &defaults.temperature},
@@ -125,7 +128,8 @@ int cmd_generate(int argc, char** argv, int first) {
                                     std::tuple{"--min-p", &min_p, &defaults.min_p},
                                     std::tuple{"--repetition-penalty", &rep, &defaults.repetition_penalty},
                                     std::tuple{"--frequency-penalty", &freq, &defaults.frequency_penalty},
-                                    std::tuple{"--presence-penalty", &pres, &defaults.presence_penalty}})
+                                    std::tuple{"--presence-penalty", &pres, &defaults.presence_penalty},
+                                    std::tuple{"--length-penalty", &length_penalty, &defaults.length_penalty}})
     if (Status s = parse_float(flag, *text, target); !s.ok()) return fail(s);
   if (Status s = defaults.validate(); !s.ok()) return fail(s);
   auto kv_memory = parse_bytes(kv_memory_text);

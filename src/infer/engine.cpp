@@ -1,6 +1,8 @@
 // Engine: request validation, the step (batch assembly, forward, sampling, forks, retirement) and accounting.
 #include "infer/engine.h"
 
+#include "infer/engine_live.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -18,20 +20,6 @@ Tensor i32_tensor(const std::vector<int32_t>& v, Device device) {
   return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}).to(device);
 }
 }  // namespace
-
-// A request in flight: its sequences (one, or n after the fork) and its answer so far.
-struct Engine::Live {
-  int64_t number = 0;
-  Request request;
-  std::shared_ptr<PromptImages> images;
-  Tensor image_embeddings;  // [images * per_image, hidden] on the device, once its prompt is first scheduled
-  std::vector<std::unique_ptr<Sequence>> seqs;
-  bool forked = false;
-  bool admitted = false;  // scheduled at least once (cached_prompt_tokens is then known)
-  int unfinished = 1;
-  double t0 = 0;
-  RequestOutput out;
-};
 
 Engine::Engine(VlmModel& model, const EngineOptions& options)
     : model_(model), options_(options), image_cache_(options.image_cache_bytes) {
@@ -61,8 +49,9 @@ Status Engine::validate(const Request& r) const {
   const std::string who = "request '" + r.id + "': ";
   if (Status s = r.sampling.validate(); !s.ok()) return invalid_argument(who + s.message());
   if (r.prompt.empty()) return invalid_argument(who + "the prompt is empty");
-  if (r.sampling.n > options_.max_num_seqs)
-    return invalid_argument(who + "n = " + std::to_string(r.sampling.n) + " completions exceed the " +
+  if (std::max(r.sampling.n, r.sampling.beam_width) > options_.max_num_seqs)
+    return invalid_argument(who + "n = " + std::to_string(r.sampling.n) + " completions (beam width " +
+                            std::to_string(r.sampling.beam_width) + ") exceed the " +
                             std::to_string(options_.max_num_seqs) + " sequences that run at once");
   const int64_t len = static_cast<int64_t>(r.prompt.size());
   if (len >= max_context_)
@@ -131,7 +120,11 @@ int64_t Engine::add_request(Request r) {
   seq->prompt_len = static_cast<int64_t>(r.prompt.size());
   seq->images = images;
   seq->rng = Philox(seed, 0);
-  seq->slots = r.sampling.n;
+  seq->slots = std::max(r.sampling.n, r.sampling.beam_width);
+  if (r.sampling.beam_width > 1) {
+    live->beams = std::make_unique<BeamState>();
+    live->beams->live.push_back(seq.get());
+  }
   live->request = std::move(r);
   counters_.prompt_tokens += seq->prompt_len;
   scheduler_->add(seq.get());
@@ -311,6 +304,10 @@ std::vector<RequestOutput> Engine::step() {
     Sequence& s = *sampled[r]->seq;
     Live& live = *live_.at(s.request);
     float* row = logits.data<float>() + static_cast<int64_t>(r) * V;
+    if (live.beams) {
+      beam_report(live, s, row);
+      continue;
+    }
     const int n = live.request.sampling.n;
     if (n > 1 && !live.forked) {
       // The prompt is computed: the other completions fork here, sharing its blocks, and sample from its logits.
@@ -343,7 +340,11 @@ std::vector<RequestOutput> Engine::step() {
       continue;
     }
     live.out.status = Status();
-    for (auto& s : live.seqs) live.out.completions.push_back(std::move(s->completion));
+    if (live.beams) {
+      beam_completions(live);
+    } else {
+      for (auto& s : live.seqs) live.out.completions.push_back(std::move(s->completion));
+    }
     finished.push_back(std::move(live.out));
     it = live_.erase(it);
   }

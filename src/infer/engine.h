@@ -84,6 +84,11 @@ class Engine {
   // Samples the next token of `seq` from `logits` (one row, overwritten); returns true when the sequence finished.
   bool sample_and_append(Live& live, Sequence& seq, float* logits);
   void finish_sequence(Live& live, Sequence& seq);
+  // Beam search (engine_beam.cpp): a beam's continuations from its logits row; the choice of the next beams once
+  // every live beam reported; the answer's completions from the finished hypotheses.
+  void beam_report(Live& live, Sequence& seq, float* logits);
+  void beam_select(Live& live);
+  void beam_completions(Live& live);
 
   VlmModel& model_;
   EngineOptions options_;

@@ -34,7 +34,8 @@ struct Completion {
   std::string text;              // detokenized output without a final stop id and cut before a stop string (when the
                                  // engine has a detokenizer)
   std::string finish_reason;     // "stop" (stop id or string), "length" (max_tokens or the context limit)
-  std::vector<double> token_times;  // seconds since the request was added, one per generated token
+  std::vector<double> token_times;  // seconds since the request was added, one per generated token (not for beams)
+  double score = 0;              // beam search: summed log-probability of `tokens`
 };
 
 struct RequestOutput {

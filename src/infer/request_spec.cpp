@@ -56,7 +56,7 @@ Expected<RequestSpec> parse_request_line(std::string_view line, const SamplingPa
   if (!j.is_object()) return parse_error(where + ": a request is a JSON object");
   static const char* kKeys[] = {"id", "prompt", "images", "max_tokens", "temperature", "top_k", "top_p", "min_p",
                                 "repetition_penalty", "frequency_penalty", "presence_penalty", "seed", "n", "stop",
-                                "stop_token_ids", "logprobs"};
+                                "stop_token_ids", "logprobs", "beam_width", "length_penalty"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKeys) known |= key == k;
@@ -89,6 +89,8 @@ Expected<RequestSpec> parse_request_line(std::string_view line, const SamplingPa
   VLM_RETURN_IF_ERROR(read(j, "presence_penalty", s.presence_penalty, at));
   VLM_RETURN_IF_ERROR(read(j, "n", s.n, at));
   VLM_RETURN_IF_ERROR(read(j, "logprobs", s.logprobs, at));
+  VLM_RETURN_IF_ERROR(read(j, "beam_width", s.beam_width, at));
+  VLM_RETURN_IF_ERROR(read(j, "length_penalty", s.length_penalty, at));
   VLM_RETURN_IF_ERROR(read_strings(j, "stop", s.stop, at, true));
   if (j.contains("seed")) {
     uint64_t seed = 0;
@@ -132,6 +134,7 @@ std::string answer_line(const RequestOutput& out) {
     e["text"] = c.text;
     e["tokens"] = c.tokens;
     e["finish_reason"] = c.finish_reason;
+    if (c.score != 0) e["score"] = c.score;
     if (!c.logprobs.empty()) e["logprobs"] = c.logprobs;
     if (!c.top_logprobs.empty()) {
       json tops = json::array();

@@ -1,7 +1,8 @@
 // The requests `vlm generate` reads and the answers it writes, as JSON lines. A request line:
 //   {"id": "q1", "prompt": "what color is the square?", "images": ["a.jpg"], "max_tokens": 32, "temperature": 0.7,
 //    "top_k": 40, "top_p": 0.9, "min_p": 0.05, "repetition_penalty": 1.1, "frequency_penalty": 0.2,
-//    "presence_penalty": 0.1, "seed": 7, "n": 2, "stop": ["\n"], "logprobs": 3}
+//    "presence_penalty": 0.1, "seed": 7, "n": 2, "stop": ["\n"], "stop_token_ids": [2], "logprobs": 3,
+//    "beam_width": 4, "length_penalty": 1.0}
 // Only "prompt" is required; the others default to the command line's settings. Unknown keys are errors (a typo
 // should not silently change nothing). An answer line holds the id and the completions, or the error.
 #pragma once
@@ -33,7 +34,7 @@ Expected<RequestSpec> parse_request_line(std::string_view line, const SamplingPa
 std::string request_line_id(std::string_view line, const std::string& fallback_id);
 
 // The answer as one JSON line (no newline): {"id", "prompt_tokens", "cached_prompt_tokens", "completions": [{"text",
-// "tokens", "finish_reason", "logprobs" and "top_logprobs" (when asked for; [[id, logprob], ...] per token)}]} or
+// "tokens", "finish_reason", "score" (beam search), "logprobs" and "top_logprobs" (when asked for; [[id, logprob], ...] per token)}]} or
 // {"id", "error"}.
 std::string answer_line(const RequestOutput& out);
 

@@ -22,6 +22,10 @@ Status SamplingParams::validate() const {
   if (!std::isfinite(frequency_penalty) || !std::isfinite(presence_penalty))
     return bad("frequency_penalty and presence_penalty must be finite");
   if (n < 1 || n > 1024) return bad("n must be in [1, 1024], got " + std::to_string(n));
+  if (beam_width < 1 || beam_width > 64) return bad("beam_width must be in [1, 64], got " + std::to_string(beam_width));
+  if (beam_width > 1 && n > beam_width)
+    return bad("n = " + std::to_string(n) + " exceeds beam_width = " + std::to_string(beam_width));
+  if (!std::isfinite(length_penalty)) return bad("length_penalty must be finite");
   if (logprobs < -1 || logprobs > 100) return bad("logprobs must be in [-1, 100], got " + std::to_string(logprobs));
   for (const auto& s : stop)
     if (s.empty()) return bad("stop strings must not be empty");

@@ -28,6 +28,10 @@ struct SamplingParams {
   std::vector<int32_t> stop_ids;   // generation ends after one of these (kept in the output)
   std::vector<std::string> stop;   // generation ends when the text contains one (cut from the text)
   int n = 1;                       // completions of the prompt, forked after the prompt (sharing its KV blocks)
+  // > 1: beam search of this width (deterministic; temperature and the filters are not used), returning the n
+  // best hypotheses by summed log-probability / length^length_penalty. Beams share their common prefix's blocks.
+  int beam_width = 1;
+  float length_penalty = 1.f;
   // -1: no log-probabilities (they cost a pass over the vocabulary per token); 0: the chosen token's; N > 0: also
   // the N most likely alternatives.
   int logprobs = -1;

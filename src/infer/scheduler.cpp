@@ -91,7 +91,10 @@ StepPlan Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* s = running_[i];
     const int64_t count = std::min<int64_t>(static_cast<int64_t>(s->tokens.size()) - s->computed, budget);
-    VLM_CHECK(count > 0, "running sequence ", s->request, ".", s->child, " has nothing to compute");
+    if (count == 0) {  // a beam waiting for its siblings to report
+      ++i;
+      continue;
+    }
     bool self_preempted = false;
     while (!reserve(*s, count, plan)) {
       Sequence* victim = running_.back();
@@ -108,19 +111,29 @@ StepPlan Scheduler::schedule() {
   }
   if (!plan.preempted.empty()) return plan;  // blocks are short: admit nothing new this step
   int64_t slots = running_slots();
-  while (budget > 0 && !waiting_.empty() && slots + waiting_.front()->slots <= options_.max_num_seqs) {
-    Sequence* s = waiting_.front();
+  while (budget > 0) {
+    auto next = std::find_if(waiting_.begin(), waiting_.end(), [](const Sequence* w) { return !w->parked; });
+    if (next == waiting_.end() || slots + (*next)->slots > options_.max_num_seqs) break;
+    Sequence* s = *next;
     if (options_.prefix_cache && s->computed == 0) match_prefix(*s);
     const int64_t hits = s->computed;
     const int64_t count = std::min<int64_t>(static_cast<int64_t>(s->tokens.size()) - s->computed, budget);
-    if (!reserve(*s, count, plan)) {
+    bool admitted = true;
+    while (!reserve(*s, count, plan)) {
+      // Only when nothing else moves this step (the running beams all wait for this one): make room for it.
+      if (plan.chunks.empty() && !running_.empty()) {
+        preempt(running_.back(), plan);
+        continue;
+      }
       release_blocks(*s);  // the hit blocks stay cached
+      admitted = false;
       break;
     }
+    if (!admitted) break;
     prefix_hit_tokens_ += hits;
-    waiting_.pop_front();
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
     running_.push_back(s);
-    slots += s->slots;
+    slots = running_slots();
     plan.chunks.push_back({s, s->computed, count});
     budget -= count;
   }
@@ -141,6 +154,10 @@ void Scheduler::commit(const StepPlan& plan) {
       pool_.register_hash(s.blocks[static_cast<size_t>(i)], h);
     }
   }
+}
+
+bool Scheduler::is_running(const Sequence* s) const {
+  return std::find(running_.begin(), running_.end(), s) != running_.end();
 }
 
 void Scheduler::remove(Sequence* s) {
@@ -183,8 +200,8 @@ void Scheduler::check_invariants() const {
   for (const Sequence* s : running_) {
     VLM_CHECK(static_cast<int64_t>(s->blocks.size()) * bs >= s->computed, "sequence ", s->request, " computed ",
               s->computed, " tokens in ", s->blocks.size(), " blocks");
-    VLM_CHECK(s->computed < static_cast<int64_t>(s->tokens.size()), "running sequence ", s->request,
-              " has nothing left to compute");
+    VLM_CHECK(s->computed <= static_cast<int64_t>(s->tokens.size()), "running sequence ", s->request,
+              " computed past its tokens");
     for (int32_t b : s->blocks) ++holders[b];
   }
   for (const Sequence* s : waiting_)

@@ -55,6 +55,7 @@ class Scheduler {
   StepPlan schedule();
   // After the plan's rows were computed: advances each chunk's sequence and registers its newly full blocks.
   void commit(const StepPlan& plan);
+  bool is_running(const Sequence* seq) const;
   // Removes a running or waiting sequence and releases its blocks.
   void remove(Sequence* seq);
 

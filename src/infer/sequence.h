@@ -35,6 +35,10 @@ struct Sequence {
   // Running slots this sequence accounts for against max_num_seqs: n before a request forks (its completions will
   // run beside it), 1 after.
   int slots = 1;
+  double beam_score = 0;  // beam search: summed log-probability of the output so far
+  // Beam search: reported its continuations and waits for its siblings; nothing to compute until the selection,
+  // so a parked sequence that was preempted is not admitted again before it.
+  bool parked = false;
 
   int64_t output_len() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
   std::vector<int32_t> output() const { return {tokens.begin() + prompt_len, tokens.end()}; }

@@ -58,7 +58,8 @@ EngineCase make_engine_case(Device device, uint64_t seed, int max_new) {
   ec.expected = generate_greedy(*ec.model, batch, gp, kImageToken, go);
   for (size_t i = 0; i < prompts.size(); ++i) {
     infer::Request r;
-    r.id = "p" + std::to_string(i);
+    r.id = "p";
+    r.id += std::to_string(i);  // (not "p" + ...: GCC 12 warns -Wrestrict there)
     r.prompt = prompts[i].tokens;
     for (int img : prompts[i].images)
       r.images.push_back({pixels[static_cast<size_t>(img)], infer::image_key("image" + std::to_string(img), "tiny")});

@@ -20,7 +20,7 @@ Expected<RequestSpec> parse(const std::string& line) {
 TEST(RequestSpec, ReadsEveryKeyAndFillsDefaults) {
   auto r = parse(R"({"id": "q1", "prompt": "hi", "images": ["a.jpg", "b.png"], "max_tokens": 32, "top_k": 40,
     "top_p": 0.9, "min_p": 0.05, "repetition_penalty": 1.1, "frequency_penalty": 0.2, "presence_penalty": 0.1,
-    "seed": 7, "n": 2, "stop": ["\n", "END"], "stop_token_ids": [2, 3], "logprobs": 3})");
+    "seed": 7, "n": 2, "stop": ["\n", "END"], "stop_token_ids": [2, 3], "logprobs": 3, "beam_width": 4, "length_penalty": 0.5})");
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->id, "q1");
   EXPECT_EQ(r->prompt, "hi");
@@ -36,6 +36,8 @@ TEST(RequestSpec, ReadsEveryKeyAndFillsDefaults) {
   EXPECT_EQ(r->sampling.stop, (std::vector<std::string>{"\n", "END"}));
   EXPECT_EQ(r->sampling.stop_ids, (std::vector<int32_t>{2, 3}));
   EXPECT_EQ(r->sampling.logprobs, 3);
+  EXPECT_EQ(r->sampling.beam_width, 4);
+  EXPECT_FLOAT_EQ(r->sampling.length_penalty, 0.5f);
   auto minimal = parse(R"({"prompt": "x", "stop": "END"})");
   ASSERT_TRUE(minimal.ok());
   EXPECT_EQ(minimal->id, "fallback");
@@ -65,6 +67,8 @@ TEST(RequestSpec, MalformedLinesAreErrorsNamingTheLineAndKey) {
       {R"({"prompt": "x", "stop_token_ids": [-1]})", "stop_token_ids"},
       {R"({"prompt": "x", "stop_token_ids": 3})", "stop_token_ids"},
       {R"({"prompt": "x", "n": 0})", "n must be"},
+      {R"({"prompt": "x", "beam_width": 0})", "beam_width"},
+      {R"({"prompt": "x", "beam_width": 2, "n": 3})", "exceeds beam_width"},
       {R"({"prompt": "x", "temprature": 1})", "unknown key \"temprature\""},
       {R"({"prompt": "x", "id": [1]})", "\"id\" must be"},
   };
