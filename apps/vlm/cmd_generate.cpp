@@ -35,15 +35,17 @@ Expected<ModelFiles> find_model_files(const std::string& model) {
   const fs::path dir(model);
   if (!fs::is_directory(dir)) return not_found(model + " is not a directory (a run directory or a checkpoint folder)");
   if (fs::exists(dir / "config.toml")) {
-    if (fs::exists(dir / "model.safetensors")) return ModelFiles{(dir / "config.toml").string(), (dir / "model.safetensors").string()};
+    if (fs::exists(dir / "model.safetensors"))
+      return ModelFiles{(dir / "config.toml").string(), (dir / "model.safetensors").string()};
     auto latest = CheckpointManager((dir / "checkpoints").string(), 1).latest();
     if (!latest) return not_found(model + "/checkpoints holds no checkpoint");
     return ModelFiles{(dir / "config.toml").string(), latest->path + "/model.safetensors"};
   }
   if (fs::exists(dir / "model.safetensors") && fs::exists(dir / ".." / ".." / "config.toml"))
     return ModelFiles{(dir / ".." / ".." / "config.toml").string(), (dir / "model.safetensors").string()};
-  return not_found(model + " holds neither config.toml (a run directory) nor model.safetensors inside a run's "
-                           "checkpoints/ (a checkpoint folder)");
+  return not_found(model +
+                   " holds neither config.toml (a run directory) nor model.safetensors inside a run's "
+                   "checkpoints/ (a checkpoint folder)");
 }
 
 Status parse_float(const std::string& flag, const std::string& text, float* out) {
@@ -62,10 +64,14 @@ Expected<int64_t> parse_bytes(const std::string& text) {
   const double v = std::strtod(text.c_str(), &end);
   double scale = 1;
   const std::string unit(end);
-  if (unit == "k" || unit == "K") scale = 1024.0;
-  else if (unit == "m" || unit == "M") scale = 1024.0 * 1024;
-  else if (unit == "g" || unit == "G") scale = 1024.0 * 1024 * 1024;
-  else if (!unit.empty() || end == text.c_str()) return invalid_argument("--kv-memory '" + text + "' is not a size (e.g. 4G, 512M)");
+  if (unit == "k" || unit == "K")
+    scale = 1024.0;
+  else if (unit == "m" || unit == "M")
+    scale = 1024.0 * 1024;
+  else if (unit == "g" || unit == "G")
+    scale = 1024.0 * 1024 * 1024;
+  else if (!unit.empty() || end == text.c_str())
+    return invalid_argument("--kv-memory '" + text + "' is not a size (e.g. 4G, 512M)");
   if (!(v > 0)) return invalid_argument("--kv-memory must be positive");
   return static_cast<int64_t>(v * scale);
 }
@@ -99,7 +105,8 @@ int cmd_generate(int argc, char** argv, int first) {
   f.add_int("--beam-width", &beam_width, "beam search of this width (> 1; returns the --n best)");
   f.add_string("--length-penalty", &length_penalty, "beam search ranks by log-probability / length^this (default 1)");
   f.add_multi("--stop", &stops, "stop string (repeatable)");
-  f.add_int("--logprobs", &logprobs, "log-probabilities in the JSON output: 0 the chosen token's, N also the N most likely (default -1: none)");
+  f.add_int("--logprobs", &logprobs,
+            "log-probabilities in the JSON output: 0 the chosen token's, N also the N most likely (default -1: none)");
   f.add_string("--kv-memory", &kv_memory_text, "KV cache size, e.g. 4G (default: 90% of free GPU memory; 1G on CPU)");
   f.add_int("--block-size", &block_size, "tokens per KV block");
   f.add_int("--max-num-seqs", &max_seqs, "sequences decoded at once");
@@ -112,8 +119,10 @@ int cmd_generate(int argc, char** argv, int first) {
   if (int code = parse_command_flags(f, argc, argv, first); code >= 0) return code;
   const std::vector<std::string> pos = f.positional();
   if (pos.size() != 1) return fail(invalid_argument("expected one MODEL argument, got " + std::to_string(pos.size())));
-  if (prompt.empty() == requests_path.empty()) return fail(invalid_argument("give --prompt or --requests (one of them)"));
-  if (!requests_path.empty() && !images.empty()) return fail(invalid_argument("--image goes with --prompt; a requests file lists its images"));
+  if (prompt.empty() == requests_path.empty())
+    return fail(invalid_argument("give --prompt or --requests (one of them)"));
+  if (!requests_path.empty() && !images.empty())
+    return fail(invalid_argument("--image goes with --prompt; a requests file lists its images"));
 
   infer::SamplingParams defaults;
   defaults.max_tokens = static_cast<int>(max_tokens);
@@ -123,13 +132,13 @@ int cmd_generate(int argc, char** argv, int first) {
   defaults.beam_width = static_cast<int>(beam_width);
   defaults.stop = stops;
   if (seed >= 0) defaults.seed = static_cast<uint64_t>(seed);
-  for (auto [flag, text, target] : {std::tuple{"--temperature", &temperature, &defaults.temperature},
-                                    std::tuple{"--top-p", &top_p, &defaults.top_p},
-                                    std::tuple{"--min-p", &min_p, &defaults.min_p},
-                                    std::tuple{"--repetition-penalty", &rep, &defaults.repetition_penalty},
-                                    std::tuple{"--frequency-penalty", &freq, &defaults.frequency_penalty},
-                                    std::tuple{"--presence-penalty", &pres, &defaults.presence_penalty},
-                                    std::tuple{"--length-penalty", &length_penalty, &defaults.length_penalty}})
+  for (auto [flag, text, target] :
+       {std::tuple{"--temperature", &temperature, &defaults.temperature},
+        std::tuple{"--top-p", &top_p, &defaults.top_p}, std::tuple{"--min-p", &min_p, &defaults.min_p},
+        std::tuple{"--repetition-penalty", &rep, &defaults.repetition_penalty},
+        std::tuple{"--frequency-penalty", &freq, &defaults.frequency_penalty},
+        std::tuple{"--presence-penalty", &pres, &defaults.presence_penalty},
+        std::tuple{"--length-penalty", &length_penalty, &defaults.length_penalty}})
     if (Status s = parse_float(flag, *text, target); !s.ok()) return fail(s);
   if (Status s = defaults.validate(); !s.ok()) return fail(s);
   auto kv_memory = parse_bytes(kv_memory_text);
@@ -142,9 +151,12 @@ int cmd_generate(int argc, char** argv, int first) {
   auto device = parse_device(device_name.empty() ? config->train.device : device_name);
   if (!device.ok()) return fail(device.status());
   DType dtype = device->is_cuda() ? DType::bf16 : DType::f32;
-  if (dtype_name == "f32") dtype = DType::f32;
-  else if (dtype_name == "bf16") dtype = DType::bf16;
-  else if (!dtype_name.empty()) return fail(invalid_argument("--dtype '" + dtype_name + "' is not f32 or bf16"));
+  if (dtype_name == "f32")
+    dtype = DType::f32;
+  else if (dtype_name == "bf16")
+    dtype = DType::bf16;
+  else if (!dtype_name.empty())
+    return fail(invalid_argument("--dtype '" + dtype_name + "' is not f32 or bf16"));
   if (dtype == DType::bf16 && !device->is_cuda()) return fail(invalid_argument("--dtype bf16 needs a cuda device"));
   auto tokenizer = Tokenizer::load(config->data.tokenizer);
   if (!tokenizer.ok()) return fail(tokenizer.status());
@@ -220,21 +232,23 @@ int cmd_generate(int argc, char** argv, int first) {
   }
   ProgressLine progress("generate", requests.size());
   uint64_t done = 0;
-  const std::vector<infer::RequestOutput> answers = engine.generate(std::move(requests), [&](const infer::RequestOutput& r) {
-    write(r);
-    errors += !r.status.ok();
-    if (!quiet) {
-      const infer::EngineStats s = engine.stats();
-      progress.update(++done, std::to_string(s.generated_tokens) + " tokens, " + std::to_string(s.preemptions) +
-                                  " preemptions");
-    }
-  });
+  const std::vector<infer::RequestOutput> answers =
+      engine.generate(std::move(requests), [&](const infer::RequestOutput& r) {
+        write(r);
+        errors += !r.status.ok();
+        if (!quiet) {
+          const infer::EngineStats s = engine.stats();
+          progress.update(++done, std::to_string(s.generated_tokens) + " tokens, " + std::to_string(s.preemptions) +
+                                      " preemptions");
+        }
+      });
   const infer::EngineStats s = engine.stats();
   if (!quiet)
     progress.finish(done, std::to_string(s.generated_tokens) + " tokens generated, prefix cache " +
                               std::to_string(s.prefix_hit_tokens) + " tokens hit");
   if (out != stdout) std::fclose(out);
-  if (errors > 0) std::fprintf(stderr, "%lld request(s) failed (their lines hold the error)\n", static_cast<long long>(errors));
+  if (errors > 0)
+    std::fprintf(stderr, "%lld request(s) failed (their lines hold the error)\n", static_cast<long long>(errors));
   return errors > 0 ? 1 : 0;
 }
 

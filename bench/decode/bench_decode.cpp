@@ -77,7 +77,9 @@ const std::vector<OptionSpec<Options>>& option_specs() {
       {"--device", "cuda, cpu or auto (default: cuda when there is one)",
        [](Options& o, const std::string& v) { return !(o.device = v).empty(); }, nullptr},
       {"--dtype", "bf16, f32 or auto (default: bf16 on cuda, f32 on cpu)",
-       [](Options& o, const std::string& v) { return v == "bf16" || v == "f32" || v == "auto" ? !(o.dtype = v).empty() : false; },
+       [](Options& o, const std::string& v) {
+         return v == "bf16" || v == "f32" || v == "auto" ? !(o.dtype = v).empty() : false;
+       },
        nullptr},
       {"--same-image", "every VLM request shows the same image (exercises the image and prefix caches)", nullptr,
        [](Options& o) { o.same_image = true; }},
@@ -197,7 +199,8 @@ RunResult run_once(VlmModel& model, bool vlm, int batch, const Options& o, int32
 int bench_decode_main(int argc, char** argv) {
   Options o;
   if (int code = parse_bench_options("vlm bench decode", argc, argv, option_specs(), 18, o); code >= 0) return code;
-  const Device dev = o.device == "cpu" ? Device::cpu() : (o.device == "cuda" || cuda_available() ? Device::cuda(0) : Device::cpu());
+  const Device dev =
+      o.device == "cpu" ? Device::cpu() : (o.device == "cuda" || cuda_available() ? Device::cuda(0) : Device::cpu());
   if (dev.is_cuda() && !cuda_available()) {
     std::fprintf(stderr, "vlm bench decode: no CUDA device\n");
     return 1;
@@ -224,7 +227,8 @@ int bench_decode_main(int argc, char** argv) {
     std::string line;
     while (std::getline(in, line)) {
       auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.contains("tok_per_s") && j.contains("shape") && j.contains("batch")) peers.push_back(j);
+      if (!j.is_discarded() && j.contains("tok_per_s") && j.contains("shape") && j.contains("batch"))
+        peers.push_back(j);
     }
   }
   std::ofstream json_out;
@@ -251,14 +255,27 @@ int bench_decode_main(int argc, char** argv) {
       std::printf("      cache hits: prefix %.1f%% of prompt tokens, images %.1f%%; %lld steps, %lld preemptions\n",
                   100 * r.prefix_hit_rate, 100 * r.image_hit_rate, static_cast<long long>(r.steps),
                   static_cast<long long>(r.preemptions));
-      nlohmann::json ours = {{"peer", "vlm.cpp"}, {"shape", shape}, {"batch", batch}, {"device", dev.to_string()},
-                             {"dtype", dtype_name(dtype)}, {"prompt", o.prompt}, {"gen", o.gen},
-                             {"tok_per_s", r.tok_per_s}, {"ttft_p50_ms", r.ttft_p50_ms}, {"ttft_max_ms", r.ttft_max_ms},
-                             {"itl_p50_ms", r.itl_p50_ms}, {"itl_p99_ms", r.itl_p99_ms}, {"kv_bytes", r.kv_bytes},
-                             {"peak_held_kv_bytes", r.peak_held_bytes}, {"peak_unused_fraction", r.peak_unused_fraction},
-                             {"peak_running", r.peak_running}, {"fits_at_full_length", r.fits_at_full_length},
-                             {"prefix_hit_rate", r.prefix_hit_rate}, {"image_hit_rate", r.image_hit_rate},
-                             {"preemptions", r.preemptions}, {"wall_s", r.wall_s}};
+      nlohmann::json ours = {{"peer", "vlm.cpp"},
+                             {"shape", shape},
+                             {"batch", batch},
+                             {"device", dev.to_string()},
+                             {"dtype", dtype_name(dtype)},
+                             {"prompt", o.prompt},
+                             {"gen", o.gen},
+                             {"tok_per_s", r.tok_per_s},
+                             {"ttft_p50_ms", r.ttft_p50_ms},
+                             {"ttft_max_ms", r.ttft_max_ms},
+                             {"itl_p50_ms", r.itl_p50_ms},
+                             {"itl_p99_ms", r.itl_p99_ms},
+                             {"kv_bytes", r.kv_bytes},
+                             {"peak_held_kv_bytes", r.peak_held_bytes},
+                             {"peak_unused_fraction", r.peak_unused_fraction},
+                             {"peak_running", r.peak_running},
+                             {"fits_at_full_length", r.fits_at_full_length},
+                             {"prefix_hit_rate", r.prefix_hit_rate},
+                             {"image_hit_rate", r.image_hit_rate},
+                             {"preemptions", r.preemptions},
+                             {"wall_s", r.wall_s}};
       for (const nlohmann::json& p : peers) {
         if (p["shape"] != shape || p["batch"] != batch) continue;
         const double ptps = p["tok_per_s"].get<double>();

@@ -10,7 +10,8 @@ BlockPool::BlockPool(int64_t num_blocks)
       free_pos_(static_cast<size_t>(num_blocks)),
       hash_of_(static_cast<size_t>(num_blocks)) {
   VLM_CHECK(num_blocks > 0 && num_blocks < (int64_t{1} << 31), "BlockPool: ", num_blocks, " blocks");
-  for (int32_t b = 0; b < static_cast<int32_t>(num_blocks); ++b) free_pos_[static_cast<size_t>(b)] = free_.insert(free_.end(), b);
+  for (int32_t b = 0; b < static_cast<int32_t>(num_blocks); ++b)
+    free_pos_[static_cast<size_t>(b)] = free_.insert(free_.end(), b);
 }
 
 std::optional<int32_t> BlockPool::allocate() {

@@ -19,12 +19,12 @@ namespace vlm::infer {
 using BlockHash = ImageContentHash;
 
 struct BlockPoolStats {
-  int64_t total = 0;   // blocks in the pool
-  int64_t used = 0;    // held by at least one sequence
-  int64_t free = 0;    // held by none (cached ones included): what allocation can take
-  int64_t cached = 0;  // free but still findable by their prefix hash
-  int64_t hits = 0;    // prefix-cache lookups that found a block
-  int64_t misses = 0;  // lookups that did not
+  int64_t total = 0;      // blocks in the pool
+  int64_t used = 0;       // held by at least one sequence
+  int64_t free = 0;       // held by none (cached ones included): what allocation can take
+  int64_t cached = 0;     // free but still findable by their prefix hash
+  int64_t hits = 0;       // prefix-cache lookups that found a block
+  int64_t misses = 0;     // lookups that did not
   int64_t evictions = 0;  // cached blocks reused for other content
 };
 
@@ -37,7 +37,7 @@ class BlockPool {
   // A block with count 1, or nullopt when every block is held. Takes the least recently freed block; a cached one
   // loses its hash (evicted).
   std::optional<int32_t> allocate();
-  void retain(int32_t block);   // count + 1 (a fork, or a prefix-cache hit on a held block)
+  void retain(int32_t block);  // count + 1 (a fork, or a prefix-cache hit on a held block)
   // count - 1; at zero the block joins the back of the free queue (evicted last).
   void release(int32_t block);
   int32_t ref_count(int32_t block) const { return refs_[static_cast<size_t>(block)]; }
@@ -61,7 +61,7 @@ class BlockPool {
   void forget_hash(int32_t block);
 
   std::vector<int32_t> refs_;
-  std::list<int32_t> free_;  // front: evicted first
+  std::list<int32_t> free_;                             // front: evicted first
   std::vector<std::list<int32_t>::iterator> free_pos_;  // valid while refs_ == 0
   std::vector<std::optional<BlockHash>> hash_of_;
   std::unordered_map<BlockHash, int32_t, ImageContentHashHasher> by_hash_;

@@ -1,13 +1,12 @@
 // Engine: request validation, the step (batch assembly, forward, sampling, forks, retirement) and accounting.
 #include "infer/engine.h"
 
-#include "infer/engine_live.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "core/logging.h"
+#include "infer/engine_live.h"
 #include "kernels/ops.h"
 
 namespace vlm::infer {
@@ -149,8 +148,8 @@ void Engine::ensure_image_embeddings(Live& live) {
   }
   if (!missing.empty()) {  // encode the missing images in one batch
     const Tensor& first = live.request.images[missing[0]].pixels;
-    Tensor batch = Tensor::empty({static_cast<int64_t>(missing.size()), first.dim(0), first.dim(1), first.dim(2)},
-                                 DType::f32);
+    Tensor batch =
+        Tensor::empty({static_cast<int64_t>(missing.size()), first.dim(0), first.dim(1), first.dim(2)}, DType::f32);
     for (size_t j = 0; j < missing.size(); ++j) {
       Tensor dst = batch.slice(0, static_cast<int64_t>(j), static_cast<int64_t>(j) + 1).view(first.shape());
       dst.copy_from(live.request.images[missing[j]].pixels.to(Device::cpu()));
@@ -163,11 +162,11 @@ void Engine::ensure_image_embeddings(Live& live) {
       parts[missing[j]] = own;
     }
   }
-  live.image_embeddings = Tensor::empty({static_cast<int64_t>(n) * per_image, mc.text.hidden},
-                                        model_.compute_dtype(), model_.device());
+  live.image_embeddings =
+      Tensor::empty({static_cast<int64_t>(n) * per_image, mc.text.hidden}, model_.compute_dtype(), model_.device());
   for (size_t i = 0; i < n; ++i) {
-    Tensor dst = live.image_embeddings.slice(0, static_cast<int64_t>(i) * per_image,
-                                             static_cast<int64_t>(i + 1) * per_image);
+    Tensor dst =
+        live.image_embeddings.slice(0, static_cast<int64_t>(i) * per_image, static_cast<int64_t>(i + 1) * per_image);
     dst.copy_from(parts[i]);
   }
   for (ImageInput& im : live.request.images) im.pixels = Tensor();  // encoded: the pixels are no longer needed
@@ -177,8 +176,8 @@ bool Engine::sample_and_append(Live& live, Sequence& seq, float* logits) {
   const SamplingParams& sp = live.request.sampling;
   const std::vector<int32_t> output = seq.output();
   const std::vector<int32_t> prompt = seq.prompt();
-  const SampledToken t = sample_token(logits, model_.config().text.vocab_size, sp, prompt, output,
-                                      options_.image_token_id, seq.rng);
+  const SampledToken t =
+      sample_token(logits, model_.config().text.vocab_size, sp, prompt, output, options_.image_token_id, seq.rng);
   seq.tokens.push_back(t.id);
   Completion& c = seq.completion;
   c.tokens.push_back(t.id);
@@ -275,12 +274,14 @@ std::vector<RequestOutput> Engine::step() {
   }
   std::vector<int32_t> tables(plan.chunks.size() * max_blocks, 0);
   for (size_t i = 0; i < plan.chunks.size(); ++i)
-    std::copy(plan.chunks[i].seq->blocks.begin(), plan.chunks[i].seq->blocks.end(), tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
+    std::copy(plan.chunks[i].seq->blocks.begin(), plan.chunks[i].seq->blocks.end(),
+              tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
 
   PagedStep ps;
   ps.positions = i32_tensor(positions, dev);
   ps.slot_mapping = i32_tensor(slots, dev);
-  ps.block_tables = Tensor::from_vector(tables, {static_cast<int64_t>(plan.chunks.size()), static_cast<int64_t>(max_blocks)}).to(dev);
+  ps.block_tables =
+      Tensor::from_vector(tables, {static_cast<int64_t>(plan.chunks.size()), static_cast<int64_t>(max_blocks)}).to(dev);
   ps.context_lens = i32_tensor(context_lens, dev);
   ps.cu_seqlens_q = i32_tensor(cu, dev);
   ps.max_seqlen_q = max_q;

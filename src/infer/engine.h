@@ -25,34 +25,34 @@
 namespace vlm::infer {
 
 struct EngineOptions {
-  int block_size = 16;                 // tokens per KV block
-  int64_t kv_memory = 0;               // KV cache bytes; 0: kv_memory_fraction of free device memory (CPU: 1 GiB)
+  int block_size = 16;    // tokens per KV block
+  int64_t kv_memory = 0;  // KV cache bytes; 0: kv_memory_fraction of free device memory (CPU: 1 GiB)
   double kv_memory_fraction = 0.9;
-  int max_num_seqs = 256;              // sequences running at once
-  int max_tokens_per_step = 2048;      // rows per forward: decodes plus prefill chunks
-  int max_context = 0;                 // tokens per sequence (prompt + output); 0: the model's max_seq_len
+  int max_num_seqs = 256;          // sequences running at once
+  int max_tokens_per_step = 2048;  // rows per forward: decodes plus prefill chunks
+  int max_context = 0;             // tokens per sequence (prompt + output); 0: the model's max_seq_len
   bool prefix_cache = true;
   int64_t image_cache_bytes = int64_t{256} << 20;
-  int32_t image_token_id = -1;         // the placeholder id: never generated
-  uint64_t seed = 0;                   // seeds requests that carry none (with the request's number)
+  int32_t image_token_id = -1;  // the placeholder id: never generated
+  uint64_t seed = 0;            // seeds requests that carry none (with the request's number)
   // Turns output ids into text: needed for stop strings and Completion::text (optional otherwise).
   std::function<std::string(const std::vector<int32_t>&)> detokenize;
-  bool check_invariants = false;       // verify scheduler and pool invariants after every step (tests)
+  bool check_invariants = false;  // verify scheduler and pool invariants after every step (tests)
 };
 
 struct EngineStats {
   int64_t steps = 0;
-  int64_t rows = 0;                // rows computed (prompt and output tokens, recomputation included)
-  int64_t prompt_tokens = 0;       // of admitted requests
+  int64_t rows = 0;           // rows computed (prompt and output tokens, recomputation included)
+  int64_t prompt_tokens = 0;  // of admitted requests
   int64_t generated_tokens = 0;
-  int64_t prefix_hit_tokens = 0;   // prompt (or recomputed) tokens whose KV came from the prefix cache
+  int64_t prefix_hit_tokens = 0;  // prompt (or recomputed) tokens whose KV came from the prefix cache
   int64_t preemptions = 0;
-  int64_t peak_running = 0;        // most sequences computed in one step
+  int64_t peak_running = 0;  // most sequences computed in one step
   int64_t image_cache_hits = 0, image_cache_misses = 0;
-  int64_t kv_bytes = 0;            // allocated KV cache
+  int64_t kv_bytes = 0;  // allocated KV cache
   int64_t block_size = 0;
   BlockPoolStats blocks;
-  int64_t waste_slots = 0;         // slots of held blocks that hold no token right now
+  int64_t waste_slots = 0;  // slots of held blocks that hold no token right now
 };
 
 class Engine {

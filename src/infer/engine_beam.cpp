@@ -26,9 +26,8 @@ void Engine::beam_report(Live& live, Sequence& s, float* logits) {
   const int64_t k = std::min<int64_t>(2 * live.request.sampling.beam_width, V);
   std::vector<int32_t> idx(static_cast<size_t>(V));
   std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t c) {
-    return logits[a] > logits[c] || (logits[a] == logits[c] && a < c);
-  });
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int32_t a, int32_t c) { return logits[a] > logits[c] || (logits[a] == logits[c] && a < c); });
   for (int64_t i = 0; i < k; ++i) {
     const int32_t t = idx[static_cast<size_t>(i)];
     b.pending.push_back({&s, t, s.beam_score + (static_cast<double>(logits[t]) - log_z)});
@@ -44,11 +43,12 @@ void Engine::beam_select(Live& live) {
   const int width = sp.beam_width;
   // Best first; ties by the parent's rank among the live beams, then by token id (deterministic).
   auto rank = [&](const Sequence* p) { return std::find(b.live.begin(), b.live.end(), p) - b.live.begin(); };
-  std::stable_sort(b.pending.begin(), b.pending.end(), [&](const BeamState::Candidate& x, const BeamState::Candidate& y) {
-    if (x.score != y.score) return x.score > y.score;
-    if (x.parent != y.parent) return rank(x.parent) < rank(y.parent);
-    return x.token < y.token;
-  });
+  std::stable_sort(b.pending.begin(), b.pending.end(),
+                   [&](const BeamState::Candidate& x, const BeamState::Candidate& y) {
+                     if (x.score != y.score) return x.score > y.score;
+                     if (x.parent != y.parent) return rank(x.parent) < rank(y.parent);
+                     return x.token < y.token;
+                   });
   std::vector<BeamState::Candidate> chosen;
   for (size_t i = 0; i < b.pending.size() && static_cast<int>(chosen.size()) < width; ++i) {
     const BeamState::Candidate& c = b.pending[i];
@@ -112,8 +112,9 @@ void Engine::beam_select(Live& live) {
 
 void Engine::beam_completions(Live& live) {
   BeamState& b = *live.beams;
-  std::stable_sort(b.done.begin(), b.done.end(),
-                   [](const BeamState::Hypothesis& x, const BeamState::Hypothesis& y) { return x.normalized > y.normalized; });
+  std::stable_sort(b.done.begin(), b.done.end(), [](const BeamState::Hypothesis& x, const BeamState::Hypothesis& y) {
+    return x.normalized > y.normalized;
+  });
   const SamplingParams& sp = live.request.sampling;
   for (size_t i = 0; i < b.done.size() && static_cast<int>(i) < sp.n; ++i) {
     Completion c;

@@ -26,7 +26,7 @@ struct BeamState {
     std::vector<int32_t> tokens;
     std::string finish_reason;
   };
-  std::vector<Sequence*> live;       // beams of the current length
+  std::vector<Sequence*> live;  // beams of the current length
   std::set<const Sequence*> reported;
   std::vector<Candidate> pending;
   std::vector<Hypothesis> done;

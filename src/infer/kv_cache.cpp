@@ -27,7 +27,8 @@ int64_t kv_cache_budget(Device device, int64_t bytes, double fraction) {
 #endif
 }
 
-KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks, Device device) : shape_(shape), num_blocks_(num_blocks) {
+KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks, Device device)
+    : shape_(shape), num_blocks_(num_blocks) {
   VLM_CHECK(num_blocks > 0, "KvCache: ", num_blocks, " blocks");
   const Shape slab{num_blocks, shape.block_size, shape.kv_heads, shape.head_dim};
   for (int l = 0; l < shape.layers; ++l) {

@@ -60,8 +60,7 @@ Expected<Request> PromptBuilder::build(const RequestSpec& spec) const {
     if (!bytes.ok()) return io_error(who + "image " + path + ": " + bytes.status().message());
     Tensor pixels = Tensor::empty({3, S, S}, DType::f32);
     Philox unused(0);
-    if (Status s = image_pipeline_run(bytes->data(), bytes->size(), pipeline_, &unused, pixels.data<float>());
-        !s.ok())
+    if (Status s = image_pipeline_run(bytes->data(), bytes->size(), pipeline_, &unused, pixels.data<float>()); !s.ok())
       return invalid_argument(who + "image " + path + ": " + s.message());
     const std::string_view view(reinterpret_cast<const char*>(bytes->data()), bytes->size());
     r.images.push_back({pixels, image_key(view, preprocessing_)});

@@ -14,10 +14,10 @@ template <typename T>
 Status read(const json& j, const char* k, T& out, const std::string& where) {
   auto it = j.find(k);
   if (it == j.end()) return Status();
-  const bool ok = std::is_same_v<T, std::string>   ? it->is_string()
-                  : std::is_same_v<T, float>        ? it->is_number()
-                  : std::is_same_v<T, uint64_t>     ? it->is_number_unsigned()
-                                                    : it->is_number_integer();
+  const bool ok = std::is_same_v<T, std::string> ? it->is_string()
+                  : std::is_same_v<T, float>     ? it->is_number()
+                  : std::is_same_v<T, uint64_t>  ? it->is_number_unsigned()
+                                                 : it->is_number_integer();
   if (!ok) return invalid_argument(where + ": \"" + k + "\" has the wrong type (" + it->type_name() + ")");
   if constexpr (std::is_same_v<T, int>) {
     const int64_t v = it->get<int64_t>();
@@ -54,9 +54,24 @@ Expected<RequestSpec> parse_request_line(std::string_view line, const SamplingPa
   const json j = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return parse_error(where + ": not valid JSON");
   if (!j.is_object()) return parse_error(where + ": a request is a JSON object");
-  static const char* kKeys[] = {"id", "prompt", "images", "max_tokens", "temperature", "top_k", "top_p", "min_p",
-                                "repetition_penalty", "frequency_penalty", "presence_penalty", "seed", "n", "stop",
-                                "stop_token_ids", "logprobs", "beam_width", "length_penalty"};
+  static const char* kKeys[] = {"id",
+                                "prompt",
+                                "images",
+                                "max_tokens",
+                                "temperature",
+                                "top_k",
+                                "top_p",
+                                "min_p",
+                                "repetition_penalty",
+                                "frequency_penalty",
+                                "presence_penalty",
+                                "seed",
+                                "n",
+                                "stop",
+                                "stop_token_ids",
+                                "logprobs",
+                                "beam_width",
+                                "length_penalty"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKeys) known |= key == k;

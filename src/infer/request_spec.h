@@ -34,8 +34,8 @@ Expected<RequestSpec> parse_request_line(std::string_view line, const SamplingPa
 std::string request_line_id(std::string_view line, const std::string& fallback_id);
 
 // The answer as one JSON line (no newline): {"id", "prompt_tokens", "cached_prompt_tokens", "completions": [{"text",
-// "tokens", "finish_reason", "score" (beam search), "logprobs" and "top_logprobs" (when asked for; [[id, logprob], ...] per token)}]} or
-// {"id", "error"}.
+// "tokens", "finish_reason", "score" (beam search), "logprobs" and "top_logprobs" (when asked for; per token
+// [[id, logprob], ...])}]}, or {"id", "error"}.
 std::string answer_line(const RequestOutput& out);
 
 }  // namespace vlm::infer

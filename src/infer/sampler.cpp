@@ -72,8 +72,8 @@ SampledToken sample_token(float* logits, int64_t V, const SamplingParams& p, con
     log_z = max_logit + static_cast<float>(std::log(z));
   }
   std::vector<float> model_logits;
-  if (want_logprobs && (p.repetition_penalty != 1.f || p.frequency_penalty != 0.f || p.presence_penalty != 0.f ||
-                        p.temperature > 0.f))
+  if (want_logprobs &&
+      (p.repetition_penalty != 1.f || p.frequency_penalty != 0.f || p.presence_penalty != 0.f || p.temperature > 0.f))
     model_logits.assign(logits, logits + V);
 
   SampledToken out;
@@ -81,10 +81,10 @@ SampledToken sample_token(float* logits, int64_t V, const SamplingParams& p, con
     std::vector<int32_t> idx(static_cast<size_t>(V));
     std::iota(idx.begin(), idx.end(), 0);
     const int64_t k = std::min<int64_t>(p.logprobs, V);
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
-    for (int64_t i = 0; i < k; ++i) out.top.emplace_back(idx[static_cast<size_t>(i)], logits[idx[static_cast<size_t>(i)]] - log_z);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    for (int64_t i = 0; i < k; ++i)
+      out.top.emplace_back(idx[static_cast<size_t>(i)], logits[idx[static_cast<size_t>(i)]] - log_z);
   }
 
   apply_penalties(logits, V, p, prompt, output);

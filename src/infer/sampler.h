@@ -42,8 +42,8 @@ struct SamplingParams {
 
 struct SampledToken {
   int32_t id = -1;
-  float logprob = 0.f;                             // log p(id) under the model (when params.logprobs >= 0)
-  std::vector<std::pair<int32_t, float>> top;      // the `logprobs` most likely tokens, most likely first
+  float logprob = 0.f;                         // log p(id) under the model (when params.logprobs >= 0)
+  std::vector<std::pair<int32_t, float>> top;  // the `logprobs` most likely tokens, most likely first
 };
 
 // Picks the next token. `logits` f32 [vocab] is overwritten (penalties, scaling). `prompt` and `output` are the

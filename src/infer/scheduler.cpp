@@ -181,8 +181,8 @@ SchedulerStats Scheduler::stats() const {
   std::unordered_map<int32_t, int64_t> fill;  // block -> computed slots (the fullest holder's view)
   for (const Sequence* s : running_)
     for (size_t j = 0; j < s->blocks.size(); ++j) {
-      const int64_t f = std::clamp<int64_t>(s->computed - static_cast<int64_t>(j) * options_.block_size, 0,
-                                            options_.block_size);
+      const int64_t f =
+          std::clamp<int64_t>(s->computed - static_cast<int64_t>(j) * options_.block_size, 0, options_.block_size);
       int64_t& slot = fill[s->blocks[j]];
       slot = std::max(slot, f);
     }

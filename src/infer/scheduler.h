@@ -20,8 +20,8 @@ namespace vlm::infer {
 
 struct SchedulerOptions {
   int block_size = 16;
-  int max_num_seqs = 256;            // running sequences at most
-  int max_tokens_per_step = 2048;    // rows of one forward (decodes + prefill chunks)
+  int max_num_seqs = 256;          // running sequences at most
+  int max_tokens_per_step = 2048;  // rows of one forward (decodes + prefill chunks)
   bool prefix_cache = true;
 };
 
@@ -34,7 +34,7 @@ struct ScheduledChunk {
 struct StepPlan {
   std::vector<ScheduledChunk> chunks;
   std::vector<std::pair<int32_t, int32_t>> copies;  // (src, dst) blocks to copy before the forward (copy-on-write)
-  std::vector<Sequence*> preempted;                  // sequences sent back to waiting in this step
+  std::vector<Sequence*> preempted;                 // sequences sent back to waiting in this step
   bool empty() const { return chunks.empty(); }
 };
 
@@ -49,7 +49,7 @@ class Scheduler {
  public:
   Scheduler(BlockPool& pool, const SchedulerOptions& options);
 
-  void add(Sequence* seq);          // joins the waiting queue in FCFS order
+  void add(Sequence* seq);  // joins the waiting queue in FCFS order
   // A fork of a running sequence (holding its parent's blocks, already retained) joins the running set.
   void add_running(Sequence* seq);
   StepPlan schedule();

@@ -14,20 +14,20 @@ namespace vlm::infer {
 
 // Where a prompt's images are, for prefix keys and for splicing image embeddings into the step's rows.
 struct PromptImages {
-  std::vector<int32_t> rows;            // per prompt position: -1 (text) or image * per_image + row
-  std::vector<ImageContentHash> keys;   // one per image
+  std::vector<int32_t> rows;           // per prompt position: -1 (text) or image * per_image + row
+  std::vector<ImageContentHash> keys;  // one per image
   int per_image = 1;
 };
 
 struct Sequence {
-  int64_t order = 0;     // FCFS rank: admission and preemption follow it (request number, then completion)
-  int64_t request = 0;   // the engine's number of the request
-  int child = 0;         // which completion of the request
+  int64_t order = 0;            // FCFS rank: admission and preemption follow it (request number, then completion)
+  int64_t request = 0;          // the engine's number of the request
+  int child = 0;                // which completion of the request
   std::vector<int32_t> tokens;  // prompt, then output
   int64_t prompt_len = 0;
   std::shared_ptr<const PromptImages> images;
-  std::vector<int32_t> blocks;      // block table: token i lives in blocks[i / block_size]
-  int64_t computed = 0;             // leading tokens whose K/V are in the blocks
+  std::vector<int32_t> blocks;          // block table: token i lives in blocks[i / block_size]
+  int64_t computed = 0;                 // leading tokens whose K/V are in the blocks
   std::vector<BlockHash> block_hashes;  // prefix keys of the first block_hashes.size() blocks (prefix cache)
   Philox rng;
   Completion completion;

@@ -11,8 +11,8 @@ Tensor TextDecoder::forward_paged(const Tensor& x0, const PagedStep& step, Paged
   const TextConfig& c = config_;
   const int64_t T = x0.dim(0);
   const int H = c.heads, Hkv = c.kv_heads, D = c.head_dim();
-  VLM_CHECK(caches.k.size() == blocks_.size() && caches.v.size() == blocks_.size(), "forward_paged: ",
-            caches.k.size(), " K caches for ", blocks_.size(), " layers");
+  VLM_CHECK(caches.k.size() == blocks_.size() && caches.v.size() == blocks_.size(), "forward_paged: ", caches.k.size(),
+            " K caches for ", blocks_.size(), " layers");
   VLM_CHECK(step.positions.numel() == T && step.slot_mapping.numel() == T, "forward_paged: ", T, " rows but ",
             step.positions.numel(), " positions and ", step.slot_mapping.numel(), " slots");
   const float scale = 1.f / std::sqrt(static_cast<float>(D));

@@ -33,9 +33,7 @@ CliResult run(const std::string& args) {
   return r;
 }
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+void write_file(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 std::string png_of(const Image& image) {
   auto png = encode_png(image);
@@ -49,12 +47,13 @@ std::string trained_run() {
     const std::string dir = testing::scratch_dir("generate_cli");
     const RunConfig c = testing::tiny_run_config(dir);
     const std::string toml = dir + "/run.toml";
-    write_file(toml, "[model]\nvision.image_size = 16\nvision.patch_size = 4\nvision.hidden = 16\nvision.layers = 1\n"
-                     "vision.heads = 2\nvision.mlp_hidden = 32\ntext.vocab_size = 300\ntext.hidden = 32\n"
-                     "text.layers = 1\ntext.heads = 4\ntext.kv_heads = 2\ntext.intermediate = 48\n"
-                     "text.max_seq_len = 256\n[data]\ntrain_shards = \"" + c.data.train_shards +
-                     "\"\ntokenizer = \"" + c.data.tokenizer +
-                     "\"\ntask = \"mixed\"\n[train]\nsteps = 2\nbatch_size = 4\nckpt_every = 2\nwarmup_steps = 1\n");
+    write_file(toml,
+               "[model]\nvision.image_size = 16\nvision.patch_size = 4\nvision.hidden = 16\nvision.layers = 1\n"
+               "vision.heads = 2\nvision.mlp_hidden = 32\ntext.vocab_size = 300\ntext.hidden = 32\n"
+               "text.layers = 1\ntext.heads = 4\ntext.kv_heads = 2\ntext.intermediate = 48\n"
+               "text.max_seq_len = 256\n[data]\ntrain_shards = \"" +
+                   c.data.train_shards + "\"\ntokenizer = \"" + c.data.tokenizer +
+                   "\"\ntask = \"mixed\"\n[train]\nsteps = 2\nbatch_size = 4\nckpt_every = 2\nwarmup_steps = 1\n");
     const CliResult r = run("train --config " + toml + " --run-dir " + dir + "/run --quiet");
     EXPECT_EQ(r.code, 0) << r.output;
     return dir + "/run";
@@ -66,8 +65,8 @@ TEST(GenerateCli, OnePromptWithAnImage) {
   const std::string run_dir = trained_run();
   const std::string img = run_dir + "/../square.png";
   write_file(img, png_of(synth_shapes_sample(1, 0, 16).image));
-  const CliResult r = run("generate " + run_dir + " --prompt 'what color is the square?' --image " + img +
-                          " --max-tokens 4");
+  const CliResult r =
+      run("generate " + run_dir + " --prompt 'what color is the square?' --image " + img + " --max-tokens 4");
   EXPECT_EQ(r.code, 0) << r.output;
   // Two sampled completions, forked after the prompt, printed "[0] ..." and "[1] ...".
   const CliResult two = run("generate " + run_dir + " --prompt 'describe the image.' --image " + img +
@@ -91,16 +90,26 @@ TEST(GenerateCli, RequestsFileAnswersGoodRequestsAndNamesBadOnes) {
   write_file(corrupt, bad);
   write_file(big, png_of(synth_shapes_sample(1, 5, 64).image));  // 4096 pixels, over the limit set below
   const std::string in = dir + "/in.jsonl", out = dir + "/out.jsonl";
-  write_file(in, "{\"id\": \"a\", \"prompt\": \"what color is the square?\", \"images\": [\"" + img + "\"]}\n"
-                 "{\"id\": \"b\", \"prompt\": \"what color is the square?\", \"images\": [\"" + img + "\"]}\n"
-                 "{not json\n"
-                 "{\"id\": \"d\", \"prompt\": \"x\", \"images\": [\"" + dir + "/missing.png\"]}\n"
-                 "{\"id\": \"e\", \"prompt\": \"x\", \"images\": [\"" + corrupt + "\"]}\n"
-                 "{\"id\": \"f\", \"prompt\": \"x\", \"images\": [\"" + big + "\"]}\n"
-                 "{\"id\": \"g\", \"prompt\": \"x\", \"max_tokens\": 0}\n"
-                 "{\"id\": \"h\", \"prompt\": \"x\", \"bogus\": 1}\n"
-                 "\n"
-                 "{\"id\": 9, \"prompt\": \"describe the image.\", \"temperature\": 0.8, \"seed\": 3, \"logprobs\": 2}\n");
+  write_file(
+      in, "{\"id\": \"a\", \"prompt\": \"what color is the square?\", \"images\": [\"" + img +
+              "\"]}\n"
+              "{\"id\": \"b\", \"prompt\": \"what color is the square?\", \"images\": [\"" +
+              img +
+              "\"]}\n"
+              "{not json\n"
+              "{\"id\": \"d\", \"prompt\": \"x\", \"images\": [\"" +
+              dir +
+              "/missing.png\"]}\n"
+              "{\"id\": \"e\", \"prompt\": \"x\", \"images\": [\"" +
+              corrupt +
+              "\"]}\n"
+              "{\"id\": \"f\", \"prompt\": \"x\", \"images\": [\"" +
+              big +
+              "\"]}\n"
+              "{\"id\": \"g\", \"prompt\": \"x\", \"max_tokens\": 0}\n"
+              "{\"id\": \"h\", \"prompt\": \"x\", \"bogus\": 1}\n"
+              "\n"
+              "{\"id\": 9, \"prompt\": \"describe the image.\", \"temperature\": 0.8, \"seed\": 3, \"logprobs\": 2}\n");
   const CliResult r = run("generate " + run_dir + " --requests " + in + " --out " + out +
                           " --max-tokens 5 --block-size 4 --max-num-seqs 1 --set data.max_pixels=1000 --quiet");
   EXPECT_EQ(r.code, 1) << r.output;  // some requests failed

@@ -15,8 +15,8 @@ constexpr int32_t kImageToken = 5;
 
 struct EngineCase {
   std::unique_ptr<VlmModel> model;
-  std::vector<infer::Request> requests;            // greedy, max_tokens = max_new
-  std::vector<std::vector<int32_t>> expected;      // generate_greedy's output per request
+  std::vector<infer::Request> requests;        // greedy, max_tokens = max_new
+  std::vector<std::vector<int32_t>> expected;  // generate_greedy's output per request
   int max_new = 0;
 };
 

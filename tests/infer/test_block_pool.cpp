@@ -124,7 +124,7 @@ TEST(ImageEmbeddingCache, KeepsWithinItsByteBudgetLeastRecentOut) {
   cache.put(image_key("a", ""), t);
   cache.put(image_key("b", ""), t);
   EXPECT_TRUE(cache.get(image_key("a", "")).has_value());  // a is now the most recent
-  cache.put(image_key("c", ""), t);                          // evicts b
+  cache.put(image_key("c", ""), t);                        // evicts b
   EXPECT_FALSE(cache.get(image_key("b", "")).has_value());
   EXPECT_TRUE(cache.get(image_key("a", "")).has_value());
   EXPECT_TRUE(cache.get(image_key("c", "")).has_value());

@@ -141,10 +141,19 @@ TEST(Engine, BadRequestsFailAloneWithClearErrors) {
       {bad("long", [](Request& r) { r.prompt.resize(200, 3); }), "context holds 96"},
       {bad("zero", [](Request& r) { r.sampling.max_tokens = 0; }), "max_tokens"},
       {bad("negative", [](Request& r) { r.sampling.max_tokens = -4; }), "max_tokens"},
-      {bad("shape", [](Request& r) { r.images[0].pixels = Tensor::zeros({3, 8, 8}, DType::f32); }), "image 0"},
+      {bad("shape",
+           [](Request& r) {
+             r.images[0].pixels = Tensor::zeros({3, 8, 8}, DType::f32);
+           }),
+       "image 0"},
       {bad("count", [](Request& r) { r.images.clear(); }), "image placeholders"},
       {bad("vocab", [](Request& r) { r.prompt[0] = 1000; }), "outside the vocabulary"},
-      {bad("empty", [](Request& r) { r.prompt.clear(); r.images.clear(); }), "empty"},
+      {bad("empty",
+           [](Request& r) {
+             r.prompt.clear();
+             r.images.clear();
+           }),
+       "empty"},
       {bad("temperature", [](Request& r) { r.sampling.temperature = -1; }), "temperature"},
   };
   std::vector<size_t> bad_at;
@@ -214,10 +223,10 @@ TEST(Engine, DifferentImagesWithIdenticalTextNeverShareTheSameImageDoes) {
   EXPECT_EQ(a.completions[0].tokens, want_a);
   EXPECT_EQ(b.completions[0].tokens, want_b);
   EXPECT_EQ(a2.completions[0].tokens, want_a);
-  EXPECT_EQ(b.cached_prompt_tokens, 0);                     // nothing of a's prefix is b's
-  EXPECT_EQ(a2.cached_prompt_tokens, 12);                   // a's three full blocks of four (15 tokens)
-  EXPECT_EQ(engine.stats().image_cache_misses, 2);          // a and b were encoded; a2 computed no image row
-  EXPECT_EQ(engine.stats().image_cache_hits, 1);            // a3 found a's embeddings
+  EXPECT_EQ(b.cached_prompt_tokens, 0);             // nothing of a's prefix is b's
+  EXPECT_EQ(a2.cached_prompt_tokens, 12);           // a's three full blocks of four (15 tokens)
+  EXPECT_EQ(engine.stats().image_cache_misses, 2);  // a and b were encoded; a2 computed no image row
+  EXPECT_EQ(engine.stats().image_cache_hits, 1);    // a3 found a's embeddings
   expect_all_blocks_free(engine);
 }
 
@@ -273,7 +282,8 @@ std::vector<Hypothesis> reference_beam_search(VlmModel& model, const std::vector
       std::iota(idx.begin(), idx.end(), 0);
       std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t c) { return row[a] > row[c]; });
       for (int i = 0; i < 2 * width; ++i)
-        cands.push_back({b, idx[static_cast<size_t>(i)], live[b].score + row[idx[static_cast<size_t>(i)]] - mx - std::log(z)});
+        cands.push_back(
+            {b, idx[static_cast<size_t>(i)], live[b].score + row[idx[static_cast<size_t>(i)]] - mx - std::log(z)});
     }
     std::stable_sort(cands.begin(), cands.end(), [](const Cand& x, const Cand& y) {
       if (x.score != y.score) return x.score > y.score;
@@ -311,7 +321,8 @@ std::vector<Hypothesis> reference_beam_search(VlmModel& model, const std::vector
     }
     live = next;
   }
-  std::stable_sort(done.begin(), done.end(), [](const Hypothesis& x, const Hypothesis& y) { return x.normalized > y.normalized; });
+  std::stable_sort(done.begin(), done.end(),
+                   [](const Hypothesis& x, const Hypothesis& y) { return x.normalized > y.normalized; });
   return done;
 }
 
@@ -338,7 +349,8 @@ TEST(Engine, BeamSearchEqualsFullRecomputeBeamSearchAndSharesBlocks) {
         const std::vector<Hypothesis> want = reference_beam_search(*ec.model, reqs[i].prompt, width, 7, 0.7f);
         ASSERT_EQ(out[i].completions.size(), want.size()) << "width " << width << " request " << i;
         for (size_t k = 0; k < want.size(); ++k) {
-          EXPECT_EQ(out[i].completions[k].tokens, want[k].tokens) << "width " << width << " request " << i << " beam " << k;
+          EXPECT_EQ(out[i].completions[k].tokens, want[k].tokens)
+              << "width " << width << " request " << i << " beam " << k;
           EXPECT_NEAR(out[i].completions[k].score, want[k].score, 1e-4);
         }
       }
