@@ -27,8 +27,8 @@ const std::vector<Command>& commands() {
 
 void print_usage(FILE* out) {
   std::fprintf(out,
-               "vlm.cpp: train and evaluate vision-language models, build and clean their datasets, benchmark "
-               "against peers\n\nusage: vlm <command> [flags]\n\ncommands:\n%s\n"
+               "vlm.cpp: train, evaluate and serve vision-language models, build and clean their datasets, "
+               "benchmark against peers\n\nusage: vlm <command> [flags]\n\ncommands:\n%s\n"
                "`vlm <command> --help` lists a command's flags; `vlm --help-env` the environment variables vlm.cpp "
                "reads\n(`vlm --help-env --markdown` writes docs/env.md).\n",
                vlm::cli::command_lines(commands(), "").c_str());
