@@ -64,7 +64,8 @@ def text_config_kwargs():
         hidden_act="silu",
         max_position_embeddings=8192,
         rms_norm_eps=1e-5,
-        rope_theta=100000.0,
+        rope_theta=100000.0,  # transformers 4.x
+        rope_parameters={"rope_type": "default", "rope_theta": 100000.0},  # transformers 5.x
         tie_word_embeddings=True,
         attention_bias=False,
         mlp_bias=False,

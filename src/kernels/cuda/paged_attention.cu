@@ -9,12 +9,16 @@
 //     head and the block merges its lane groups in shared memory. Splits: when sequences x kv heads leave the GPU
 //     under-filled (batch 1 with a long context), the context is split so that about two waves of blocks run, each
 //     split writes a normalized partial row and its log-sum-exp, and paged_combine_kernel merges them in split order.
-//   * everything else (chunked prefill, other head dims, larger groups, misaligned views): paged_attention_kernel,
-//     one warp per (query row, q head) with an online softmax over its visible keys, read through the block table.
+//   * everything else (chunked prefill, other head dims, larger groups, misaligned views), bf16: the contexts are
+//     gathered from the cache into packed K/V (paged_gather_kernel) and attention_forward runs on them, bottom-right
+//     causal: our FlashAttention (tensor cores) wherever it applies;
+//   * the same in f32: paged_attention_kernel, one warp per (query row, q head) with an online softmax over its
+//     visible keys, read through the block table (the fp32 path, compared tightly with the CPU).
 // Scores run in the log2 domain (q pre-scaled by scale * log2 e) in the decode kernel. All sums are in a fixed
 // order, so results are bit-reproducible. The index tables are checked by a one-block kernel that records the first
 // violation (cuda_context.h); the main kernels clamp what they read so a bad table cannot leave the buffers.
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -32,6 +36,7 @@ constexpr int kSplitAlign = 16;        // split lengths are multiples of this
 constexpr int kMaxSplits = 128;        // bound on the partial rows one query may get
 constexpr int kCopyThreads = 128;      // threads of a paged_kv_write row
 constexpr int kCheckThreads = 256;     // threads of the table check
+constexpr int kGatherRows = 16;        // cache rows a block of paged_gather_kernel copies
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <class T>
@@ -162,6 +167,49 @@ __global__ void paged_attention_kernel(PagedArgs<T> a, T* out) {
   const float inv_l = 1.f / l;  // n >= 1: q_len <= ctx
   T* o = out + (row * a.heads_q + h) * dim;
   for (int d = lane; d < dim; d += 32) o[d] = from_f32<T>(acc[d] * inv_l);
+}
+
+// cu_k[0] = 0, cu_k[b + 1] = cu_k[b] + the (clamped) context length of sequence b: the packed offsets of the K/V rows
+// paged_gather_kernel writes; cu_q_safe = cu_seqlens_q made monotone, within [0, tokens_q] and with lengths <= max_q
+// (equal to it when it passed the check), so that attention_forward cannot leave q or out on a bad table either.
+// One thread: the batch of one step is small.
+template <class T>
+__global__ void paged_context_offsets_kernel(PagedArgs<T> a, int batch, int32_t* cu_k, int32_t* cu_q_safe) {
+  pdl::grid_begin();
+  if (threadIdx.x != 0) return;
+  int64_t offset = 0, q_end = 0;
+  cu_k[0] = 0;
+  cu_q_safe[0] = 0;
+  for (int b = 0; b < batch; ++b) {
+    offset += seq_view(a, b).ctx;
+    cu_k[b + 1] = static_cast<int32_t>(offset);
+    q_end = min(min(max(static_cast<int64_t>(a.cu_q[b + 1]), q_end), q_end + a.max_q), a.tokens_q);
+    cu_q_safe[b + 1] = static_cast<int32_t>(q_end);
+  }
+}
+
+// Block (x, sequence y) copies K/V rows of positions [x * kGatherRows, ...) of the sequence's context from the cache
+// into the packed k, v [rows, heads_kv, dim] at cu_k[y] + position; kVec: 16-byte copies.
+template <class T, bool kVec>
+__global__ void paged_gather_kernel(PagedArgs<T> a, const int32_t* cu_k, T* k, T* v) {
+  pdl::grid_begin();
+  const SeqView s = seq_view(a, blockIdx.y);
+  const int64_t p0 = static_cast<int64_t>(blockIdx.x) * kGatherRows, rows = min(int64_t{kGatherRows}, s.ctx - p0);
+  if (rows <= 0) return;
+  constexpr int kStep = kVec ? kVec16<T> : 1;
+  const int64_t row = static_cast<int64_t>(a.heads_kv) * a.dim, per_row = row / kStep;
+  const int64_t base = cu_k[blockIdx.y];
+  for (int64_t i = threadIdx.x; i < rows * per_row; i += blockDim.x) {
+    const int64_t p = p0 + i / per_row, c = (i % per_row) * kStep;
+    const int64_t src = cache_offset(a, s.table, p, 0) + c, dst = (base + p) * row + c;
+    if constexpr (kVec) {
+      *reinterpret_cast<uint4*>(k + dst) = load_raw16(a.k_cache + src);
+      *reinterpret_cast<uint4*>(v + dst) = load_raw16(a.v_cache + src);
+    } else {
+      k[dst] = a.k_cache[src];
+      v[dst] = a.v_cache[src];
+    }
+  }
 }
 
 // The decode kernel's lanes: a lane group of kLanes lanes holds one key row (kVec elements per lane, one 16-byte load).
@@ -381,6 +429,32 @@ void launch_decode_for_dim(const PagedArgs<T>& a, T* out, int64_t batch, Device 
   launch_decode_for_group<T, 128>(a, out, batch, dev, stream);
 }
 
+// Prefill in bf16 on tensor cores: each sequence's context gathered from the cache into packed K/V (at most
+// batch x max_context_len rows; the copy is small next to the attention), then attention_forward, bottom-right
+// causal (FlashAttention wherever it applies; its simple kernel otherwise).
+void gather_prefill(Tensor& out, const Tensor& q, const PagedArgs<bf16>& a, int64_t batch, Device dev,
+                    cudaStream_t stream) {
+  const int64_t rows = batch * a.max_ctx;
+  VLM_CHECK(rows <= INT32_MAX, "ops::paged_attention: ", batch, " sequences x max_context_len ", a.max_ctx,
+            " exceed 32-bit row offsets");
+  Tensor k = scratch(Shape{rows, a.heads_kv, a.dim}, DType::bf16, dev);
+  Tensor v = scratch(Shape{rows, a.heads_kv, a.dim}, DType::bf16, dev);
+  Tensor cu_k = scratch(Shape{batch + 1}, DType::i32, dev), cu_q_safe = scratch(Shape{batch + 1}, DType::i32, dev);
+  pdl::launch(paged_context_offsets_kernel<bf16>, 1, 32, 0, stream, a, static_cast<int>(batch), ptr<int32_t>(cu_k),
+              ptr<int32_t>(cu_q_safe));
+  VLM_CUDA_CHECK_LAUNCH();
+  const int64_t row = static_cast<int64_t>(a.heads_kv) * a.dim;
+  const bool vec = row % kVec16<bf16> == 0 && all_aligned16(a.k_cache, a.v_cache, ptr<bf16>(k), ptr<bf16>(v));
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.max_ctx, kGatherRows)), static_cast<unsigned>(batch));
+  auto kernel = vec ? paged_gather_kernel<bf16, true> : paged_gather_kernel<bf16, false>;
+  pdl::launch(kernel, grid, kCopyThreads, 0, stream, a, ptr<int32_t>(cu_k), ptr<bf16>(k), ptr<bf16>(v));
+  VLM_CUDA_CHECK_LAUNCH();
+  Tensor lse = scratch(Shape{a.heads_q, a.tokens_q}, DType::f32, dev);
+  // cu_k ends at the sum of the context lengths, below the rows allocated: the caller-vouched form of the check.
+  attention_forward(out, lse, q, k, v, cu_q_safe, cu_k, a.max_q, a.max_ctx, a.scale, /*causal=*/true,
+                    /*cu_seqlens_checked=*/true);
+}
+
 // Whether the decode kernel takes the call: one query per sequence, a head dim it is built for, a group it keeps in
 // registers and 16-byte aligned rows.
 template <class T>
@@ -459,8 +533,11 @@ void paged_attention(Tensor& out, const Tensor& q, const Tensor& k_cache, const 
       launch_decode_for_dim<T>(a, ptr<T>(out), batch, dev, stream);
       return;
     }
-    VLM_CHECK(dim <= kMaxSimpleDim, "ops::paged_attention: head dim ", dim, " exceeds the kernel's ", kMaxSimpleDim);
     if (max_seqlen_q == 0) return;
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (max_context_len > 0) return gather_prefill(out, q, a, batch, dev, stream);
+    }
+    VLM_CHECK(dim <= kMaxSimpleDim, "ops::paged_attention: head dim ", dim, " exceeds the kernel's ", kMaxSimpleDim);
     const dim3 grid(static_cast<unsigned>(ceil_div(max_seqlen_q, kWarps)), static_cast<unsigned>(a.heads_q),
                     static_cast<unsigned>(batch));
     const size_t smem = sizeof(float) * kWarps * 2 * static_cast<size_t>(dim);
