@@ -277,11 +277,17 @@ int bench_decode_main(int argc, char** argv) {
                              {"preemptions", r.preemptions},
                              {"wall_s", r.wall_s}};
       for (const nlohmann::json& p : peers) {
-        if (p["shape"] != shape || p["batch"] != batch) continue;
+        // The peer names shapes by model (bench/peers/decode_peer.py): smollm2-135m is text, nanovlm-222m is vlm.
+        const std::string pshape = p["shape"].is_string() ? p["shape"].get<std::string>() : "";
+        const bool same_shape = pshape == shape || (shape == "text" && pshape == "smollm2-135m") ||
+                                (shape == "vlm" && pshape == "nanovlm-222m");
+        if (!same_shape || p["batch"] != batch || !p["tok_per_s"].is_number()) continue;
         const double ptps = p["tok_per_s"].get<double>();
-        std::printf("      %-28s %10.1f tok/s   ours / peer = %.2fx\n", p.value("peer", std::string("?")).c_str(), ptps,
-                    r.tok_per_s / ptps);
-        ours["ratio_" + p.value("peer", std::string("peer"))] = r.tok_per_s / ptps;
+        const std::string name = p.value("peer", std::string("peer")) + " " + p.value("mode", std::string(""));
+        std::printf("      %-28s %10.1f tok/s  TTFT %7.1fms  ITL p50 %6.2fms p99 %6.2fms   ours / peer = %.2fx\n",
+                    name.c_str(), ptps, p.value("ttft_ms", 0.0), p.value("itl_p50_ms", 0.0),
+                    p.value("itl_p99_ms", 0.0), r.tok_per_s / ptps);
+        ours["ratio_" + p.value("mode", p.value("peer", std::string("peer")))] = r.tok_per_s / ptps;
       }
       if (json_out) json_out << ours.dump() << "\n";
     }
