@@ -23,4 +23,14 @@ struct EngineCase {
 // The model on `device` (f32), its weights from `seed`.
 EngineCase make_engine_case(Device device, uint64_t seed, int max_new = 10);
 
+// Beam search by full recomputation (VlmModel::logits_at_rows over every live beam each step) with the engine's rules:
+// 2 * width candidates per beam, endings among the best `width` become hypotheses, early stop at `width`. Text-only
+// prompts; the hypotheses best first.
+struct Hypothesis {
+  double normalized, score;
+  std::vector<int32_t> tokens;
+};
+std::vector<Hypothesis> reference_beam_search(VlmModel& model, const std::vector<int32_t>& prompt, int width,
+                                              int max_tokens, float length_penalty);
+
 }  // namespace vlm::testing

@@ -19,7 +19,9 @@ namespace {
 
 using testing::EngineCase;
 using testing::kImageToken;
+using testing::Hypothesis;
 using testing::make_engine_case;
+using testing::reference_beam_search;
 
 EngineOptions base_options() {
   EngineOptions o;
@@ -228,102 +230,6 @@ TEST(Engine, DifferentImagesWithIdenticalTextNeverShareTheSameImageDoes) {
   EXPECT_EQ(engine.stats().image_cache_misses, 2);  // a and b were encoded; a2 computed no image row
   EXPECT_EQ(engine.stats().image_cache_hits, 1);    // a3 found a's embeddings
   expect_all_blocks_free(engine);
-}
-
-// Beam search by full recomputation (VlmModel::logits_at_rows over every live beam each step), with the engine's
-// rules: 2 * width candidates per beam, endings among the best `width` become hypotheses, early stop at `width`.
-struct Hypothesis {
-  double normalized, score;
-  std::vector<int32_t> tokens;
-};
-std::vector<Hypothesis> reference_beam_search(VlmModel& model, const std::vector<int32_t>& prompt, int width,
-                                              int max_tokens, float length_penalty) {
-  struct Beam {
-    std::vector<int32_t> out;
-    double score;
-  };
-  std::vector<Beam> live{{{}, 0.0}};
-  std::vector<Hypothesis> done;
-  const int64_t V = model.config().text.vocab_size;
-  while (true) {
-    std::vector<int32_t> tokens, positions, cu{0}, rows;
-    int max_len = 0;
-    for (const Beam& b : live) {
-      std::vector<int32_t> seq = prompt;
-      seq.insert(seq.end(), b.out.begin(), b.out.end());
-      for (size_t i = 0; i < seq.size(); ++i) {
-        tokens.push_back(seq[i]);
-        positions.push_back(static_cast<int32_t>(i));
-      }
-      cu.push_back(static_cast<int32_t>(tokens.size()));
-      rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
-      max_len = std::max(max_len, static_cast<int>(seq.size()));
-    }
-    auto t = [](const std::vector<int32_t>& v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); };
-    VlmInputs in;
-    in.tokens = t(tokens);
-    in.positions = t(positions);
-    in.cu_seqlens = t(cu);
-    in.max_seqlen = max_len;
-    Tensor logits = model.logits_at_rows(in, Tensor(), t(rows));
-    struct Cand {
-      size_t parent;
-      int32_t token;
-      double score;
-    };
-    std::vector<Cand> cands;
-    for (size_t b = 0; b < live.size(); ++b) {
-      float* row = logits.data<float>() + static_cast<int64_t>(b) * V;
-      row[kImageToken] = -std::numeric_limits<float>::infinity();
-      const float mx = *std::max_element(row, row + V);
-      double z = 0;
-      for (int64_t i = 0; i < V; ++i) z += std::exp(static_cast<double>(row[i] - mx));
-      std::vector<int32_t> idx(static_cast<size_t>(V));
-      std::iota(idx.begin(), idx.end(), 0);
-      std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t c) { return row[a] > row[c]; });
-      for (int i = 0; i < 2 * width; ++i)
-        cands.push_back(
-            {b, idx[static_cast<size_t>(i)], live[b].score + row[idx[static_cast<size_t>(i)]] - mx - std::log(z)});
-    }
-    std::stable_sort(cands.begin(), cands.end(), [](const Cand& x, const Cand& y) {
-      if (x.score != y.score) return x.score > y.score;
-      if (x.parent != y.parent) return x.parent < y.parent;
-      return x.token < y.token;
-    });
-    std::vector<Cand> chosen;
-    for (size_t i = 0; i < cands.size() && static_cast<int>(chosen.size()) < width; ++i) {
-      const size_t len = live[cands[i].parent].out.size() + 1;
-      if (static_cast<int>(len) >= max_tokens) {
-        if (static_cast<int>(i) < width) {
-          std::vector<int32_t> toks = live[cands[i].parent].out;
-          toks.push_back(cands[i].token);
-          done.push_back({cands[i].score / std::pow(static_cast<double>(len), length_penalty), cands[i].score, toks});
-        }
-        continue;
-      }
-      chosen.push_back(cands[i]);
-    }
-    if (static_cast<int>(done.size()) >= width || chosen.empty()) break;
-    std::vector<Beam> next;
-    for (size_t p = 0; p < live.size(); ++p) {
-      std::vector<const Cand*> mine;
-      for (const Cand& c : chosen)
-        if (c.parent == p) mine.push_back(&c);
-      if (mine.empty()) continue;
-      for (size_t j = 1; j < mine.size(); ++j) {
-        next.push_back(live[p]);
-        next.back().out.push_back(mine[j]->token);
-        next.back().score = mine[j]->score;
-      }
-      next.push_back(live[p]);
-      next.back().out.push_back(mine[0]->token);
-      next.back().score = mine[0]->score;
-    }
-    live = next;
-  }
-  std::stable_sort(done.begin(), done.end(),
-                   [](const Hypothesis& x, const Hypothesis& y) { return x.normalized > y.normalized; });
-  return done;
 }
 
 TEST(Engine, BeamSearchEqualsFullRecomputeBeamSearchAndSharesBlocks) {

@@ -45,5 +45,33 @@ TEST(EngineGpu, GreedyEqualsFullRecomputeInFp32) {
   }
 }
 
+TEST(EngineGpu, BeamSearchEqualsFullRecomputeBeamSearchInFp32) {
+  SKIP_WITHOUT_CUDA();
+  EngineCase ec = make_engine_case(Device::cuda(0), 8);
+  EngineOptions o;
+  o.block_size = 4;
+  o.kv_memory = 14 * 512;  // tight: beams are preempted
+  o.max_tokens_per_step = 9;
+  o.image_token_id = kImageToken;
+  o.check_invariants = true;
+  Engine engine(*ec.model, o);
+  std::vector<Request> reqs;
+  for (size_t i : {size_t{0}, size_t{2}, size_t{7}}) {  // the text-only prompts
+    Request r = ec.requests[i];
+    r.sampling.beam_width = 3;
+    r.sampling.n = 3;
+    r.sampling.max_tokens = 7;
+    reqs.push_back(r);
+  }
+  const std::vector<RequestOutput> out = engine.generate(reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(out[i].status.ok()) << out[i].status.message();
+    const auto want = testing::reference_beam_search(*ec.model, reqs[i].prompt, 3, 7, 1.f);
+    ASSERT_EQ(out[i].completions.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_EQ(out[i].completions[k].tokens, want[k].tokens) << i << "/" << k;
+  }
+  EXPECT_EQ(engine.stats().blocks.used, 0);
+}
+
 }  // namespace
 }  // namespace vlm::infer
