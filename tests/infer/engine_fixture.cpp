@@ -166,5 +166,4 @@ std::vector<Hypothesis> reference_beam_search(VlmModel& model, const std::vector
   return done;
 }
 
-
 }  // namespace vlm::testing

@@ -18,8 +18,8 @@ namespace vlm::infer {
 namespace {
 
 using testing::EngineCase;
-using testing::kImageToken;
 using testing::Hypothesis;
+using testing::kImageToken;
 using testing::make_engine_case;
 using testing::reference_beam_search;
 
