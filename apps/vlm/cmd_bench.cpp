@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "bench/data/bench_data.h"
+#include "bench/decode/bench_decode.h"
 #include "bench/train/bench_train.h"
 #include "commands.h"
 
@@ -42,6 +43,10 @@ int bench_data(int argc, char** argv, int first) {
   return run_bench(vlm::bench::bench_data_main, "data", argc, argv, first);
 }
 
+int bench_decode(int argc, char** argv, int first) {
+  return run_bench(vlm::bench::bench_decode_main, "decode", argc, argv, first);
+}
+
 int bench_train(int argc, char** argv, int first) {
   return run_bench(vlm::bench::bench_train_main, "train", argc, argv, first);
 }
@@ -52,6 +57,8 @@ const std::vector<Command>& benchmarks() {
   static const std::vector<Command> table = {
       {"attention", "our FlashAttention fwd/bwd TFLOP/s vs PyTorch SDPA (cuDNN, FlashAttention-2); CUDA build",
        bench_attention},
+      {"decode", "the inference engine: tok/s, TTFT, ITL at batch 1/32/128 (text and VLM shapes) vs PyTorch peers",
+       bench_decode},
       {"data", "decode + resize (+ normalize, + tokenize) images/s per core vs Pillow on JPEG shards", bench_data},
       {"train", "one training step of the nanoVLM-222M shape vs PyTorch: samples/s, MFU, memory; CUDA device",
        bench_train},

@@ -16,11 +16,13 @@ using vlm::cli::Command;
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"train", "train a VLM from a TOML run file (--resume continues a run exactly)", vlm::cli::cmd_train},
-      {"eval", "evaluate a checkpoint on held-out shards (VQA accuracy, caption exact match)", vlm::cli::cmd_eval},
+      {"eval", "evaluate a checkpoint on held-out shards (VQA accuracy, caption CIDEr-D/BLEU/ROUGE-L, retrieval)", vlm::cli::cmd_eval},
       {"forward", "run a model on a transformers-style batch (input_ids, pixel_values) and write its logits",
        vlm::cli::cmd_forward},
       {"convert", "convert model folders: Hugging Face in (SmolVLM, nanoVLM, Llama, Qwen2, SigLIP) and out",
        vlm::cli::cmd_convert},
+      {"generate", "generate with a trained model (paged-KV engine; --prompt/--image or a JSONL of requests)",
+       vlm::cli::cmd_generate},
       {"data", "dataset tools", vlm::cli::cmd_data, &vlm::cli::data_tools()},
       {"bench", "benchmarks against the peers", vlm::cli::cmd_bench, &vlm::cli::benchmarks()},
       {"report", "one self-contained HTML page comparing runs: curves, memory, config diff, eval examples",
@@ -31,8 +33,8 @@ const std::vector<Command>& commands() {
 
 void print_usage(FILE* out) {
   std::fprintf(out,
-               "vlm.cpp: train and evaluate vision-language models, build and clean their datasets, benchmark "
-               "against peers\n\nusage: vlm <command> [flags]\n\ncommands:\n%s\n"
+               "vlm.cpp: train, evaluate and generate with vision-language models, build and clean their datasets, "
+               "benchmark against peers\n\nusage: vlm <command> [flags]\n\ncommands:\n%s\n"
                "`vlm <command> --help` lists a command's flags; `vlm --help-env` the environment variables vlm.cpp "
                "reads\n(`vlm --help-env --markdown` writes docs/env.md).\n",
                vlm::cli::command_lines(commands(), "").c_str());

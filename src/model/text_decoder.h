@@ -10,6 +10,23 @@
 
 namespace vlm {
 
+// One inference step over a paged KV cache (src/infer): a batch of sequence chunks, each the next rows of its
+// sequence (a prefill chunk, or one token when decoding). Every tensor on the model's device.
+struct PagedStep {
+  Tensor positions;     // i32 [T] absolute position of each row in its sequence (RoPE)
+  Tensor slot_mapping;  // i32 [T] cache slot (block * block_size + offset) each row's K/V is written to; -1 skips
+  Tensor block_tables;  // i32 [B, max_blocks] each sequence's blocks in order (rows padded past its context)
+  Tensor context_lens;  // i32 [B] tokens of each sequence in the cache once this step's rows are written
+  Tensor cu_seqlens_q;  // i32 [B+1] rows of each sequence in this step (its last rows: queries are bottom-right)
+  int max_seqlen_q = 0;
+  int max_context_len = 0;
+};
+
+// Per-layer K and V caches, each [num_blocks, block_size, kv_heads, head_dim] in the compute dtype.
+struct PagedKvCaches {
+  std::vector<Tensor> k, v;
+};
+
 class TextDecoder {
  public:
   // What a block's backward reads. With recomputation the forward keeps only `x` and the backward refills the rest
@@ -41,6 +58,10 @@ class TextDecoder {
   // bit for bit; one more forward of every block, activations of one block alive at a time instead of all).
   void set_recompute_blocks(bool on) { recompute_blocks_ = on; }
   bool recompute_blocks() const { return recompute_blocks_; }
+  // Inference over paged KV: x0 [T, hidden] (embeddings of the step's rows) -> f32 logits [R, vocab] at
+  // `logit_rows` (i32 [R]). Each layer writes the rows' K/V into `caches` (ops::paged_kv_write) and attends over
+  // its sequence's cached context (ops::paged_attention). The same parameters and ops as training; nothing saved.
+  Tensor forward_paged(const Tensor& x0, const PagedStep& step, PagedKvCaches& caches, const Tensor& logit_rows) const;
   const Linear& lm_head() const { return lm_head_; }
   const TextConfig& config() const { return config_; }
 

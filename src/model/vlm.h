@@ -84,6 +84,8 @@ class VlmModel {
   // The vision tower's output (its last hidden state, after the final LayerNorm): images [N, C, H, W] ->
   // f32 [N * patches, vision hidden].
   Tensor vision_features(const Tensor& images);
+  // The language model alone (the inference engine's decode step: TextDecoder::forward_paged).
+  const TextDecoder& text_decoder() const { return *text_; }
   // Logits [R, V] at `rows` (i32 [R]) for packed tokens whose image rows are filled from `image_tokens`. Always
   // f32 (bf16 logits are cast on the device), ready for a host copy.
   Tensor logits_at_rows(const VlmInputs& in, const Tensor& image_tokens, const Tensor& rows);

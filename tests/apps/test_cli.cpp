@@ -59,9 +59,10 @@ TEST(Cli, HelpListsEveryCommandAndEachAnswersHelp) {
   ASSERT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--help-env"), std::string::npos) << r.out;
   const std::vector<std::string> commands = listed(r.out, "commands");
-  EXPECT_EQ(commands, (std::vector<std::string>{"train", "eval", "forward", "convert", "data synth", "data build", "data inspect",
-                                                "data dedup", "data filter", "data tokenizer-train",
-                                                "bench attention", "bench data", "bench train", "report"}))
+  EXPECT_EQ(commands, (std::vector<std::string>{"train", "eval", "forward", "convert", "generate", "data synth",
+                                                "data build", "data inspect", "data dedup", "data filter",
+                                                "data tokenizer-train", "bench attention", "bench decode", "bench data",
+                                                "bench train", "report"}))
       << r.out;
   for (const auto& [level, noun] : {std::pair{"data", "tools"}, std::pair{"bench", "benchmarks"}}) {
     const CliResult sub = run(std::string(level) + " --help");

@@ -1,0 +1,255 @@
+// `vlm generate`: text (and images) in, completions out, through the paged-KV engine (src/infer). One prompt from
+// the command line (--prompt, --image), or a JSON-lines file of requests (--requests) answered into --out as they
+// finish, with a progress line. A request that fails (bad JSON, unreadable or corrupt image, prompt over the
+// context) gets an error line; the others go on.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "cli.h"
+#include "commands.h"
+#include "infer/engine.h"
+#include "infer/prompt_builder.h"
+#include "infer/request_spec.h"
+#include "track/progress.h"
+#include "train/checkpoint.h"
+#include "train/train_config.h"
+
+namespace vlm::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+// A run directory (config.toml + checkpoints/, or + model.safetensors) or a checkpoint folder inside one.
+struct ModelFiles {
+  std::string config, weights;
+};
+
+Expected<ModelFiles> find_model_files(const std::string& model) {
+  const fs::path dir(model);
+  if (!fs::is_directory(dir)) return not_found(model + " is not a directory (a run directory or a checkpoint folder)");
+  if (fs::exists(dir / "config.toml")) {
+    if (fs::exists(dir / "model.safetensors"))
+      return ModelFiles{(dir / "config.toml").string(), (dir / "model.safetensors").string()};
+    auto latest = CheckpointManager((dir / "checkpoints").string(), 1).latest();
+    if (!latest) return not_found(model + "/checkpoints holds no checkpoint");
+    return ModelFiles{(dir / "config.toml").string(), latest->path + "/model.safetensors"};
+  }
+  if (fs::exists(dir / "model.safetensors") && fs::exists(dir / ".." / ".." / "config.toml"))
+    return ModelFiles{(dir / ".." / ".." / "config.toml").string(), (dir / "model.safetensors").string()};
+  return not_found(model +
+                   " holds neither config.toml (a run directory) nor model.safetensors inside a run's "
+                   "checkpoints/ (a checkpoint folder)");
+}
+
+Status parse_float(const std::string& flag, const std::string& text, float* out) {
+  if (text.empty()) return Status();
+  char* end = nullptr;
+  const float v = std::strtof(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0') return invalid_argument(flag + " '" + text + "' is not a number");
+  *out = v;
+  return Status();
+}
+
+// "1073741824", "512M", "2G", "64k" -> bytes.
+Expected<int64_t> parse_bytes(const std::string& text) {
+  if (text.empty()) return int64_t{0};
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  double scale = 1;
+  const std::string unit(end);
+  if (unit == "k" || unit == "K")
+    scale = 1024.0;
+  else if (unit == "m" || unit == "M")
+    scale = 1024.0 * 1024;
+  else if (unit == "g" || unit == "G")
+    scale = 1024.0 * 1024 * 1024;
+  else if (!unit.empty() || end == text.c_str())
+    return invalid_argument("--kv-memory '" + text + "' is not a size (e.g. 4G, 512M)");
+  if (!(v > 0)) return invalid_argument("--kv-memory must be positive");
+  return static_cast<int64_t>(v * scale);
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv, int first) {
+  std::string prompt, requests_path, out_path, device_name, dtype_name, kv_memory_text;
+  std::vector<std::string> images, overrides, stops;
+  std::string temperature, top_p, min_p, rep, freq, pres, length_penalty;
+  int64_t max_tokens = 64, top_k = 0, n = 1, logprobs = -1, beam_width = 1, seed = -1, block_size = 16, max_seqs = 256;
+  int64_t step_tokens = 2048;
+  bool no_prefix_cache = false, quiet = false;
+  Flags f("vlm generate MODEL (--prompt TEXT [--image FILE]... | --requests IN.jsonl [--out OUT.jsonl]) [flags]",
+          "Generate with a trained model through the paged-KV engine. MODEL is a run directory (its config.toml and "
+          "newest checkpoint) or a checkpoint folder inside one; the run's tokenizer and chat template are used.");
+  f.add_string("--prompt", &prompt, "the user's text (one request)");
+  f.add_multi("--image", &images, "an image for --prompt (repeatable; placeholders come first, in order)");
+  f.add_string("--requests", &requests_path, "JSON lines: {\"id\", \"prompt\", \"images\": [...], sampling keys}");
+  f.add_string("--out", &out_path, "answers as JSON lines, written as they finish (default: stdout)");
+  f.add_int("--max-tokens", &max_tokens, "tokens generated at most per completion");
+  f.add_string("--temperature", &temperature, "0 = greedy (default)");
+  f.add_int("--top-k", &top_k, "sample from the k most likely tokens (0 = all)");
+  f.add_string("--top-p", &top_p, "nucleus sampling mass (1 = off)");
+  f.add_string("--min-p", &min_p, "drop tokens below min-p x the top probability (0 = off)");
+  f.add_string("--repetition-penalty", &rep, "> 1 discourages tokens already in the prompt or output");
+  f.add_string("--frequency-penalty", &freq, "subtracted per earlier occurrence in the output");
+  f.add_string("--presence-penalty", &pres, "subtracted once a token is in the output");
+  f.add_int("--seed", &seed, "sampling seed (default: per request from a fixed engine seed)");
+  f.add_int("--n", &n, "completions per prompt (forked after the prompt, sharing its KV blocks)");
+  f.add_int("--beam-width", &beam_width, "beam search of this width (> 1; returns the --n best)");
+  f.add_string("--length-penalty", &length_penalty, "beam search ranks by log-probability / length^this (default 1)");
+  f.add_multi("--stop", &stops, "stop string (repeatable)");
+  f.add_int("--logprobs", &logprobs,
+            "log-probabilities in the JSON output: 0 the chosen token's, N also the N most likely (default -1: none)");
+  f.add_string("--kv-memory", &kv_memory_text, "KV cache size, e.g. 4G (default: 90% of free GPU memory; 1G on CPU)");
+  f.add_int("--block-size", &block_size, "tokens per KV block");
+  f.add_int("--max-num-seqs", &max_seqs, "sequences decoded at once");
+  f.add_int("--max-step-tokens", &step_tokens, "rows per forward step (decodes + prompt chunks)");
+  f.add_bool("--no-prefix-cache", &no_prefix_cache, "do not share KV blocks of identical prefixes");
+  f.add_string("--device", &device_name, "cpu | cuda[:N] (default: the run's train.device)");
+  f.add_string("--dtype", &dtype_name, "f32 | bf16 (default: bf16 on cuda, f32 on cpu)");
+  f.add_multi("--set", &overrides, "override one run option, e.g. --set model.text.max_seq_len=1024 (repeatable)");
+  f.add_bool("--quiet", &quiet, "no progress line");
+  if (int code = parse_command_flags(f, argc, argv, first); code >= 0) return code;
+  const std::vector<std::string> pos = f.positional();
+  if (pos.size() != 1) return fail(invalid_argument("expected one MODEL argument, got " + std::to_string(pos.size())));
+  if (prompt.empty() == requests_path.empty())
+    return fail(invalid_argument("give --prompt or --requests (one of them)"));
+  if (!requests_path.empty() && !images.empty())
+    return fail(invalid_argument("--image goes with --prompt; a requests file lists its images"));
+
+  infer::SamplingParams defaults;
+  defaults.max_tokens = static_cast<int>(max_tokens);
+  defaults.top_k = static_cast<int>(top_k);
+  defaults.n = static_cast<int>(n);
+  defaults.logprobs = static_cast<int>(logprobs);
+  defaults.beam_width = static_cast<int>(beam_width);
+  defaults.stop = stops;
+  if (seed >= 0) defaults.seed = static_cast<uint64_t>(seed);
+  for (auto [flag, text, target] :
+       {std::tuple{"--temperature", &temperature, &defaults.temperature},
+        std::tuple{"--top-p", &top_p, &defaults.top_p}, std::tuple{"--min-p", &min_p, &defaults.min_p},
+        std::tuple{"--repetition-penalty", &rep, &defaults.repetition_penalty},
+        std::tuple{"--frequency-penalty", &freq, &defaults.frequency_penalty},
+        std::tuple{"--presence-penalty", &pres, &defaults.presence_penalty},
+        std::tuple{"--length-penalty", &length_penalty, &defaults.length_penalty}})
+    if (Status s = parse_float(flag, *text, target); !s.ok()) return fail(s);
+  if (Status s = defaults.validate(); !s.ok()) return fail(s);
+  auto kv_memory = parse_bytes(kv_memory_text);
+  if (!kv_memory.ok()) return fail(kv_memory.status());
+
+  auto files = find_model_files(pos[0]);
+  if (!files.ok()) return fail(files.status());
+  auto config = load_run_config(files->config, overrides);
+  if (!config.ok()) return fail(config.status());
+  auto device = parse_device(device_name.empty() ? config->train.device : device_name);
+  if (!device.ok()) return fail(device.status());
+  DType dtype = device->is_cuda() ? DType::bf16 : DType::f32;
+  if (dtype_name == "f32")
+    dtype = DType::f32;
+  else if (dtype_name == "bf16")
+    dtype = DType::bf16;
+  else if (!dtype_name.empty())
+    return fail(invalid_argument("--dtype '" + dtype_name + "' is not f32 or bf16"));
+  if (dtype == DType::bf16 && !device->is_cuda()) return fail(invalid_argument("--dtype bf16 needs a cuda device"));
+  auto tokenizer = Tokenizer::load(config->data.tokenizer);
+  if (!tokenizer.ok()) return fail(tokenizer.status());
+  auto chat = chat_template_by_name(config->data.chat_template);
+  if (!chat.ok()) return fail(chat.status());
+  VlmDataOptions data;  // the held-out preprocessing: center crop, no augmentation
+  data.image_size = config->model.vision.image_size;
+  data.resize = config->data.resize;
+  data.resize_mode = "center_crop";
+  data.max_pixels = static_cast<uint64_t>(config->data.max_pixels);
+  data.dct_scaling = config->data.dct_scaling;
+  for (int i = 0; i < 3; ++i) {
+    data.mean[i] = config->data.image_mean[static_cast<size_t>(i)];
+    data.std[i] = config->data.image_std[static_cast<size_t>(i)];
+  }
+  auto pipeline = image_pipeline_options(data);
+  if (!pipeline.ok()) return fail(pipeline.status());
+  auto builder = infer::PromptBuilder::create(*tokenizer, *chat, config->model.image_tokens(), *pipeline);
+  if (!builder.ok()) return fail(builder.status());
+
+  VlmModel model(config->model, *device, dtype);
+  if (Status s = model.params().load(files->weights); !s.ok()) return fail(s);
+  infer::EngineOptions eo;
+  eo.block_size = static_cast<int>(block_size);
+  eo.kv_memory = *kv_memory;
+  eo.max_num_seqs = static_cast<int>(max_seqs);
+  eo.max_tokens_per_step = static_cast<int>(step_tokens);
+  eo.prefix_cache = !no_prefix_cache;
+  eo.image_token_id = builder->image_token_id();
+  eo.detokenize = [&](const std::vector<int32_t>& ids) { return tokenizer->decode(ids); };
+  if (eo.block_size < 1 || eo.max_num_seqs < 1 || eo.max_tokens_per_step < 1)
+    return fail(invalid_argument("--block-size, --max-num-seqs and --max-step-tokens must be positive"));
+  infer::Engine engine(model, eo);
+
+  if (!prompt.empty()) {  // one request: the completions' text on stdout
+    infer::RequestSpec spec{"prompt", prompt, images, defaults};
+    auto request = builder->build(spec);
+    if (!request.ok()) return fail(request.status());
+    const infer::RequestOutput out = engine.generate({std::move(*request)})[0];
+    if (!out.status.ok()) return fail(out.status);
+    for (size_t i = 0; i < out.completions.size(); ++i) {
+      if (out.completions.size() > 1) std::printf("[%zu] ", i);
+      std::printf("%s\n", out.completions[i].text.c_str());
+    }
+    return 0;
+  }
+
+  std::ifstream in(requests_path);
+  if (!in) return fail(io_error(requests_path + ": cannot open"));
+  FILE* out = out_path.empty() ? stdout : std::fopen(out_path.c_str(), "w");
+  if (!out) return fail(io_error(out_path + ": cannot write"));
+  auto write = [&](const infer::RequestOutput& r) {
+    std::fprintf(out, "%s\n", infer::answer_line(r).c_str());
+    std::fflush(out);
+  };
+  std::vector<infer::Request> requests;
+  int64_t errors = 0;
+  std::string line;
+  for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = requests_path + ":" + std::to_string(line_no);
+    auto spec = infer::parse_request_line(line, defaults, "line" + std::to_string(line_no), where);
+    Expected<infer::Request> request = spec.ok() ? builder->build(*spec) : Expected<infer::Request>(spec.status());
+    if (!request.ok()) {
+      infer::RequestOutput r;
+      r.id = spec.ok() ? spec->id : infer::request_line_id(line, "line" + std::to_string(line_no));
+      r.status = request.status();
+      write(r);
+      ++errors;
+      continue;
+    }
+    requests.push_back(std::move(*request));
+  }
+  ProgressLine progress("generate", requests.size());
+  uint64_t done = 0;
+  const std::vector<infer::RequestOutput> answers =
+      engine.generate(std::move(requests), [&](const infer::RequestOutput& r) {
+        write(r);
+        errors += !r.status.ok();
+        if (!quiet) {
+          const infer::EngineStats s = engine.stats();
+          progress.update(++done, std::to_string(s.generated_tokens) + " tokens, " + std::to_string(s.preemptions) +
+                                      " preemptions");
+        }
+      });
+  const infer::EngineStats s = engine.stats();
+  if (!quiet)
+    progress.finish(done, std::to_string(s.generated_tokens) + " tokens generated, prefix cache " +
+                              std::to_string(s.prefix_hit_tokens) + " tokens hit");
+  if (out != stdout) std::fclose(out);
+  if (errors > 0)
+    std::fprintf(stderr, "%lld request(s) failed (their lines hold the error)\n", static_cast<long long>(errors));
+  return errors > 0 ? 1 : 0;
+}
+
+}  // namespace vlm::cli

@@ -1,0 +1,106 @@
+// The inference engine: requests in, completions out, one batched forward per step. Each step the scheduler picks
+// the rows (decodes and prompt chunks of many sequences), the engine splices cached image embeddings into their
+// embeddings, runs the decoder over the paged KV cache (TextDecoder::forward_paged), samples the sequences whose
+// last row was computed, forks n > 1 requests after their prompt and retires finished sequences, releasing their
+// blocks. Requests that cannot run (empty prompt, prompt over the context, bad sampling settings, image count or
+// shape not matching the placeholders) are answered with an error naming the request and never touch the others.
+// Runs on the model's device (CPU or CUDA). Not thread-safe: one caller drives step().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "infer/block_pool.h"
+#include "infer/image_cache.h"
+#include "infer/kv_cache.h"
+#include "infer/request.h"
+#include "infer/scheduler.h"
+#include "infer/sequence.h"
+#include "model/vlm.h"
+
+namespace vlm::infer {
+
+struct EngineOptions {
+  int block_size = 16;    // tokens per KV block
+  int64_t kv_memory = 0;  // KV cache bytes; 0: kv_memory_fraction of free device memory (CPU: 1 GiB)
+  double kv_memory_fraction = 0.9;
+  int max_num_seqs = 256;          // sequences running at once
+  int max_tokens_per_step = 2048;  // rows per forward: decodes plus prefill chunks
+  int max_context = 0;             // tokens per sequence (prompt + output); 0: the model's max_seq_len
+  bool prefix_cache = true;
+  int64_t image_cache_bytes = int64_t{256} << 20;
+  int32_t image_token_id = -1;  // the placeholder id: never generated
+  uint64_t seed = 0;            // seeds requests that carry none (with the request's number)
+  // Turns output ids into text: needed for stop strings and Completion::text (optional otherwise).
+  std::function<std::string(const std::vector<int32_t>&)> detokenize;
+  bool check_invariants = false;  // verify scheduler and pool invariants after every step (tests)
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t rows = 0;           // rows computed (prompt and output tokens, recomputation included)
+  int64_t prompt_tokens = 0;  // of admitted requests
+  int64_t generated_tokens = 0;
+  int64_t prefix_hit_tokens = 0;  // prompt (or recomputed) tokens whose KV came from the prefix cache
+  int64_t preemptions = 0;
+  int64_t peak_running = 0;  // most sequences computed in one step
+  int64_t image_cache_hits = 0, image_cache_misses = 0;
+  int64_t kv_bytes = 0;  // allocated KV cache
+  int64_t block_size = 0;
+  BlockPoolStats blocks;
+  int64_t waste_slots = 0;  // slots of held blocks that hold no token right now
+};
+
+class Engine {
+ public:
+  Engine(VlmModel& model, const EngineOptions& options);
+  ~Engine();
+
+  // Queues a request and returns its number. A request that cannot run is answered by the next step() with an
+  // error status.
+  int64_t add_request(Request request);
+  bool has_unfinished() const { return !live_.empty() || !done_.empty(); }
+  // Runs one scheduling step; returns the requests that finished (or were rejected) in it.
+  std::vector<RequestOutput> step();
+  // Adds every request, steps until all are answered and returns the answers in the order given. `on_finish`
+  // (optional) is called with each answer as it completes. For a caller that drives the engine through it alone:
+  // answers to requests added before the call are dropped.
+  std::vector<RequestOutput> generate(std::vector<Request> requests,
+                                      const std::function<void(const RequestOutput&)>& on_finish = {});
+
+  EngineStats stats() const;
+  const EngineOptions& options() const { return options_; }
+  int64_t max_context() const { return max_context_; }
+  int64_t num_blocks() const { return pool_->num_blocks(); }
+
+ private:
+  struct Live;
+  Status validate(const Request& r) const;
+  void ensure_image_embeddings(Live& live);
+  // Samples the next token of `seq` from `logits` (one row, overwritten); returns true when the sequence finished.
+  bool sample_and_append(Live& live, Sequence& seq, float* logits);
+  void finish_sequence(Live& live, Sequence& seq);
+  // Beam search (engine_beam.cpp): a beam's continuations from its logits row; the choice of the next beams once
+  // every live beam reported; the answer's completions from the finished hypotheses.
+  void beam_report(Live& live, Sequence& seq, float* logits);
+  void beam_select(Live& live);
+  void beam_completions(Live& live);
+
+  VlmModel& model_;
+  EngineOptions options_;
+  int64_t max_context_ = 0;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<Scheduler> scheduler_;
+  ImageEmbeddingCache image_cache_;
+  std::map<int64_t, std::unique_ptr<Live>> live_;
+  std::vector<RequestOutput> done_;
+  int64_t next_request_ = 0;
+  EngineStats counters_;
+};
+
+}  // namespace vlm::infer
