@@ -196,9 +196,9 @@ TEST(Cli, TinyEndToEndRunWithResumeAndEval) {
   EXPECT_EQ(a_out->tensors.at("logits").shape(), vlm::Shape({2, 5, 300}));
   EXPECT_TRUE(vlm::testing::all_close(a_out->tensors.at("logits"), b_out->tensors.at("logits"), 0, 0));
   // A folder without config.json is named in the error.
-  CliResult bad = run("forward " + dir + "/val --inputs " + dir + "/in.safetensors --out " + dir + "/x.safetensors");
-  EXPECT_EQ(bad.code, 1);
-  EXPECT_NE(bad.out.find("config.json"), std::string::npos) << bad.out;
+  CliResult no_config = run("forward " + dir + "/val --inputs " + dir + "/in.safetensors --out " + dir + "/x.safetensors");
+  EXPECT_EQ(no_config.code, 1);
+  EXPECT_NE(no_config.out.find("config.json"), std::string::npos) << no_config.out;
 }
 
 }  // namespace

@@ -65,7 +65,8 @@ TEST(TrainerPretrained, TextOnlyLlamaTrainsAndGenerates) {
   ASSERT_EQ(l.size(), 40u);
   EXPECT_LT((l[37] + l[38] + l[39]) / 3, 0.7 * (l[0] + l[1] + l[2]) / 3);
   ASSERT_TRUE(r->has_eval);  // generation ran on the held-out prompts, without images
-  EXPECT_GT(r->eval.questions, 0);
+  ASSERT_TRUE(r->eval.vqa.has_value() || r->eval.caption.has_value());
+  EXPECT_GT(r->eval.vqa ? r->eval.vqa->questions : r->eval.caption->captions, 0);
   // The checkpoint holds the decoder alone.
   auto latest = CheckpointManager(dir + "/checkpoints", 1).latest();
   ASSERT_TRUE(latest.has_value());
