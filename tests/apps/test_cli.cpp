@@ -17,21 +17,9 @@
 
 namespace {
 
-struct CliResult {
-  int code;
-  std::string out;  // stdout and stderr together
-};
+using CliResult = vlm::testing::CommandResult;
 
-CliResult run(const std::string& args) {
-  const std::string cmd = std::string(VLM_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+CliResult run(const std::string& args) { return vlm::testing::run_command(VLM_BINARY, args); }
 
 TEST(Cli, HelpIsGeneratedFromTheOptionDeclarations) {
   CliResult r = run("train --help");

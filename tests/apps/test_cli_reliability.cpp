@@ -18,21 +18,9 @@ namespace vlm {
 namespace {
 namespace fs = std::filesystem;
 
-struct CliResult {
-  int code;
-  std::string out;  // stdout and stderr together
-};
+using CliResult = vlm::testing::CommandResult;
 
-CliResult run(const std::string& args) {
-  const std::string cmd = std::string(VLM_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+CliResult run(const std::string& args) { return vlm::testing::run_command(VLM_BINARY, args); }
 
 // `n` shapes samples (16 px) with .jpg, .txt and .json; `caption(i)` replaces a caption when non-empty, `corrupt`
 // makes every image undecodable.
@@ -78,8 +66,9 @@ TEST(CliReliability, LongCaptionsDoNotEndARunAndUndecodableImagesFailIt) {
     const CliResult r = run("train " + tiny_model_flags(dir) + " --set data.train_shards=" + dir + "/train " +
                             "--set data.overlong_caption=" + mode + " --run-dir " + dir + "/run_" + mode);
     EXPECT_EQ(r.code, 0) << mode << ": " << r.out;
-    if (std::string(mode) == "skip")
+    if (std::string(mode) == "skip") {
       EXPECT_NE(r.out.find("shard-0.tar: 000000003: the caption turn needs"), std::string::npos) << r.out;
+    }
   }
   write_shard(dir + "/corrupt/shard-0.tar", 24, [](int) { return std::string(); }, true);
   const CliResult bad = run("train " + tiny_model_flags(dir) + " --set data.train_shards=" + dir + "/corrupt " +

@@ -16,22 +16,9 @@
 namespace vlm {
 namespace {
 
-struct CliResult {
-  int code = -1;
-  std::string output;
-};
+using CliResult = testing::CommandResult;
 
-CliResult run(const std::string& args) {
-  const std::string cmd = std::string(VLM_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  CliResult r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+CliResult run(const std::string& args) { return testing::run_command(VLM_BINARY, args); }
 
 void write_file(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
@@ -55,7 +42,7 @@ std::string trained_run() {
                    c.data.train_shards + "\"\ntokenizer = \"" + c.data.tokenizer +
                    "\"\ntask = \"mixed\"\n[train]\nsteps = 2\nbatch_size = 4\nckpt_every = 2\nwarmup_steps = 1\n");
     const CliResult r = run("train --config " + toml + " --run-dir " + dir + "/run --quiet");
-    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(r.code, 0) << r.out;
     return dir + "/run";
   }();
   return run_dir;
@@ -67,15 +54,15 @@ TEST(GenerateCli, OnePromptWithAnImage) {
   write_file(img, png_of(synth_shapes_sample(1, 0, 16).image));
   const CliResult r =
       run("generate " + run_dir + " --prompt 'what color is the square?' --image " + img + " --max-tokens 4");
-  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.code, 0) << r.out;
   // Two sampled completions, forked after the prompt, printed "[0] ..." and "[1] ...".
   const CliResult two = run("generate " + run_dir + " --prompt 'describe the image.' --image " + img +
                             " --max-tokens 4 --n 2 --temperature 0.9 --seed 5");
-  EXPECT_EQ(two.code, 0) << two.output;
-  EXPECT_NE(two.output.find("[1] "), std::string::npos) << two.output;
+  EXPECT_EQ(two.code, 0) << two.out;
+  EXPECT_NE(two.out.find("[1] "), std::string::npos) << two.out;
   const CliResult missing = run("generate " + run_dir + " --prompt hi --image " + run_dir + "/none.png");
   EXPECT_EQ(missing.code, 1);
-  EXPECT_NE(missing.output.find("none.png"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.out.find("none.png"), std::string::npos) << missing.out;
   EXPECT_EQ(run("generate " + run_dir).code, 1);  // neither --prompt nor --requests
   EXPECT_EQ(run("generate /nonexistent --prompt hi").code, 1);
 }
@@ -112,7 +99,7 @@ TEST(GenerateCli, RequestsFileAnswersGoodRequestsAndNamesBadOnes) {
               "{\"id\": 9, \"prompt\": \"describe the image.\", \"temperature\": 0.8, \"seed\": 3, \"logprobs\": 2}\n");
   const CliResult r = run("generate " + run_dir + " --requests " + in + " --out " + out +
                           " --max-tokens 5 --block-size 4 --max-num-seqs 1 --set data.max_pixels=1000 --quiet");
-  EXPECT_EQ(r.code, 1) << r.output;  // some requests failed
+  EXPECT_EQ(r.code, 1) << r.out;  // some requests failed
   std::ifstream f(out);
   std::map<std::string, nlohmann::json> answers;
   std::string line;
@@ -120,7 +107,7 @@ TEST(GenerateCli, RequestsFileAnswersGoodRequestsAndNamesBadOnes) {
     const auto j = nlohmann::json::parse(line);
     answers[j["id"].get<std::string>()] = j;
   }
-  ASSERT_EQ(answers.size(), 9u) << r.output;
+  ASSERT_EQ(answers.size(), 9u) << r.out;
   auto error_of = [&](const std::string& id) {
     return answers[id].contains("error") ? answers[id]["error"].get<std::string>() : std::string("(no error)");
   };

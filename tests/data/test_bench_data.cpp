@@ -12,21 +12,9 @@
 
 namespace {
 
-struct Result {
-  int code;
-  std::string out;  // stdout and stderr together
-};
+using Result = vlm::testing::CommandResult;
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(BENCH_DATA_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+Result run(const std::string& args) { return vlm::testing::run_command(BENCH_DATA_BINARY, args); }
 
 TEST(BenchData, LoaderModeDrainsTheRealLoader) {
   const std::string dir = vlm::testing::scratch_dir("bench_data_loader");

@@ -1,9 +1,11 @@
 // Test helpers (see test_util.h).
 #include "testing/test_util.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -91,6 +93,18 @@ ScopedEnv::ScopedEnv(std::string name, const char* value) : name_(std::move(name
 ScopedEnv::~ScopedEnv() {
   if (old_) ::setenv(name_.c_str(), old_->c_str(), 1);
   else ::unsetenv(name_.c_str());
+}
+
+CommandResult run_command(const std::string& binary, const std::string& args) {
+  const std::string cmd = binary + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "popen failed: " + cmd};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 }  // namespace vlm::testing

@@ -27,6 +27,14 @@ Tensor filled(const Shape& shape, DType dtype, const std::function<double(int64_
 // A fresh empty directory under the build's temp area, removed when the test's process exits.
 std::string scratch_dir(const std::string& name);
 
+// What a command printed (stdout and stderr together) and its exit code (-1 when a signal ended it).
+struct CommandResult {
+  int code;
+  std::string out;
+};
+// Runs `binary args` through the shell, as a user would type it (the tests of the `vlm` and bench binaries).
+CommandResult run_command(const std::string& binary, const std::string& args);
+
 // Sets environment variable `name` to `value` (nullptr: unsets it) for the scope; restores the former state on exit.
 class ScopedEnv {
  public:
