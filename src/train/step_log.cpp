@@ -76,7 +76,8 @@ Status StepLog::finish(Device device) {
   // Why samples were skipped or changed, each reason once it happened (run totals, like the counts above).
   for (const auto& [name, n] : {std::pair{"bad_images", lc.bad_images}, {"bad_text", lc.bad_text},
                                 {"bad_members", lc.bad_members}, {"too_long", lc.too_long}, {"bad_utf8", lc.bad_utf8},
-                                {"truncated_captions", lc.truncated_captions}, {"repaired_utf8", lc.repaired_utf8}})
+                                {"truncated_captions", lc.truncated_captions}, {"repaired_utf8", lc.repaired_utf8},
+                                {"unsafe_members", lc.unsafe_members}})
     if (n) rec.add(name, static_cast<double>(n));
   if (dedup_exact_) rec.add("samples_duplicate", static_cast<double>(lc.samples_duplicate));
   for (int r = 1; r < kFilterReasonCount; ++r)  // and why (reasons seen so far; 0 = pass)

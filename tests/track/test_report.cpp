@@ -109,7 +109,9 @@ TEST(Report, TwoRunsRenderInChromiumWithEveryPlotDrawn) {
   }
   for (const auto& [id, ps] : plots) {
     EXPECT_GT(ps.first, 0) << "plot " << id << " has no data";
-    if (id != "memory") EXPECT_EQ(ps.second, 2) << "plot " << id << ": both runs";
+    if (id != "memory") {
+      EXPECT_EQ(ps.second, 2) << "plot " << id << ": both runs";
+    }
   }
   EXPECT_EQ(plots["loss"].first, 12);  // 6 steps x 2 runs
   EXPECT_NE(dom.find("train.lr"), std::string::npos) << "the config diff names the option that differs";

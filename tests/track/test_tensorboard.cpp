@@ -249,8 +249,11 @@ TEST(ProtoReader, RejectsMalformedMessages) {
   EXPECT_EQ((*f)[1].bytes, "abc");
   EXPECT_EQ((*f)[2].as_double(), 1.5);
   EXPECT_EQ((*f)[3].as_float(), 2.5f);
-  for (size_t cut = 1; cut < w.data().size(); ++cut)  // every truncation inside a field fails
-    if (cut != 3 && cut != 8 && cut != 17) EXPECT_FALSE(proto::decode(w.data().substr(0, cut)).ok()) << cut;
+  for (size_t cut = 1; cut < w.data().size(); ++cut) {  // every truncation inside a field fails
+    if (cut != 3 && cut != 8 && cut != 17) {
+      EXPECT_FALSE(proto::decode(w.data().substr(0, cut)).ok()) << cut;
+    }
+  }
   const std::string eleven_byte_varint("\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12);
   EXPECT_FALSE(proto::decode(eleven_byte_varint).ok());
   EXPECT_FALSE(proto::decode(std::string("\x12\x05" "ab", 4)).ok());  // length past the end

@@ -32,7 +32,7 @@ Expected<std::unique_ptr<PartitionedSampleStream>> PartitionedSampleStream::crea
 }
 
 PartitionedStreamCounters PartitionedSampleStream::counters() const {
-  return {n_slots_.load(), n_bad_.load(), n_opened_.load(), n_failed_.load()};
+  return {n_slots_.load(), n_bad_.load(), n_opened_.load(), n_failed_.load(), n_unsafe_.load()};
 }
 
 void PartitionedSampleStream::finish_epoch() {
@@ -59,6 +59,7 @@ Status PartitionedSampleStream::read_slot(Slot& slot) {
     if (r.ok()) {
       reader_ = std::move(*r);
       auto skipped = reader_->skip(seg.first + seg_offset_);
+      reader_unsafe_seen_ = reader_->tar().unsafe_names_skipped();  // before the resume point: counted back then
       if (!skipped.ok() || *skipped < seg.first + seg_offset_) {
         reader_dead_ = true;
         reader_error_ = skipped.ok() ? shard + ": ends before sample " + std::to_string(seg.first + seg_offset_)
@@ -77,6 +78,9 @@ Status PartitionedSampleStream::read_slot(Slot& slot) {
     slot.error = reader_error_;
   } else {
     auto more = reader_->next(slot.sample);
+    const uint64_t unsafe = reader_->tar().unsafe_names_skipped();
+    n_unsafe_ += unsafe - reader_unsafe_seen_;
+    reader_unsafe_seen_ = unsafe;
     if (!more.ok()) {
       slot.error = more.status().message();
       if (reader_->failed()) {

@@ -39,6 +39,7 @@ struct Slot {
 
 struct PartitionedStreamCounters {
   uint64_t slots = 0, slots_bad = 0, shards_opened = 0, shards_failed = 0;
+  uint64_t unsafe_members = 0;  // tar members skipped for an absolute or '..' name, in the samples read
 };
 
 class PartitionedSampleStream {
@@ -81,7 +82,8 @@ class PartitionedSampleStream {
   std::unique_ptr<WebDatasetReader> reader_;
   bool reader_dead_ = false;
   std::string reader_error_;
-  std::atomic<uint64_t> n_slots_{0}, n_bad_{0}, n_opened_{0}, n_failed_{0};
+  std::atomic<uint64_t> n_slots_{0}, n_bad_{0}, n_opened_{0}, n_failed_{0}, n_unsafe_{0};
+  uint64_t reader_unsafe_seen_ = 0;  // reader_'s unsafe names already in n_unsafe_ (or skipped over by a resume)
 };
 
 }  // namespace vlm

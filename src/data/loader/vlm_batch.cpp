@@ -305,6 +305,7 @@ nlohmann::json counters_json(const LoaderCounters& c) {
           {"samples_skipped", c.samples_skipped}, {"bad_images", c.bad_images},
           {"bad_text", c.bad_text},     {"bad_members", c.bad_members},
           {"truncated_sequences", c.truncated_sequences}, {"shards_failed", c.shards_failed},
+          {"unsafe_members", c.unsafe_members},
           {"epochs_completed", c.epochs_completed}, {"samples_filtered", c.samples_filtered},
           {"samples_duplicate", c.samples_duplicate}, {"too_long", c.too_long},
           {"truncated_captions", c.truncated_captions}, {"bad_utf8", c.bad_utf8},
@@ -322,6 +323,7 @@ LoaderCounters counters_from_json(const nlohmann::json& j) {
   c.bad_members = j.value("bad_members", uint64_t{0});
   c.truncated_sequences = j.value("truncated_sequences", uint64_t{0});
   c.shards_failed = j.value("shards_failed", uint64_t{0});
+  c.unsafe_members = j.value("unsafe_members", uint64_t{0});
   c.epochs_completed = j.value("epochs_completed", uint64_t{0});
   c.samples_filtered = j.value("samples_filtered", uint64_t{0});
   c.samples_duplicate = j.value("samples_duplicate", uint64_t{0});
@@ -560,6 +562,7 @@ struct VlmBatchLoader::Impl {
       ++n_good;
     }
     counters.shards_failed = shards_broken_at_open + stream->counters().shards_failed;
+    counters.unsafe_members = stream->counters().unsafe_members;
     batch.images = images.slice(0, 0, n_good);
     batch.n_samples = static_cast<int>(n_good);
     out.batch = std::move(batch);

@@ -98,6 +98,7 @@ struct LoaderCounters {
   uint64_t bad_utf8 = 0;            // skipped: a .txt caption that is not UTF-8 (invalid_utf8 = reject)
   uint64_t repaired_utf8 = 0;       // kept with invalid UTF-8 replaced (invalid_utf8 = repair)
   uint64_t shards_failed = 0;
+  uint64_t unsafe_members = 0;     // tar members skipped for an absolute or '..' name (never read)
   uint64_t epochs_completed = 0;
   FilterCounters filter;            // per reason, over every sample the filters checked (pass included)
 };

@@ -1,16 +1,18 @@
 // Text that does not fit the model never ends a run: a caption longer than max_seq_len (a 2,500-character one and a
 // multi-megabyte one) is cut to fit or skipped as data.overlong_caption says, an over-long question/answer turn is
 // skipped, and .txt captions that are not UTF-8 are skipped or repaired as data.invalid_utf8 says; each outcome has
-// a counter of its own and the batch keeps every other sample.
+// a counter of its own and the batch keeps every other sample. Tar members with unsafe names are counted too.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <map>
 
 #include "data/io/tar.h"
 #include "data/loader/vlm_batch.h"
 #include "data/tokenizer/bpe_trainer.h"
 #include "data/tools/synth_shapes.h"
+#include "data_test_util.h"
 #include "testing/test_util.h"
 
 namespace vlm {
@@ -168,6 +170,32 @@ TEST(VlmBatchTextLimits, Utf8Helpers) {
   EXPECT_EQ(first_invalid_utf8("\xed\xa0\x80"), 0u);  // a surrogate
   EXPECT_EQ(repair_utf8("caf\xe9!"), "caf\xef\xbf\xbd!");
   EXPECT_EQ(repair_utf8("ok \xf0\x9f\x98\x80"), "ok \xf0\x9f\x98\x80");
+}
+
+TEST(VlmBatchTextLimits, UnsafeTarMemberNamesAreCountedByTheTrainingLoader) {
+  const std::string dir = testing::scratch_dir("text_limits_unsafe");
+  const Tokenizer tok = tokenizer();
+  std::vector<uint8_t> tar;
+  for (int i = 0; i < 6; ++i) {  // six good samples, unsafe members after the first
+    SynthShapesSample s = synth_shapes_sample(5, static_cast<uint64_t>(i), 24);
+    const std::vector<uint8_t> jpg = *encode_jpeg(s.image, 90);
+    testing::append(tar, testing::tar_member(s.key + ".jpg", std::string(jpg.begin(), jpg.end())));
+    testing::append(tar, testing::tar_member(s.key + ".txt", s.caption));
+    if (i == 0) {
+      testing::append(tar, testing::tar_member("../escape.txt", "a caption"));
+      testing::append(tar, testing::tar_member("/etc/escape.jpg", "not an image"));
+    }
+  }
+  testing::append(tar, testing::tar_end());
+  const std::string shard = dir + "/s.tar";
+  {
+    std::ofstream f(shard, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(tar.data()), static_cast<std::streamsize>(tar.size()));
+  }
+  LoaderCounters c;
+  const PackedBatch b = one_batch(options(shard, "caption"), tok, &c);
+  EXPECT_EQ(b.n_samples, 6);  // every safe sample trains
+  EXPECT_EQ(c.unsafe_members, 2u) << "before: skipped with a warning, counted nowhere";
 }
 
 }  // namespace
