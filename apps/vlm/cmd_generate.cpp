@@ -37,9 +37,8 @@ Expected<ModelFiles> find_model_files(const std::string& model) {
   if (fs::exists(dir / "config.toml")) {
     if (fs::exists(dir / "model.safetensors"))
       return ModelFiles{(dir / "config.toml").string(), (dir / "model.safetensors").string()};
-    auto latest = CheckpointManager((dir / "checkpoints").string(), 1).latest();
-    if (!latest) return not_found(model + "/checkpoints holds no checkpoint");
-    return ModelFiles{(dir / "config.toml").string(), latest->path + "/model.safetensors"};
+    VLM_ASSIGN_OR_RETURN(CheckpointInfo latest, newest_valid_checkpoint(model, "generate"));
+    return ModelFiles{(dir / "config.toml").string(), latest.path + "/model.safetensors"};
   }
   if (fs::exists(dir / "model.safetensors") && fs::exists(dir / ".." / ".." / "config.toml"))
     return ModelFiles{(dir / ".." / ".." / "config.toml").string(), (dir / "model.safetensors").string()};

@@ -104,9 +104,8 @@ Expected<AnyModel> load_any_model(const std::string& path) {
   std::string run_dir, checkpoint;
   if (fs::is_regular_file(path + "/config.toml", ec) && fs::is_directory(path + "/checkpoints", ec)) {
     run_dir = path;
-    auto latest = CheckpointManager(path + "/checkpoints", 1).latest();
-    if (!latest) return not_found(path + "/checkpoints holds no checkpoint");
-    checkpoint = latest->path;
+    VLM_ASSIGN_OR_RETURN(CheckpointInfo latest, newest_valid_checkpoint(path, "convert"));
+    checkpoint = latest.path;
   } else if (fs::is_regular_file(path + "/trainer_state.json", ec) &&
              fs::is_regular_file(fs::path(path).parent_path().parent_path() / "config.toml", ec)) {
     run_dir = fs::path(path).parent_path().parent_path().string();

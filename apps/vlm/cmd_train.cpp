@@ -89,13 +89,8 @@ int cmd_eval(int argc, char** argv, int first) {
   if (!run_dir.empty()) {
     if (config_path.empty()) config_path = run_dir + "/config.toml";
     if (checkpoint.empty()) {
-      // The newest checkpoint that verifies: a damaged newer one is named and passed over (left in place: eval
-      // never renames what training owns).
-      std::vector<DamagedCheckpoint> damaged;
-      auto latest = CheckpointManager(run_dir + "/checkpoints", 1).latest_valid(&damaged);
-      for (const DamagedCheckpoint& d : damaged)
-        VLM_WARN("eval: checkpoint ", d.info.path, " is damaged (", d.problem.message(), "); passed over");
-      if (!latest) return fail(not_found(run_dir + "/checkpoints holds no valid checkpoint"));
+      auto latest = newest_valid_checkpoint(run_dir, "eval");
+      if (!latest.ok()) return fail(latest.status());
       checkpoint = latest->path;
     }
   }

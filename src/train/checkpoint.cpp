@@ -155,6 +155,15 @@ std::optional<CheckpointInfo> CheckpointManager::latest_valid(std::vector<Damage
   return std::nullopt;
 }
 
+Expected<CheckpointInfo> newest_valid_checkpoint(const std::string& run_dir, const std::string& command) {
+  std::vector<DamagedCheckpoint> damaged;
+  std::optional<CheckpointInfo> latest = CheckpointManager(run_dir + "/checkpoints", 1).latest_valid(&damaged);
+  for (const DamagedCheckpoint& d : damaged)
+    VLM_WARN(command, ": checkpoint ", d.info.path, " is damaged (", d.problem.message(), "); passed over");
+  if (!latest) return not_found(run_dir + "/checkpoints holds no valid checkpoint");
+  return *latest;
+}
+
 Status CheckpointManager::verify(const CheckpointInfo& c) const {
   const std::string& d = c.path;
   std::error_code ec;

@@ -62,4 +62,9 @@ class CheckpointManager {
   int keep_last_;
 };
 
+// The newest checkpoint of run_dir/checkpoints that verify() accepts, for the commands that read a run (eval,
+// generate, convert): each damaged newer one is named in a warning from `command` and left in place (only training
+// sets checkpoints aside). not_found when none is valid.
+Expected<CheckpointInfo> newest_valid_checkpoint(const std::string& run_dir, const std::string& command);
+
 }  // namespace vlm

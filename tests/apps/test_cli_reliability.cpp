@@ -1,8 +1,8 @@
 // Bad data as `vlm` meets it, end to end through the binary: a 2,500-character and a multi-megabyte caption do not
 // end `vlm train`; a run whose every image is undecodable exits non-zero naming the reason and leaves no checkpoint;
 // `vlm data tokenizer-train` counts (and skips or repairs) captions that are not UTF-8; `vlm data inspect` and
-// `vlm data filter` count tar members skipped for unsafe names; `vlm eval --run-dir` passes over a damaged newest
-// checkpoint.
+// `vlm data filter` count tar members skipped for unsafe names; `vlm eval`, `generate` and `convert` pass over a
+// damaged newest checkpoint.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -79,7 +79,7 @@ TEST(CliReliability, LongCaptionsDoNotEndARunAndUndecodableImagesFailIt) {
   EXPECT_FALSE(fs::exists(dir + "/run_corrupt/checkpoints/step_00000004"));
 }
 
-TEST(CliReliability, EvalPassesOverADamagedNewestCheckpoint) {
+TEST(CliReliability, EvalGenerateAndConvertPassOverADamagedNewestCheckpoint) {
   const std::string dir = testing::scratch_dir("cli_eval_damaged");
   write_shard(dir + "/train/shard-0.tar", 16, [](int) { return std::string(); });
   ASSERT_EQ(run("data tokenizer-train --shards " + dir + "/train --out " + dir + "/tokenizer.json --vocab-size 300").code,
@@ -96,6 +96,14 @@ TEST(CliReliability, EvalPassesOverADamagedNewestCheckpoint) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("step_00000004 is damaged"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(newest)) << "eval must not move or delete a checkpoint";
+  // generate and convert read a run the same way.
+  const CliResult g = run("generate " + dir + "/run --prompt 'a red circle' --max-tokens 2 --quiet");
+  EXPECT_EQ(g.code, 0) << g.out;
+  EXPECT_NE(g.out.find("generate: checkpoint"), std::string::npos) << g.out;
+  const CliResult c = run("convert " + dir + "/run --to hf --out " + dir + "/hf");
+  EXPECT_EQ(c.code, 0) << c.out;
+  EXPECT_NE(c.out.find("convert: checkpoint"), std::string::npos) << c.out;
+  EXPECT_TRUE(fs::exists(newest));
 }
 
 TEST(CliReliability, TokenizerTrainCountsInvalidUtf8) {
