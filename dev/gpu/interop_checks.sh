@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# One device call's worth of the GPU-machine checks of the Hugging Face interop, the tracking and the inference engine,
+# run from the repo root, steps in priority order under a deadline so that a call cut short still returns what it
+# reached:
+#   fixtures  dev/gpu/hf_parity.sh: transformers makes tests/model/fixtures/hf (kept in $OUT/hf for the repo), then
+#             test_hf_parity, test_hf_parity_gpu and the export -> transformers round trip
+#   tokfix    dev/fixtures/make_tokenizer_fixtures.py --out $OUT/tokenizer (tokenizers' and transformers' encodings,
+#             chat templates and the Idefics3 tile layout, for tests/data/tokenizer/fixtures/hf/expected)
+#   tb        dev/gpu/check_tensorboard.py on $TB_RUN (a run directory made on the CPU and carried): TensorBoard's
+#             own loader reads our event files
+#   paged     test_kernels_cuda's paged KV cases, then test_engine_gpu
+#   sanitize  compute-sanitizer memcheck and racecheck over the paged kernel cases
+#   gtests    the other test binaries in the pack (model, training, recompute, flash, the whole kernel suite)
+#   finetune  dev/gpu/hf_finetune.sh: full-size random SmolVLM-256M and nanoVLM-222M checkpoints train in bf16
+#   decode    bench/peers/decode_peer.py (transformers generate, eager and static cache + torch.compile), then
+#             `vlm bench decode --peer` on the same shapes; figures in $OUT/decode_*.jsonl
+#   dev/gpu/interop_checks.sh [step...]       (default: fixtures tokfix tb paged sanitize gtests finetune)
+# Environment: PACK (a folder or .tar.xz made by dev/gpu/gpu_pack.sh holding vlm and the test binaries, default
+# .carry/g1), TB_RUN (default .carry/fx/tbrun), DEADLINE (seconds after which no step starts, default 540),
+# PEER_SECONDS (the decode peer's --max-seconds, default 300), DECODE_BATCHES (default 1,32,128), OUT (default
+# ./interop_out). Each step's log is $OUT/logs/<step>.log; one summary line per step goes to $OUT/session.log,
+# printed again at the end.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+t0=$(date +%s)
+DEADLINE=${DEADLINE:-540}
+OUT=${OUT:-interop_out}
+TB_RUN=${TB_RUN:-.carry/fx/tbrun}
+mkdir -p "$OUT/logs"
+OUT=$(cd "$OUT" && pwd)
+session="$OUT/session.log"
+: >"$session"
+elapsed() { echo $(($(date +%s) - t0)); }
+say() { printf '%s\n' "$*" | tee -a "$session"; }
+
+pack=${PACK:-.carry/g1}
+pack=${pack%.tar.xz}
+if [ ! -d "$pack" ]; then
+  python3 -c "import tarfile, sys; tarfile.open(sys.argv[1]).extractall('/tmp')" "$pack.tar.xz" || exit 2
+  pack=/tmp/$(basename "$pack")
+fi
+BIN=$(cd "$pack" && pwd)
+export LD_LIBRARY_PATH="$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader 2>&1 | sed 's/^/gpu: /' \
+  | tee -a "$session"
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
+  2>&1 | tee -a "$session"
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+
+# run STEP COMMAND...: runs COMMAND with its output in the step's log; one summary line with the status and time.
+status=0
+run_step() {
+  local step=$1 s0 rc
+  shift
+  s0=$(date +%s)
+  "$@" >"$OUT/logs/$step.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] || status=1
+  say "$step: exit $rc in $(($(date +%s) - s0)) s"
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|ERROR SUMMARY|falls|DOES NOT|hf_parity:|rel|missing" \
+    "$OUT/logs/$step.log" | grep -v "^\[  SKIPPED \] .*ms)$" | tail -25 | sed "s/^/  $step| /" | tee -a "$session"
+}
+step_fixtures() {
+  FIXTURES=tests/model/fixtures/hf HF_BIN=$BIN OUT=$OUT/hf_parity bash "$here/hf_parity.sh"
+  local rc=$?
+  mkdir -p "$OUT/hf" && cp -r tests/model/fixtures/hf/. "$OUT/hf/"
+  return $rc
+}
+step_tokfix() { python3 dev/fixtures/make_tokenizer_fixtures.py --out "$OUT/tokenizer"; }
+step_tb() { python3 "$here/check_tensorboard.py" "$TB_RUN"; }
+step_paged() {
+  local rc=0
+  "$BIN/test_kernels_cuda" --gtest_filter='*Paged*' || rc=1
+  "$BIN/test_engine_gpu" || rc=1
+  return $rc
+}
+step_sanitize() {
+  local rc=0 tool
+  for tool in memcheck racecheck; do
+    "$sanitizer" --tool "$tool" --error-exitcode 3 "$BIN/test_kernels_cuda" \
+      --gtest_filter='CudaPaged*:-*BadIndices*' || rc=1
+  done
+  return $rc
+}
+step_gtests() {
+  local rc=0 t
+  for t in test_kernels_cuda test_model_gpu test_train_gpu test_recompute_gpu flash_gpu_test; do
+    [ -x "$BIN/$t" ] || continue
+    echo "== $t"
+    "$BIN/$t" --gtest_brief=1 || rc=1
+  done
+  return $rc
+}
+step_finetune() { HF_BIN=$BIN OUT=$OUT/finetune STEPS=30 bash "$here/hf_finetune.sh"; }
+step_decode() {
+  local rc=0
+  python3 bench/peers/decode_peer.py --batches "${DECODE_BATCHES:-1,32,128}" --max-seconds "${PEER_SECONDS:-300}" \
+    --out "$OUT/decode_peer.jsonl" || rc=1
+  "$BIN/vlm" bench decode --batch "${DECODE_BATCHES:-1,32,128}" --peer "$OUT/decode_peer.jsonl" \
+    --json "$OUT/decode_vlm.jsonl" || rc=1
+  "$BIN/vlm" bench decode --shapes vlm --batch 32 --same-image --peer "$OUT/decode_peer.jsonl" \
+    --json "$OUT/decode_vlm_same_image.jsonl" || rc=1
+  return $rc
+}
+
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(fixtures tokfix tb paged sanitize gtests finetune)
+for step in "${steps[@]}"; do
+  if [ "$(elapsed)" -ge "$DEADLINE" ]; then
+    say "$step: not started (deadline ${DEADLINE} s reached at $(elapsed) s)"
+    continue
+  fi
+  run_step "$step" "step_$step"
+done
+echo "===== session summary ($(elapsed) s)"
+cat "$session"
+exit $status
