@@ -189,18 +189,34 @@ __global__ void paged_context_offsets_kernel(PagedArgs<T> a, int batch, int32_t*
 }
 
 // Block (x, sequence y) copies K/V rows of positions [x * kGatherRows, ...) of the sequence's context from the cache
-// into the packed k, v [rows, heads_kv, dim] at cu_k[y] + position; kVec: 16-byte copies.
+// into the packed k, v [batch * max_ctx, heads_kv, dim] at cu_k[y] + position, and zeroes the rows past the packed
+// contexts: its positions ctx .. max_ctx - 1 take rows cu_k[batch] + y * max_ctx - cu_k[y] + (position - ctx). The
+// attention kernels read whole tiles, past a sequence's last row: those rows weigh zero but must be finite, since
+// 0 x NaN from stale scratch memory would poison the output. kVec: 16-byte copies.
 template <class T, bool kVec>
 __global__ void paged_gather_kernel(PagedArgs<T> a, const int32_t* cu_k, T* k, T* v) {
   pdl::grid_begin();
   const SeqView s = seq_view(a, blockIdx.y);
-  const int64_t p0 = static_cast<int64_t>(blockIdx.x) * kGatherRows, rows = min(int64_t{kGatherRows}, s.ctx - p0);
+  const int64_t p0 = static_cast<int64_t>(blockIdx.x) * kGatherRows;
+  const int64_t rows = min(int64_t{kGatherRows}, static_cast<int64_t>(a.max_ctx) - p0);
   if (rows <= 0) return;
   constexpr int kStep = kVec ? kVec16<T> : 1;
   const int64_t row = static_cast<int64_t>(a.heads_kv) * a.dim, per_row = row / kStep;
   const int64_t base = cu_k[blockIdx.y];
+  const int64_t pad_base = cu_k[gridDim.y] + static_cast<int64_t>(blockIdx.y) * a.max_ctx - base - s.ctx;
   for (int64_t i = threadIdx.x; i < rows * per_row; i += blockDim.x) {
     const int64_t p = p0 + i / per_row, c = (i % per_row) * kStep;
+    if (p >= s.ctx) {
+      const int64_t dst = (pad_base + p) * row + c;
+      if constexpr (kVec) {
+        *reinterpret_cast<uint4*>(k + dst) = uint4{0, 0, 0, 0};
+        *reinterpret_cast<uint4*>(v + dst) = uint4{0, 0, 0, 0};
+      } else {
+        k[dst] = from_f32<T>(0.f);
+        v[dst] = from_f32<T>(0.f);
+      }
+      continue;
+    }
     const int64_t src = cache_offset(a, s.table, p, 0) + c, dst = (base + p) * row + c;
     if constexpr (kVec) {
       *reinterpret_cast<uint4*>(k + dst) = load_raw16(a.k_cache + src);
