@@ -120,10 +120,9 @@ std::vector<infer::Request> make_requests(const ModelConfig& c, bool vlm, int ba
       const std::string key = o.same_image ? "image" : "image" + std::to_string(b) + "/" + std::to_string(seed);
       r.images.push_back({shared, infer::image_key(key, "bench")});
     }
-    while (static_cast<int>(r.prompt.size()) < o.prompt) {
-      int32_t t = static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(c.text.vocab_size)));
-      r.prompt.push_back(t == image_token ? t + 1 : t);
-    }
+    // Text ids below the placeholder, the vocabulary's last id.
+    while (static_cast<int>(r.prompt.size()) < o.prompt)
+      r.prompt.push_back(static_cast<int32_t>(rng.uniform_int(static_cast<uint64_t>(image_token))));
     r.sampling.max_tokens = o.gen;  // no stop ids: every request generates exactly `gen` tokens
     out.push_back(std::move(r));
   }
