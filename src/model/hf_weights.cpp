@@ -150,12 +150,15 @@ Expected<std::map<std::string, Tensor>> hf_rename_tensors(HfFamily family, const
       if (family == HfFamily::llama || family == HfFamily::qwen2) {
         if (starts_with(name, "model.")) to = "model.text_model." + name.substr(6);
       } else if (family == HfFamily::siglip) {
-        if (starts_with(name, "vision_model.head.") || starts_with(name, "text_model.") || name == "logit_scale" ||
+        // transformers 4.x saves SiglipVisionModel under vision_model., 5.x without the prefix.
+        const std::string bare = starts_with(name, "vision_model.") ? name.substr(13) : name;
+        if (starts_with(bare, "head.") || starts_with(name, "text_model.") || name == "logit_scale" ||
             name == "logit_bias") {  // the pooling head and SiglipModel's text side: a VLM uses neither
           ++n_dropped;
           continue;
         }
-        if (starts_with(name, "vision_model.")) to = "model." + name;
+        if (starts_with(bare, "embeddings.") || starts_with(bare, "encoder.") || starts_with(bare, "post_layernorm."))
+          to = "model.vision_model." + bare;
       }
       out[to] = t;
     }
