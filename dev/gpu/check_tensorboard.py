@@ -25,7 +25,7 @@ def main():
         from tensorboard import context
         from tensorboard.backend.event_processing import data_provider
         from tensorboard.backend.event_processing import plugin_event_multiplexer
-        from tensorboard.plugins.hparams import metadata as hparams_metadata
+        from tensorboard.plugins.hparams import metadata as hparams_metadata, plugin_data_pb2
     except ImportError as e:
         print(f"tensorboard is not installed here ({e})")
         return 2
@@ -86,7 +86,7 @@ def main():
             print(f"{run}: text {tag}: {len(s)} characters: {s[:70]!r}")
     for run, tags in hparams.items():
         for tag, content in tags.items():
-            data = hparams_metadata.parse_plugin_metadata(content)
+            data = plugin_data_pb2.HParamsPluginData.FromString(content)
             kind = data.WhichOneof("data")
             if kind == "session_start_info":
                 info = data.session_start_info

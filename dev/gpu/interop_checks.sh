@@ -2,21 +2,23 @@
 # One device call's worth of the GPU-machine checks of the Hugging Face interop, the tracking and the inference engine,
 # run from the repo root, steps in priority order under a deadline so that a call cut short still returns what it
 # reached:
-#   fixtures  dev/gpu/hf_parity.sh: transformers makes tests/model/fixtures/hf (kept in $OUT/hf for the repo), then
-#             test_hf_parity, test_hf_parity_gpu and the export -> transformers round trip
-#   tokfix    dev/fixtures/make_tokenizer_fixtures.py --out $OUT/tokenizer (tokenizers' and transformers' encodings,
-#             chat templates and the Idefics3 tile layout, for tests/data/tokenizer/fixtures/hf/expected)
+#   fixtures  dev/gpu/hf_parity.sh: transformers makes tests/model/fixtures/hf when absent (returned as
+#             $OUT/hf_fixtures.tar), then test_hf_parity, test_hf_parity_gpu and the export -> transformers round trip
+#   tokfix    dev/fixtures/make_tokenizer_fixtures.py, returned as $OUT/tokenizer_fixtures.tar (tokenizers' and
+#             transformers' encodings, chat templates and the Idefics3 tile layout, for
+#             tests/data/tokenizer/fixtures/hf/expected)
 #   tb        dev/gpu/check_tensorboard.py on $TB_RUN (a run directory made on the CPU and carried): TensorBoard's
 #             own loader reads our event files
-#   paged     test_kernels_cuda's paged KV cases, then test_engine_gpu
+#   paged     test_kernels_cuda's paged KV and argmax cases, then test_engine_gpu
 #   sanitize  compute-sanitizer memcheck and racecheck over the paged kernel cases
 #   gtests    the other test binaries in the pack (model, training, recompute, flash, the whole kernel suite)
 #   finetune  dev/gpu/hf_finetune.sh: full-size random SmolVLM-256M and nanoVLM-222M checkpoints train in bf16
-#   decode    bench/peers/decode_peer.py (transformers generate, eager and static cache + torch.compile), then
-#             `vlm bench decode --peer` on the same shapes; figures in $OUT/decode_*.jsonl
+#   decode    bench/peers/decode_peer.py (transformers generate, eager and static cache + torch.compile; PEER_ARGS
+#             adds flags, e.g. "--modes static_compile"), then `vlm bench decode --peer` on the same shapes; figures
+#             in $OUT/decode_*.jsonl
 #   dev/gpu/interop_checks.sh [step...]       (default: fixtures tokfix tb paged sanitize gtests finetune)
 # Environment: PACK (a folder or .tar.xz made by dev/gpu/gpu_pack.sh holding vlm and the test binaries, default
-# .carry/g1), TB_RUN (default .carry/fx/tbrun), DEADLINE (seconds after which no step starts, default 540),
+# .carry/interop), TB_RUN (default .carry/fx/tbrun), DEADLINE (seconds after which no step starts, default 540),
 # PEER_SECONDS (the decode peer's --max-seconds, default 300), DECODE_BATCHES (default 1,32,128), OUT (default
 # ./interop_out). Each step's log is $OUT/logs/<step>.log; one summary line per step goes to $OUT/session.log,
 # printed again at the end.
@@ -33,7 +35,7 @@ session="$OUT/session.log"
 elapsed() { echo $(($(date +%s) - t0)); }
 say() { printf '%s\n' "$*" | tee -a "$session"; }
 
-pack=${PACK:-.carry/g1}
+pack=${PACK:-.carry/interop}
 pack=${pack%.tar.xz}
 if [ ! -d "$pack" ]; then
   python3 -c "import tarfile, sys; tarfile.open(sys.argv[1]).extractall('/tmp')" "$pack.tar.xz" || exit 2
@@ -61,16 +63,23 @@ run_step() {
     "$OUT/logs/$step.log" | grep -v "^\[  SKIPPED \] .*ms)$" | tail -25 | sed "s/^/  $step| /" | tee -a "$session"
 }
 step_fixtures() {
-  FIXTURES=tests/model/fixtures/hf HF_BIN=$BIN OUT=$OUT/hf_parity bash "$here/hf_parity.sh"
-  local rc=$?
-  mkdir -p "$OUT/hf" && cp -r tests/model/fixtures/hf/. "$OUT/hf/"
+  local made=0 rc
+  [ -f tests/model/fixtures/hf/manifest.json ] || made=1
+  FIXTURES=tests/model/fixtures/hf HF_BIN=$BIN OUT=/tmp/hf_parity bash "$here/hf_parity.sh"
+  rc=$?
+  cp /tmp/hf_parity/summary.log "$OUT/hf_parity_summary.log" 2>/dev/null
+  # Fixtures made here travel back as one file (the device tool returns few, shallow files).
+  [ $made = 0 ] || tar -cf "$OUT/hf_fixtures.tar" -C tests/model/fixtures hf
   return $rc
 }
-step_tokfix() { python3 dev/fixtures/make_tokenizer_fixtures.py --out "$OUT/tokenizer"; }
+step_tokfix() {
+  python3 dev/fixtures/make_tokenizer_fixtures.py --out /tmp/tokenizer_fixtures &&
+    tar -cf "$OUT/tokenizer_fixtures.tar" -C /tmp tokenizer_fixtures
+}
 step_tb() { python3 "$here/check_tensorboard.py" "$TB_RUN"; }
 step_paged() {
   local rc=0
-  "$BIN/test_kernels_cuda" --gtest_filter='*Paged*' || rc=1
+  "$BIN/test_kernels_cuda" --gtest_filter='*Paged*:*Argmax*' || rc=1
   "$BIN/test_engine_gpu" || rc=1
   return $rc
 }
@@ -78,7 +87,7 @@ step_sanitize() {
   local rc=0 tool
   for tool in memcheck racecheck; do
     "$sanitizer" --tool "$tool" --error-exitcode 3 "$BIN/test_kernels_cuda" \
-      --gtest_filter='CudaPaged*:-*BadIndices*' || rc=1
+      --gtest_filter='CudaPaged*:*Argmax*:-*BadIndices*' || rc=1
   done
   return $rc
 }
@@ -91,11 +100,12 @@ step_gtests() {
   done
   return $rc
 }
-step_finetune() { HF_BIN=$BIN OUT=$OUT/finetune STEPS=30 bash "$here/hf_finetune.sh"; }
+step_finetune() { HF_BIN=$BIN OUT=/tmp/hf_finetune STEPS=30 bash "$here/hf_finetune.sh"; }
 step_decode() {
   local rc=0
+  # shellcheck disable=SC2086  # PEER_ARGS is a list of flags
   python3 bench/peers/decode_peer.py --batches "${DECODE_BATCHES:-1,32,128}" --max-seconds "${PEER_SECONDS:-300}" \
-    --out "$OUT/decode_peer.jsonl" || rc=1
+    ${PEER_ARGS:-} --out "$OUT/decode_peer.jsonl" || rc=1
   "$BIN/vlm" bench decode --batch "${DECODE_BATCHES:-1,32,128}" --peer "$OUT/decode_peer.jsonl" \
     --json "$OUT/decode_vlm.jsonl" || rc=1
   "$BIN/vlm" bench decode --shapes vlm --batch 32 --same-image --peer "$OUT/decode_peer.jsonl" \
