@@ -176,8 +176,19 @@ bool Engine::sample_and_append(Live& live, Sequence& seq, float* logits) {
   const SamplingParams& sp = live.request.sampling;
   const std::vector<int32_t> output = seq.output();
   const std::vector<int32_t> prompt = seq.prompt();
-  const SampledToken t =
-      sample_token(logits, model_.config().text.vocab_size, sp, prompt, output, options_.image_token_id, seq.rng);
+  return append_token(
+      live, seq,
+      sample_token(logits, model_.config().text.vocab_size, sp, prompt, output, options_.image_token_id, seq.rng));
+}
+
+bool Engine::plain_greedy(const Live& live) const {
+  const SamplingParams& sp = live.request.sampling;
+  return !live.beams && sp.temperature == 0.f && sp.repetition_penalty == 1.f && sp.frequency_penalty == 0.f &&
+         sp.presence_penalty == 0.f && sp.logprobs < 0 && (sp.n == 1 || live.forked);
+}
+
+bool Engine::append_token(Live& live, Sequence& seq, const SampledToken& t) {
+  const SamplingParams& sp = live.request.sampling;
   seq.tokens.push_back(t.id);
   Completion& c = seq.completion;
   c.tokens.push_back(t.id);
@@ -294,7 +305,18 @@ std::vector<RequestOutput> Engine::step() {
     ops::gather_rows(part, emb, i32_tensor(rows.second, dev));
     ops::scatter_rows(x0, part, i32_tensor(rows.first, dev));
   }
-  Tensor logits = text.forward_paged(x0, ps, kv_->caches(), i32_tensor(logit_rows, dev)).to(Device::cpu());
+  Tensor logits = text.forward_paged(x0, ps, kv_->caches(), i32_tensor(logit_rows, dev));
+  // Greedy steps take R ids from the device instead of R x vocab logits.
+  const bool greedy = std::all_of(sampled.begin(), sampled.end(),
+                                  [&](const ScheduledChunk* c) { return plain_greedy(*live_.at(c->seq->request)); });
+  Tensor picked;
+  if (greedy && !sampled.empty()) {
+    picked = Tensor::empty({static_cast<int64_t>(sampled.size())}, DType::i32, dev);
+    ops::argmax_rows(picked, logits, options_.image_token_id);
+    picked = picked.to(Device::cpu());
+  } else {
+    logits = logits.to(Device::cpu());
+  }
   scheduler_->commit(plan);
   ++counters_.steps;
   counters_.rows += static_cast<int64_t>(tokens.size());
@@ -304,6 +326,10 @@ std::vector<RequestOutput> Engine::step() {
   for (size_t r = 0; r < sampled.size(); ++r) {
     Sequence& s = *sampled[r]->seq;
     Live& live = *live_.at(s.request);
+    if (picked.defined()) {
+      if (append_token(live, s, SampledToken{picked.data<int32_t>()[r]})) finish_sequence(live, s);
+      continue;
+    }
     float* row = logits.data<float>() + static_cast<int64_t>(r) * V;
     if (live.beams) {
       beam_report(live, s, row);

@@ -83,6 +83,11 @@ class Engine {
   void ensure_image_embeddings(Live& live);
   // Samples the next token of `seq` from `logits` (one row, overwritten); returns true when the sequence finished.
   bool sample_and_append(Live& live, Sequence& seq, float* logits);
+  // Appends the chosen token `t` to `seq`: stop ids and strings, length; returns true when the sequence finished.
+  bool append_token(Live& live, Sequence& seq, const SampledToken& t);
+  // Whether `seq`'s next token is the plain argmax of its logits (greedy, no penalties, log-probabilities, beams or
+  // fork pending), which the device picks without the logits leaving it.
+  bool plain_greedy(const Live& live) const;
   void finish_sequence(Live& live, Sequence& seq);
   // Beam search (engine_beam.cpp): a beam's continuations from its logits row; the choice of the next beams once
   // every live beam reported; the answer's completions from the finished hypotheses.

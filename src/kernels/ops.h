@@ -259,6 +259,11 @@ void cross_entropy_backward(Tensor& dlogits, const Tensor& logits, const Tensor&
 void cross_entropy_forward_backward(Tensor& losses, Tensor& dlogits, const Tensor& logits, const Tensor& targets,
                                     float dloss, int ignore_index);
 
+// ids[R] = the index of the largest value of logits[r] (f32 or bf16 [R, V]), the lowest index among equal maxima,
+// `banned` (when in [0, V)) never chosen, NaN never chosen; a row with nothing else gives 0. The engine's greedy
+// decode: R ids come back to the host instead of R x V logits. ids i32 [R].
+void argmax_rows(Tensor& ids, const Tensor& logits, int32_t banned);
+
 // ---- lm_head: the LM head and its loss, gemm and loss ops composed (ops/lm_head.cpp) -----------------------
 // The LM head and its loss over chunks of `chunk_rows` rows, so only one [chunk_rows, V] block of logits exists at a
 // time, in the compute dtype (never a full [T, V], never an fp32 copy of bf16 logits). For each chunk: logits =

@@ -69,6 +69,23 @@ TEST(Engine, GreedyEqualsFullRecomputeWithAndWithoutThePrefixCache) {
   }
 }
 
+// Plain greedy steps pick on the device (ops::argmax_rows); a step with any request that needs the logits (here
+// log-probabilities on every other request) samples all of them on the host. Both give the oracle's tokens.
+TEST(Engine, DevicePickAndHostSamplerAgreeOnGreedy) {
+  EngineCase ec = make_engine_case(Device::cpu(), 4);
+  std::vector<Request> mixed = ec.requests;
+  for (size_t i = 0; i < mixed.size(); i += 2) mixed[i].sampling.logprobs = 0;
+  Engine engine(*ec.model, base_options());
+  const std::vector<RequestOutput> out = engine.generate(mixed);
+  ASSERT_EQ(out.size(), ec.expected.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_TRUE(out[i].status.ok()) << out[i].status.message();
+    EXPECT_EQ(out[i].completions[0].tokens, ec.expected[i]) << "request " << i;
+    EXPECT_EQ(out[i].completions[0].logprobs.size(), i % 2 == 0 ? ec.expected[i].size() : 0u);
+  }
+  expect_greedy_equal(ec, engine.generate(ec.requests), "all plain greedy");
+}
+
 TEST(Engine, GreedyEqualsFullRecomputeThroughPreemptionAndChunkedPrefill) {
   EngineCase ec = make_engine_case(Device::cpu(), 2);
   for (bool cache : {true, false}) {

@@ -1,8 +1,10 @@
-// Cross-entropy against a float64 log-sum-exp and finite differences; ignored rows, in-place backward, bad targets.
+// Cross-entropy against a float64 log-sum-exp and finite differences; ignored rows, in-place backward, bad targets;
+// argmax_rows (ties, the banned id, NaN).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernel_test_util.h"
 #include "kernels/ops.h"
@@ -97,6 +99,33 @@ TEST(CrossEntropy, TargetOutOfRangeAbortsNamingTheRow) {
                "ops::cross_entropy_forward: targets\\[1\\] = 4 is outside \\[0, 4\\)");
   EXPECT_DEATH(ops::cross_entropy_backward(dlogits, logits, i32_tensor({0, 1, -1}), 1.f, kIgnore),
                "ops::cross_entropy_backward: targets\\[2\\] = -1");
+}
+
+std::vector<int32_t> ids_of(const Tensor& t) { return {t.data<int32_t>(), t.data<int32_t>() + t.numel()}; }
+
+TEST(ArgmaxRows, FirstMaximumSkippingBannedAndNan) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const Tensor logits = Tensor::from_vector(std::vector<float>{1, 3, 3, 2,        // tie: the lower index
+                                                              5, 4, nan, 4,      // 5 at 0 is banned
+                                                              nan, -1, nan, -2,  // NaN never wins
+                                                              -inf, -inf, -inf, -inf, 2, 9, 9, 7},
+                                            {5, 4});
+  Tensor ids = i32_tensor({-7, -7, -7, -7, -7});
+  ops::argmax_rows(ids, logits, /*banned=*/0);
+  EXPECT_EQ(ids_of(ids), (std::vector<int32_t>{1, 1, 1, 1, 1}));
+  ops::argmax_rows(ids, logits, /*banned=*/-1);
+  EXPECT_EQ(ids_of(ids), (std::vector<int32_t>{1, 0, 1, 0, 1}));
+  const Tensor only_banned = Tensor::from_vector(std::vector<float>{nan, 3}, {1, 2});
+  Tensor one = i32_tensor({-7});
+  ops::argmax_rows(one, only_banned, 1);
+  EXPECT_EQ(ids_of(one), std::vector<int32_t>{0});  // nothing eligible: 0
+}
+
+TEST(ArgmaxRows, ShapeErrorsNameTheTensor) {
+  use_threadsafe_death_tests();
+  Tensor ids = i32_tensor({0, 0});
+  EXPECT_DEATH(ops::argmax_rows(ids, random_normal({3, 4}, 1), -1), "ops::argmax_rows: ids");
+  EXPECT_DEATH(ops::argmax_rows(ids, random_normal({8}, 1), -1), "ops::argmax_rows: logits");
 }
 
 }  // namespace

@@ -141,6 +141,7 @@ void check_paged_attention(const char* op, const PagedAttentionParams& p);
 void paged_attention(float* out, const PagedAttentionParams& p);
 
 // ---- loss.cpp ----------------------------------------------------------------------------------------------
+void argmax_rows(int32_t* ids, const float* logits, int64_t rows, int64_t vocab, int32_t banned);
 void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                            int ignore_index);
 // dlogits may equal logits (in place).

@@ -29,6 +29,17 @@ double row_logsumexp(const float* row, int64_t vocab) {
 
 }  // namespace
 
+void argmax_rows(int32_t* ids, const float* logits, int64_t rows, int64_t vocab, int32_t banned) {
+#pragma omp parallel for schedule(static) if (rows * vocab >= kParallelMinWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits + r * vocab;
+    int64_t best = -1;
+    for (int64_t v = 0; v < vocab; ++v)
+      if (v != banned && !std::isnan(row[v]) && (best < 0 || row[v] > row[best])) best = v;
+    ids[r] = static_cast<int32_t>(std::max<int64_t>(best, 0));
+  }
+}
+
 void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                            int ignore_index) {
   check_targets("cross_entropy_forward", targets, rows, vocab, ignore_index);

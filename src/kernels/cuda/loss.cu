@@ -1,4 +1,5 @@
-// Softmax cross-entropy on CUDA, forward and backward fused, one block per row:
+// Softmax cross-entropy on CUDA, forward and backward fused, one block per row (and argmax_rows, the greedy
+// decode's pick, one block per row too):
 //   pass 1 reads the row once with 16-byte vectors (up to kUnroll loads in flight per thread) and keeps an online
 //          (max, sum of exp) per thread in fp32, combined by a fixed-order block reduction: lse = max + log(sum);
 //   pass 2 (the backward) reads the row again and overwrites it with (softmax - onehot) * dloss. Rows of a large
@@ -151,7 +152,57 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
   }
 }
 
+// argmax_rows: one block per row; each thread keeps the first maximum of its strided elements, then a fixed-order
+// warp and block reduction takes the larger value, the lower index on ties. idx < 0: nothing seen yet.
+struct ArgMax {
+  float v;
+  int idx;
+};
+__device__ __forceinline__ ArgMax arg_max_pick(ArgMax a, ArgMax b) {
+  if (a.idx < 0) return b;
+  if (b.idx < 0) return a;
+  return (b.v > a.v || (b.v == a.v && b.idx < a.idx)) ? b : a;
+}
+
+template <class T>
+__global__ void argmax_rows_kernel(int32_t* ids, const T* logits, int vocab, int banned) {
+  pdl::grid_begin();
+  __shared__ ArgMax warp_best[kMaxThreads / 32];
+  const T* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  ArgMax best{-INFINITY, -1};
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
+    const float x = to_f32(row[v]);
+    if (v != banned && !isnan(x) && (best.idx < 0 || x > best.v)) best = {x, v};
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    const ArgMax o{__shfl_down_sync(0xffffffffu, best.v, off), __shfl_down_sync(0xffffffffu, best.idx, off)};
+    best = arg_max_pick(best, o);
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  if (lane == 0) warp_best[warp] = best;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < warps; ++w) best = arg_max_pick(best, warp_best[w]);
+    ids[blockIdx.x] = best.idx < 0 ? 0 : best.idx;
+  }
+}
+
 }  // namespace
+
+void argmax_rows(Tensor& ids, const Tensor& logits, int32_t banned) {
+  const int64_t rows = logits.dim(0), vocab = logits.dim(1);
+  if (rows == 0) return;
+  VLM_CHECK(rows <= INT32_MAX, "ops::argmax_rows: ", rows, " rows exceed the CUDA grid");
+  const Device dev = logits.device();
+  DeviceGuard guard(dev);
+  const int banned_in_row = banned >= 0 && banned < vocab ? static_cast<int>(banned) : -1;
+  dispatch_float(logits.dtype(), "argmax_rows", [&](auto tag) {
+    using T = decltype(tag);
+    pdl::launch(argmax_rows_kernel<T>, static_cast<unsigned>(rows), vocab_threads(vocab), 0, stream_of(dev),
+                ptr<int32_t>(ids), ptr<T>(logits), static_cast<int>(vocab), banned_in_row);
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
 
 void cross_entropy(Tensor& losses, Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
                    int ignore_index) {

@@ -60,4 +60,17 @@ void cross_entropy_forward_backward(Tensor& losses, Tensor& dlogits, const Tenso
                               logits.dim(0), logits.dim(1), ignore_index);
 }
 
+void argmax_rows(Tensor& ids, const Tensor& logits, int32_t banned) {
+  const char* op = "argmax_rows";
+  const Device dev = ids.device();
+  compute_dtype(op, "logits", logits);
+  check_tensor(op, "logits", logits, logits.dtype(), dev);
+  check_ndim(op, "logits", logits, 2);
+  VLM_CHECK(logits.dim(1) > 0 && logits.dim(1) < INT32_MAX, "ops::", op, ": logits is ", logits.describe(),
+            ", expected a vocabulary in [1, 2^31)");
+  check_i32_vector(op, "ids", ids, dev, logits.dim(0));
+  VLM_DISPATCH_CUDA(dev, op, cuda::argmax_rows(ids, logits, banned));
+  cpu::argmax_rows(ids.data<int32_t>(), logits.data<float>(), logits.dim(0), logits.dim(1), banned);
+}
+
 }  // namespace vlm::ops

@@ -191,5 +191,33 @@ TEST(CudaLoss, OffsetViewsAndInfiniteLogitsMatchCpu) {
   EXPECT_TRUE(ops::check_index_errors(gpu()).ok());
 }
 
+// argmax_rows on the GPU picks what the CPU picks from the same (rounded) logits, at every block size; rows made of
+// few distinct values (many ties: the lowest index must win) and rows where the maximum is the banned id.
+TEST(CudaLoss, ArgmaxRowsMatchesCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  uint64_t seed = 500;
+  for (DType dt : compute_dtypes())
+    for (const LossCase& c : kCases)
+      for (bool ties : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " rows=" << c.rows << " vocab=" << c.vocab
+                                          << (ties ? " ties" : ""));
+        Tensor logits = random_normal({c.rows, c.vocab}, seed++, c.logit_std);
+        if (ties)
+          for (int64_t i = 0; i < logits.numel(); ++i) logits.data<float>()[i] = std::round(logits.data<float>()[i]);
+        const Tensor logits_r = rounded(logits, dt);
+        const int32_t banned = static_cast<int32_t>(c.vocab / 2);
+        for (int32_t b : {int32_t{-1}, banned}) {
+          Tensor ref = i32_tensor(std::vector<int32_t>(static_cast<size_t>(c.rows), -7));
+          ops::argmax_rows(ref, logits_r, b);
+          Tensor ids = gpu_i32(std::vector<int32_t>(static_cast<size_t>(c.rows), -7));
+          ops::argmax_rows(ids, to_gpu(logits, dt), b);
+          const Tensor got = ids.to(Device::cpu());
+          EXPECT_EQ(std::vector<int32_t>(got.data<int32_t>(), got.data<int32_t>() + c.rows),
+                    std::vector<int32_t>(ref.data<int32_t>(), ref.data<int32_t>() + c.rows))
+              << "banned " << b;
+        }
+      }
+}
+
 }  // namespace
 }  // namespace vlm::testing
