@@ -38,7 +38,7 @@ Status hf_export_model(const VlmModel& model, const std::string& dir, const HfEx
   VLM_RETURN_IF_ERROR(safetensors_save(dir + "/model.safetensors", tensors, {{"format", "pt"}}));
   VLM_RETURN_IF_ERROR(write_file_atomic(dir + "/config.json", config.data(), config.size()));
   if (c.has_text()) {
-    nlohmann::json g;
+    nlohmann::json g = nlohmann::json::object();  // "{}" without token ids, never "null"
     if (o.bos_token_id >= 0) g["bos_token_id"] = o.bos_token_id;
     if (o.eos_token_id >= 0) g["eos_token_id"] = o.eos_token_id;
     if (o.pad_token_id >= 0) g["pad_token_id"] = o.pad_token_id;

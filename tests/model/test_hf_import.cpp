@@ -178,6 +178,9 @@ TEST(HfFolder, ShardedIndexAndMalformedShards) {
   a.init_weights(3);
   const std::string dir = testing::scratch_dir("hf_shards");
   ASSERT_TRUE(hf_export_model(a, dir, {}).ok());
+  // No token ids given: an empty object, which transformers' GenerationConfig reads (it fails on "null").
+  std::ifstream gen(dir + "/generation_config.json");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(gen), {}), "{}\n");
   auto file = safetensors_load(dir + "/model.safetensors");
   ASSERT_TRUE(file.ok());
   std::vector<std::pair<std::string, Tensor>> s1, s2;
