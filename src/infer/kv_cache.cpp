@@ -1,6 +1,8 @@
 // KvCache: the per-layer slabs and their sizing.
 #include "infer/kv_cache.h"
 
+#include "core/allocator.h"
+
 #ifdef VLM_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -19,6 +21,9 @@ int64_t kv_cache_budget(Device device, int64_t bytes, double fraction) {
 #ifdef VLM_HAVE_CUDA
   size_t free_bytes = 0, total_bytes = 0;
   VLM_CUDA_CHECK(cudaSetDevice(device.index));
+  // Blocks our caching allocator holds free (e.g. an earlier engine's KV cache) count as free: hand them back first.
+  VLM_CUDA_CHECK(cudaDeviceSynchronize());
+  cuda_allocator(device.index).empty_cache();
   VLM_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   return static_cast<int64_t>(static_cast<double>(free_bytes) * fraction);
 #else
