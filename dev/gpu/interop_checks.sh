@@ -16,6 +16,8 @@
 #   decode    bench/peers/decode_peer.py (transformers generate, eager and static cache + torch.compile; PEER_ARGS
 #             adds flags, e.g. "--modes static_compile"), then `vlm bench decode --peer` on the same shapes; figures
 #             in $OUT/decode_*.jsonl
+#   coldstart a nanoVLM-222M-shaped run trained one step, then `vlm generate` of one token with an image, timed from
+#             process start to exit (the checkpoint read, CUDA initialised, the image encoded, the prompt prefilled)
 #   dev/gpu/interop_checks.sh [step...]       (default: fixtures tokfix tb paged sanitize gtests finetune)
 # Environment: PACK (a folder or .tar.xz made by dev/gpu/gpu_pack.sh holding vlm and the test binaries, default
 # .carry/interop), TB_RUN (default .carry/fx/tbrun), DEADLINE (seconds after which no step starts, default 540),
@@ -59,7 +61,7 @@ run_step() {
   rc=$?
   [ $rc -eq 0 ] || status=1
   say "$step: exit $rc in $(($(date +%s) - s0)) s"
-  grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|ERROR SUMMARY|falls|DOES NOT|hf_parity:|rel|missing" \
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|ERROR SUMMARY|falls|DOES NOT|hf_parity:|rel|missing|cold start" \
     "$OUT/logs/$step.log" | grep -v "^\[  SKIPPED \] .*ms)$" | tail -25 | sed "s/^/  $step| /" | tee -a "$session"
 }
 step_fixtures() {
@@ -111,6 +113,25 @@ step_decode() {
   "$BIN/vlm" bench decode --shapes vlm --batch 32 --same-image --peer "$OUT/decode_peer.jsonl" \
     --json "$OUT/decode_vlm_same_image.jsonl" || rc=1
   return $rc
+}
+# Cold start: a nanoVLM-222M-shaped run (one bf16 training step writes its checkpoint), then `vlm generate` of one
+# token for one image, timed from before the process starts to its exit, three times.
+step_coldstart() {
+  local d=/tmp/coldstart img s e i
+  rm -rf "$d" && mkdir -p "$d/img"
+  "$BIN/vlm" data synth shapes --out "$d/shards" --samples 16 --seed 1 --image-size 224 --shard-size 16 || return 1
+  "$BIN/vlm" data tokenizer-train --shards "$d/shards" --out "$d/tok.json" --vocab-size 300 || return 1
+  "$BIN/vlm" train --run-dir "$d/run" --quiet --set model.preset=nanovlm-222m --set data.train_shards="$d/shards" \
+    --set data.tokenizer="$d/tok.json" --set data.val_shards= --set train.device=cuda --set train.precision=bf16 \
+    --set train.steps=1 --set train.batch_size=2 --set train.grad_accum=1 --set train.ckpt_every=1 || return 1
+  tar -xf "$d"/shards/*.tar -C "$d/img" 000000000.jpg || return 1
+  for i in 1 2 3; do
+    s=$(date +%s.%N)
+    "$BIN/vlm" generate "$d/run" --prompt "how many shapes are there?" --image "$d/img/000000000.jpg" \
+      --max-tokens 1 --device cuda >"$d/answer.json" || return 1
+    e=$(date +%s.%N)
+    python3 -c "import sys; print(f'cold start {sys.argv[3]}: process start to first token and exit in {float(sys.argv[2]) - float(sys.argv[1]):.2f} s')" "$s" "$e" "$i"
+  done
 }
 
 steps=("$@")
