@@ -78,23 +78,9 @@ void attention_forward(float* out, float* lse, const AttentionParams& p) {
           lse_i = neg_inf;
           continue;
         }
-        float row_max = neg_inf;
-        for (int64_t j = 0; j < n; ++j) {
-          const float s = p.scale * dot(qi, keys + j * stride_k, dim);
-          probs[static_cast<size_t>(j)] = s;
-          row_max = std::max(row_max, s);
-        }
-        float row_sum = 0.f;
-        for (int64_t j = 0; j < n; ++j) {
-          const float e = std::exp(probs[static_cast<size_t>(j)] - row_max);
-          probs[static_cast<size_t>(j)] = e;
-          row_sum += e;
-        }
-        std::fill(acc.begin(), acc.end(), 0.f);
-        for (int64_t j = 0; j < n; ++j) axpy(acc.data(), values + j * stride_k, probs[static_cast<size_t>(j)], dim);
-        const float inv_sum = 1.f / row_sum;
-        for (int64_t d = 0; d < dim; ++d) oi[d] = acc[static_cast<size_t>(d)] * inv_sum;
-        lse_i = row_max + std::log(row_sum);
+        lse_i = attend_row(
+            oi, qi, [&](int64_t j) { return keys + j * stride_k; }, [&](int64_t j) { return values + j * stride_k; },
+            n, dim, p.scale, probs.data(), acc.data());
       }
     }
   }

@@ -76,23 +76,9 @@ void paged_attention(float* out, const PagedAttentionParams& p) {
         const float* qi = p.q + (q0 + i) * stride_q + h * dim;
         float* oi = out + (q0 + i) * stride_q + h * dim;
         const int64_t n = i + len - lq + 1;  // >= 1: len >= lq was checked
-        float row_max = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < n; ++j) {
-          const float s = p.scale * dot(qi, keys[static_cast<size_t>(j)], dim);
-          probs[static_cast<size_t>(j)] = s;
-          row_max = std::max(row_max, s);
-        }
-        float row_sum = 0.f;
-        for (int64_t j = 0; j < n; ++j) {
-          const float e = std::exp(probs[static_cast<size_t>(j)] - row_max);
-          probs[static_cast<size_t>(j)] = e;
-          row_sum += e;
-        }
-        std::fill(acc.begin(), acc.end(), 0.f);
-        for (int64_t j = 0; j < n; ++j)
-          axpy(acc.data(), values[static_cast<size_t>(j)], probs[static_cast<size_t>(j)], dim);
-        const float inv_sum = 1.f / row_sum;
-        for (int64_t d = 0; d < dim; ++d) oi[d] = acc[static_cast<size_t>(d)] * inv_sum;
+        attend_row(
+            oi, qi, [&](int64_t j) { return keys[static_cast<size_t>(j)]; },
+            [&](int64_t j) { return values[static_cast<size_t>(j)]; }, n, dim, p.scale, probs.data(), acc.data());
       }
     }
   }
