@@ -37,6 +37,16 @@ double bicubic_filter(double x) {
   return 0.0;
 }
 
+// Lanczos with a = 3: sinc(x) sinc(x / 3) on (-3, 3) (Pillow's LANCZOS, what Idefics3 / SmolVLM resize with).
+double lanczos_filter(double x) {
+  auto sinc = [](double t) {
+    if (t == 0.0) return 1.0;
+    t *= M_PI;
+    return std::sin(t) / t;
+  };
+  return -3.0 <= x && x < 3.0 ? sinc(x) * sinc(x / 3.0) : 0.0;
+}
+
 // Per output position along one axis (of a window of the outputs): the first source index, the tap count and
 // fixed-point weights.
 struct AxisCoeffs {
@@ -50,8 +60,10 @@ struct AxisCoeffs {
 // huge resize (a 1 x 60000 image's shorter side to 224) costs only what the crop needs.
 AxisCoeffs axis_coeffs(int in_size, float in0, float in1, int out_size, ResizeFilter filter, int out_first,
                        int out_count) {
-  const double support0 = filter == ResizeFilter::bilinear ? 1.0 : 2.0;
-  double (*fn)(double) = filter == ResizeFilter::bilinear ? bilinear_filter : bicubic_filter;
+  const double support0 = filter == ResizeFilter::bilinear ? 1.0 : filter == ResizeFilter::bicubic ? 2.0 : 3.0;
+  double (*fn)(double) = filter == ResizeFilter::bilinear  ? bilinear_filter
+                         : filter == ResizeFilter::bicubic ? bicubic_filter
+                                                           : lanczos_filter;
   const double scale = (static_cast<double>(in1) - static_cast<double>(in0)) / out_size;
   const double filterscale = std::max(scale, 1.0);  // widen the kernel when shrinking: antialiasing
   const double support = support0 * filterscale;

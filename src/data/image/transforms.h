@@ -2,7 +2,7 @@
 // the usual training transforms (torchvision's Resize + CenterCrop and RandomResizedCrop, img2dataset's "border"),
 // and normalisation to a CHW float tensor.
 //
-// Resize follows Pillow's Image.resize(size, BILINEAR | BICUBIC, box) (reducing_gap=None): separable, horizontal
+// Resize follows Pillow's Image.resize(size, BILINEAR | BICUBIC | LANCZOS, box) (reducing_gap=None): separable, horizontal
 // pass first, the filter's support widened by the downscale factor (antialiasing), 8-bit fixed-point weights, 8-bit
 // intermediate. The arithmetic is Pillow's integer arithmetic, so outputs equal Pillow 9.x's (tests require <= 2).
 // On x86-64 CPUs with AVX2 both passes run in vector code that computes exactly the same integers as the plain
@@ -18,7 +18,7 @@
 
 namespace vlm {
 
-enum class ResizeFilter { bilinear, bicubic };
+enum class ResizeFilter { bilinear, bicubic, lanczos };
 
 Image resize_to(const Image& src, int width, int height, ResizeFilter filter = ResizeFilter::bicubic);
 

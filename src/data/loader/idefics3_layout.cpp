@@ -72,6 +72,35 @@ Expected<Idefics3Options> Idefics3Options::from_preprocessor_config(const nlohma
   VLM_RETURN_IF_ERROR(read_int(c, "size", "longest_edge", source, o.longest_edge));
   VLM_RETURN_IF_ERROR(read_int(c, "max_image_size", "longest_edge", source, o.max_image_size));
   VLM_RETURN_IF_ERROR(read_int(c, "image_seq_len", nullptr, source, o.image_seq_len));
+  for (auto [key, dst] : {std::pair{"do_rescale", &o.do_rescale}, std::pair{"do_normalize", &o.do_normalize}}) {
+    auto it = c.find(key);
+    if (it == c.end()) continue;
+    if (!it->is_boolean()) return parse_error(source + ": " + key + ": expected true or false");
+    *dst = it->get<bool>();
+  }
+  if (auto it = c.find("resample"); it != c.end()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 3)
+      return parse_error(source + ": resample: expected 1 (LANCZOS), 2 (BILINEAR) or 3 (BICUBIC)");
+    o.resample = it->get<int>();
+  }
+  if (auto it = c.find("rescale_factor"); it != c.end()) {
+    if (!it->is_number() || !(it->get<double>() > 0)) return parse_error(source + ": rescale_factor: expected a number > 0");
+    o.rescale_factor = it->get<double>();
+  }
+  for (auto [key, dst] : {std::pair{"image_mean", o.image_mean}, std::pair{"image_std", o.image_std}}) {
+    auto it = c.find(key);
+    if (it == c.end()) continue;
+    const bool scalar = it->is_number();
+    if (!scalar && !(it->is_array() && it->size() == 3))
+      return parse_error(source + ": " + key + ": expected a number or 3 numbers (R, G, B)");
+    for (int ch = 0; ch < 3; ++ch) {
+      const nlohmann::json& v = scalar ? *it : (*it)[static_cast<size_t>(ch)];
+      if (!v.is_number()) return parse_error(source + ": " + key + ": expected numbers");
+      dst[ch] = v.get<float>();
+    }
+    if (std::string(key) == "image_std" && (dst[0] == 0.f || dst[1] == 0.f || dst[2] == 0.f))
+      return parse_error(source + ": image_std: must not be 0");
+  }
   return o;
 }
 

@@ -2,7 +2,7 @@
 // longest edge resized to `longest_edge` (even sides, at most 4096), then, with image splitting, sides rounded up
 // to multiples of `max_image_size` and cut into rows x cols tiles plus a global image of max_image_size squared;
 // and the prompt that replaces each <image> (<fake_token_around_image>, <row_r_col_c>, <global-img>, image_seq_len
-// image tokens per tile). Geometry and prompt only: the pixel resampling (Pillow's Lanczos) is not here.
+// image tokens per tile). The pixels themselves are idefics3_pixels.h's.
 #pragma once
 
 #include <string>
@@ -20,6 +20,14 @@ struct Idefics3Options {
   bool do_image_splitting = true;
   int max_image_size = 512;   // max_image_size.longest_edge: the tile and global image side
   int image_seq_len = 64;     // image tokens per tile (processor_config.json image_seq_len)
+  // Pixel values (idefics3_pixels.h): PIL's resample code (1 LANCZOS, 2 BILINEAR, 3 BICUBIC), then
+  // x * rescale_factor and (x - image_mean) / image_std per channel.
+  int resample = 1;
+  bool do_rescale = true;
+  double rescale_factor = 1.0 / 255.0;
+  bool do_normalize = true;
+  float image_mean[3] = {0.5f, 0.5f, 0.5f};
+  float image_std[3] = {0.5f, 0.5f, 0.5f};
 
   // Reads preprocessor_config.json's fields (missing ones keep the defaults above); errors name the field.
   static Expected<Idefics3Options> from_preprocessor_config(const nlohmann::json& config, const std::string& source);

@@ -46,7 +46,7 @@ TEST(Transforms, MatchesPillow) {
 
 TEST(Transforms, IdentityAndConstantImages) {
   Image img = test_image(23, 17);
-  for (auto f : {ResizeFilter::bilinear, ResizeFilter::bicubic}) {
+  for (auto f : {ResizeFilter::bilinear, ResizeFilter::bicubic, ResizeFilter::lanczos}) {
     EXPECT_EQ(resize_to(img, 23, 17, f).rgb, img.rgb);
     Image flat(31, 9);
     const uint8_t value[3] = {7, 128, 250};
