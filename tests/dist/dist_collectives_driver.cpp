@@ -1,9 +1,16 @@
 // Runs every collective of the communicator this launch gets (mpirun: MPI; alone: the world of one) on values whose
-// results are exact in every dtype, and checks them against closed forms on every rank (gather: on its root).
+// results are exact in every dtype, and checks them against closed forms on every rank (gather: on its root): once
+// through the blocking forms, once through the asynchronous ones, then FSDP's pattern of several uneven, padded
+// all_gathers and reduce_scatters in flight at once, waited for out of order.
 //   dist_collectives_driver check      exit 0 when every check passed on this rank (prints "rank r of n: k checks")
 //   dist_collectives_driver has-mpi    exit 0 when vlm_dist was built with MPI
+//   dist_collectives_driver hang       every rank but the last issues an all_gather the last never joins: rank 0's
+//                                      wait() must end with the timeout's error (VLM_DIST_TIMEOUT_S), which it
+//                                      prints before aborting the job
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,8 +23,34 @@ namespace {
 using vlm::DType;
 using vlm::Shape;
 using vlm::Tensor;
+using vlm::Status;
 using vlm::dist::Communicator;
 using vlm::dist::ReduceOp;
+using vlm::dist::WorkHandle;
+
+// The collectives through the blocking forms, or through the asynchronous ones (polled once, then waited for).
+struct Collectives {
+  Communicator& comm;
+  bool async;
+  static Status finish(vlm::Expected<WorkHandle> work) {
+    if (!work.ok()) return work.status();
+    (void)(*work)->is_done();
+    return (*work)->wait();
+  }
+  Status all_reduce(Tensor& t, ReduceOp op) {
+    return async ? finish(comm.all_reduce_async(t, op)) : comm.all_reduce(t, op);
+  }
+  Status all_gather(Tensor& out, const Tensor& in) {
+    return async ? finish(comm.all_gather_async(out, in)) : comm.all_gather(out, in);
+  }
+  Status reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
+    return async ? finish(comm.reduce_scatter_async(out, in, op)) : comm.reduce_scatter(out, in, op);
+  }
+  Status broadcast(Tensor& t, int root) { return async ? finish(comm.broadcast_async(t, root)) : comm.broadcast(t, root); }
+  Status gather(Tensor& out, const Tensor& in, int root) {
+    return async ? finish(comm.gather_async(out, in, root)) : comm.gather(out, in, root);
+  }
+};
 
 // A [n] tensor of dtype dt with values f(i) (each exact in dt: small whole numbers and halves).
 Tensor make(int64_t n, DType dt, const std::function<double(int64_t)>& f) { return vlm::testing::filled({n}, dt, f); }
@@ -45,22 +78,23 @@ struct Checker {
   }
 };
 
-int run_checks(Communicator& comm) {
+// Every collective and dtype through `ops` (blocking or asynchronous).
+void check_collectives(Collectives ops, Checker& c) {
+  Communicator& comm = ops.comm;
   const int r = comm.rank(), n = comm.size();
-  Checker c;
-  c.rank = r;
+  const std::string mode = ops.async ? "async " : "";
   for (DType dt : {DType::f32, DType::bf16, DType::f64, DType::i32, DType::i64}) {
     const std::string name = vlm::dtype_name(dt);
     const bool floating = dt == DType::f32 || dt == DType::bf16 || dt == DType::f64;
     // Sizes: odd, and (f32) one past a few MiB, so messages are split by the MPI library's own protocols.
     for (int64_t m : {int64_t{1}, int64_t{1001}, dt == DType::f32 ? int64_t{(1 << 20) + 3} : int64_t{4097}}) {
-      const std::string tag = name + " [" + std::to_string(m) + "] ";
+      const std::string tag = mode + name + " [" + std::to_string(m) + "] ";
       Tensor t = make(m, dt, [&](int64_t i) { return r + i % 8; });
-      c.expect_ok(comm.all_reduce(t, ReduceOp::sum), tag + "all_reduce sum");
+      c.expect_ok(ops.all_reduce(t, ReduceOp::sum), tag + "all_reduce sum");
       c.expect(t, [&](int64_t i) { return n * (i % 8) + n * (n - 1) / 2.0; }, tag + "all_reduce sum");
 
       t = make(m, dt, [&](int64_t i) { return (r * 7 + i) % 13; });
-      c.expect_ok(comm.all_reduce(t, ReduceOp::max), tag + "all_reduce max");
+      c.expect_ok(ops.all_reduce(t, ReduceOp::max), tag + "all_reduce max");
       c.expect(t, [&](int64_t i) {
         int64_t best = 0;
         for (int q = 0; q < n; ++q) best = std::max<int64_t>(best, (q * 7 + i) % 13);
@@ -69,41 +103,102 @@ int run_checks(Communicator& comm) {
 
       if (floating) {  // avg of r + i % 8 over ranks: i % 8 + (n - 1) / 2, a half at most
         t = make(m, dt, [&](int64_t i) { return r + i % 8; });
-        c.expect_ok(comm.all_reduce(t, ReduceOp::avg), tag + "all_reduce avg");
+        c.expect_ok(ops.all_reduce(t, ReduceOp::avg), tag + "all_reduce avg");
         c.expect(t, [&](int64_t i) { return i % 8 + (n - 1) / 2.0; }, tag + "all_reduce avg");
       }
 
       const Tensor mine = make(m, dt, [&](int64_t i) { return r * 16 + i % 16; });
       Tensor all = Tensor::zeros({n * m}, dt);
-      c.expect_ok(comm.all_gather(all, mine), tag + "all_gather");
+      c.expect_ok(ops.all_gather(all, mine), tag + "all_gather");
       c.expect(all, [&](int64_t j) { return (j / m) * 16 + (j % m) % 16; }, tag + "all_gather");
 
       const Tensor contribution = make(n * m, dt, [&](int64_t j) { return r + j % 8; });
       Tensor slice = Tensor::zeros({m}, dt);
-      c.expect_ok(comm.reduce_scatter(slice, contribution, ReduceOp::sum), tag + "reduce_scatter");
+      c.expect_ok(ops.reduce_scatter(slice, contribution, ReduceOp::sum), tag + "reduce_scatter");
       c.expect(slice, [&](int64_t i) { return n * ((r * m + i) % 8) + n * (n - 1) / 2.0; }, tag + "reduce_scatter");
 
       Tensor b = make(m, dt, [&](int64_t i) { return r * 3 + i % 5; });
-      c.expect_ok(comm.broadcast(b, n - 1), tag + "broadcast");
+      c.expect_ok(ops.broadcast(b, n - 1), tag + "broadcast");
       c.expect(b, [&](int64_t i) { return (n - 1) * 3 + i % 5; }, tag + "broadcast");
 
       // gather to the last rank; the others pass no output.
       Tensor at_root = r == n - 1 ? Tensor::zeros({n * m}, dt) : Tensor();
-      c.expect_ok(comm.gather(at_root, mine, n - 1), tag + "gather");
+      c.expect_ok(ops.gather(at_root, mine, n - 1), tag + "gather");
       if (r == n - 1) c.expect(at_root, [&](int64_t j) { return (j / m) * 16 + (j % m) % 16; }, tag + "gather");
     }
   }
   // Bytes: gathered and broadcast, never reduced.
   for (int64_t m : {int64_t{1}, int64_t{3001}}) {
-    const std::string tag = "u8 [" + std::to_string(m) + "] ";
+    const std::string tag = mode + "u8 [" + std::to_string(m) + "] ";
     const Tensor mine = make(m, DType::u8, [&](int64_t i) { return (r * 31 + i) % 256; });
     Tensor all = Tensor::zeros({n * m}, DType::u8);
-    c.expect_ok(comm.all_gather(all, mine), tag + "all_gather");
+    c.expect_ok(ops.all_gather(all, mine), tag + "all_gather");
     c.expect(all, [&](int64_t j) { return ((j / m) * 31 + j % m) % 256; }, tag + "all_gather");
     Tensor b = make(m, DType::u8, [&](int64_t i) { return (r + i) % 256; });
-    c.expect_ok(comm.broadcast(b, 0), tag + "broadcast");
+    c.expect_ok(ops.broadcast(b, 0), tag + "broadcast");
     c.expect(b, [&](int64_t i) { return i % 256; }, tag + "broadcast");
   }
+}
+
+// FSDP's pattern: units of uneven lengths, each padded to a multiple of the world size and sharded; all of their
+// all_gathers in flight at once (waited for in reverse), then all of their reduce_scatters (waited for by polling).
+void check_sharded_units(Communicator& comm, Checker& c) {
+  const int r = comm.rank(), n = comm.size();
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const std::string name = vlm::dtype_name(dt);
+    const std::vector<int64_t> lengths = {1, 7, 1001, 4099, 65537};
+    std::vector<Tensor> shards, full;
+    std::vector<WorkHandle> works;
+    for (int64_t len : lengths) {
+      const int64_t shard = vlm::dist::padded_shard_size(len, n);
+      // Element j of the unit is j % 251 (padding: -1), and rank r holds elements [r * shard, (r + 1) * shard).
+      shards.push_back(make(shard, dt, [&](int64_t i) {
+        const int64_t j = r * shard + i;
+        return j < len ? static_cast<double>(j % 251) : -1.0;
+      }));
+      full.push_back(Tensor::zeros({shard * n}, dt));
+      vlm::Expected<WorkHandle> w = comm.all_gather_async(full.back(), shards.back());
+      c.expect_ok(w.ok() ? Status() : w.status(), name + " all_gather_async issue");
+      works.push_back(w.ok() ? std::move(*w) : vlm::dist::finished_work());
+    }
+    for (size_t u = works.size(); u-- > 0;) c.expect_ok(works[u]->wait(), name + " all_gather_async wait");
+    for (size_t u = 0; u < lengths.size(); ++u) {
+      const int64_t len = lengths[u];
+      c.expect(full[u].slice(0, 0, len), [](int64_t j) { return static_cast<double>(j % 251); },
+               name + " padded all_gather of " + std::to_string(len));
+      c.expect(full[u].slice(0, len, full[u].numel()), [](int64_t) { return -1.0; }, name + " padding");
+    }
+    // Gradients: rank q contributes (j % 5) + q to element j; the sum over ranks lands in each rank's shard.
+    works.clear();
+    std::vector<Tensor> grad_shards;
+    for (size_t u = 0; u < lengths.size(); ++u) {
+      const int64_t shard = shards[u].numel();
+      const Tensor grads = make(shard * n, dt, [&](int64_t j) { return static_cast<double>(j % 5 + r); });
+      grad_shards.push_back(Tensor::zeros({shard}, dt));
+      vlm::Expected<WorkHandle> w = comm.reduce_scatter_async(grad_shards.back(), grads, ReduceOp::sum);
+      c.expect_ok(w.ok() ? Status() : w.status(), name + " reduce_scatter_async issue");
+      works.push_back(w.ok() ? std::move(*w) : vlm::dist::finished_work());
+    }
+    for (bool all_done = false; !all_done;) {
+      all_done = true;
+      for (WorkHandle& w : works) all_done = w->is_done() && all_done;
+    }
+    for (size_t u = 0; u < lengths.size(); ++u) {
+      c.expect_ok(works[u]->wait(), name + " reduce_scatter_async wait");
+      const int64_t shard = shards[u].numel();
+      c.expect(grad_shards[u], [&](int64_t i) { return n * ((r * shard + i) % 5) + n * (n - 1) / 2.0; },
+               name + " sharded reduce_scatter of " + std::to_string(lengths[u]));
+    }
+  }
+}
+
+int run_checks(Communicator& comm) {
+  const int r = comm.rank(), n = comm.size();
+  Checker c;
+  c.rank = r;
+  check_collectives(Collectives{comm, false}, c);
+  check_collectives(Collectives{comm, true}, c);
+  check_sharded_units(comm, c);
   // One value: the sum of r + 1 over the ranks.
   {
     const vlm::Expected<int64_t> total = vlm::dist::all_reduce_value(comm, int64_t{r} + 1, ReduceOp::sum);
@@ -167,13 +262,29 @@ int run_checks(Communicator& comm) {
   return c.failures == 0 ? 0 : 1;
 }
 
+int hang(Communicator& comm) {
+  const int r = comm.rank(), n = comm.size();
+  if (r == n - 1) {  // never joins; MPI_Abort from rank 0 ends it
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+  }
+  const Tensor mine = make(1001, DType::f32, [](int64_t i) { return static_cast<double>(i); });
+  Tensor all = Tensor::zeros({n * 1001}, DType::f32);
+  const auto start = std::chrono::steady_clock::now();
+  const Status s = comm.all_gather(all, mine);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "rank %d: after %.1f s: %s\n", r, waited, s.ok() ? "completed" : s.message().c_str());
+  comm.abort(3);
+  return 3;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "check";
   if (mode == "has-mpi") return vlm::dist::built_with_mpi() ? 0 : 1;
-  if (mode != "check") {
-    std::fprintf(stderr, "usage: dist_collectives_driver check|has-mpi\n");
+  if (mode != "check" && mode != "hang") {
+    std::fprintf(stderr, "usage: dist_collectives_driver check|has-mpi|hang\n");
     return 2;
   }
   const vlm::Expected<vlm::dist::LaunchInfo> info = vlm::dist::launch_info_from_env();
@@ -186,5 +297,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", comm.status().message().c_str());
     return 1;
   }
+  if (mode == "hang") return hang(**comm);
   return run_checks(**comm);
 }

@@ -140,5 +140,31 @@ TEST(Communicator, OneRankLaunchGetsTheLocalBackend) {
   EXPECT_STREQ((*comm)->backend(), "local");
 }
 
+
+TEST(LocalCommunicator, AsynchronousFormsAreDoneAtOnce) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  const Tensor in = iota(9, DType::bf16, 1.0);
+  Tensor out = Tensor::zeros({9}, DType::bf16);
+  Expected<WorkHandle> work = comm->all_gather_async(out, in);
+  ASSERT_TRUE(work.ok()) << work.status().message();
+  EXPECT_TRUE((*work)->is_done());
+  EXPECT_TRUE((*work)->wait().ok());
+  EXPECT_TRUE(same_values(out, in));
+  Tensor wrong = Tensor::zeros({8}, DType::bf16);
+  const Expected<WorkHandle> refused = comm->reduce_scatter_async(wrong, in, ReduceOp::sum);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("reduce_scatter"), std::string::npos);
+  const Status failed = Status(StatusCode::internal, "broken link");
+  EXPECT_EQ(finished_work(failed)->wait().message(), "broken link");
+}
+
+TEST(PaddedShardSize, IsTheCeilingOfAnEvenSplit) {
+  EXPECT_EQ(padded_shard_size(0, 4), 0);
+  EXPECT_EQ(padded_shard_size(1, 4), 1);
+  EXPECT_EQ(padded_shard_size(8, 4), 2);
+  EXPECT_EQ(padded_shard_size(1001, 3), 334);
+  EXPECT_EQ(padded_shard_size(7, 1), 7);
+}
+
 }  // namespace
 }  // namespace vlm::dist

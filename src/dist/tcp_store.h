@@ -1,0 +1,69 @@
+// A small key-value store over TCP for the rendezvous of a launch's ranks where no MPI is there to carry it
+// (torchrun-style environments and `vlm launch`): rank 0 serves it at MASTER_ADDR:MASTER_PORT, every rank (rank 0
+// too) is a client that sets keys and waits for keys the others set. NCCL's unique id travels through it.
+//
+// Wire format (all integers little-endian u32): a connection opens with the 4 bytes "VLMS"; then requests
+//   'S' key_len key value_len value   set (replaces)          reply: 'k'
+//   'G' key_len key                    get, waiting until set  reply: 'v' value_len value
+//   'C' key_len key                    check, without waiting  reply: '0' or '1'
+// Keys are at most 1 KiB and values at most 16 MiB. A connection that breaks these rules (wrong magic, unknown
+// request, a length over its limit) is closed by the server, which keeps serving the others and logs why; a client
+// that gets a malformed reply reports it as an error.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+
+namespace vlm::dist {
+
+constexpr size_t kStoreMaxKey = 1024;
+constexpr size_t kStoreMaxValue = size_t{16} << 20;
+
+class TcpStoreServer {
+ public:
+  // Listens on `port` of every IPv4 interface (0: a free port, see port()) and serves from a thread of its own.
+  static Expected<std::unique_ptr<TcpStoreServer>> start(int port);
+  ~TcpStoreServer();  // stops the thread, closes every connection
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+  int port() const { return port_; }
+  // Connections the server closed for breaking the wire format (for tests).
+  int rejected_connections() const;
+
+ private:
+  struct State;
+  TcpStoreServer(int port, std::unique_ptr<State> state);
+  int port_;
+  std::unique_ptr<State> state_;
+};
+
+class TcpStoreClient {
+ public:
+  // Connects to host:port, retrying until `timeout_s` seconds passed (the server may start after its clients).
+  static Expected<TcpStoreClient> connect(const std::string& host, int port, double timeout_s);
+  TcpStoreClient(TcpStoreClient&& o) noexcept;
+  TcpStoreClient& operator=(TcpStoreClient&& o) noexcept;
+  ~TcpStoreClient();
+
+  Status set(const std::string& key, const std::string& value);
+  // The value of `key`, waiting until some client sets it; an error after `timeout_s` seconds.
+  Expected<std::string> get(const std::string& key, double timeout_s);
+  Expected<bool> check(const std::string& key);
+  // This client's endpoint as "host:port" (for messages).
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  TcpStoreClient(int fd, std::string endpoint) : fd_(fd), endpoint_(std::move(endpoint)) {}
+  Status send_all(const std::string& bytes);
+  Status receive(void* out, size_t n, double timeout_s, const char* what);
+  int fd_ = -1;
+  std::string endpoint_;
+};
+
+// Every one of `size` ranks checks in under `prefix` and waits for all the others: an error after `timeout_s` seconds
+// names the ranks that never came.
+Status store_rendezvous(TcpStoreClient& store, const std::string& prefix, int rank, int size, double timeout_s);
+
+}  // namespace vlm::dist
