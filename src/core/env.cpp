@@ -33,6 +33,8 @@ const std::vector<Var> kRegistry = {
      "parallel compile jobs", 1, 1 << 16},
     {"VLM_LOG_LEVEL", Kind::choice, Audience::user, "info", nullptr, "vlm",
      "the least severe log messages printed to stderr", 0, 0, "debug|info|warn|error|off"},
+    {"VLM_NCCL_LIB", Kind::path, Audience::user, nullptr, "libnccl.so.2 from the loader's path", "vlm",
+     "the NCCL library the GPU communicator loads (e.g. PyTorch's nvidia/nccl/lib/libnccl.so.2)"},
     {"VLM_NO_TEST_IMAGES", Kind::flag, Audience::user, "0", nullptr, "scripts/install_deps.sh",
      "1: skip the download of python3-skimage's sample images (the real-image tests then skip)"},
     // ---- benchmarking
