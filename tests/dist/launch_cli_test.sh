@@ -1,0 +1,36 @@
+#!/bin/sh
+# `vlm launch` end to end: ranks of a shell command and of vlm itself with their lines tagged, a rank killed with
+# SIGKILL that ends the launch (status 137, naming the rank and the signal) within seconds, and usage errors.
+# usage: launch_cli_test.sh PATH/TO/vlm
+set -eu
+vlm="$1"
+fail() { echo "FAIL: $*"; exit 1; }
+
+out=$("$vlm" launch --nproc 2 -- sh -c 'echo "hi $RANK of $WORLD_SIZE"')
+echo "$out"
+echo "$out" | grep -qx "\[rank 0\] hi 0 of 2" || fail "rank 0's line"
+echo "$out" | grep -qx "\[rank 1\] hi 1 of 2" || fail "rank 1's line"
+
+out=$("$vlm" launch --nproc 2 -- "$vlm" --help)
+echo "$out" | grep -q "^\[rank 1\] usage: vlm <command>" || fail "vlm --help under vlm launch"
+
+start=$(date +%s)
+status=0
+err=$("$vlm" launch --nproc 3 --kill-after 2 -- sh -c \
+  'if [ "$RANK" = 1 ]; then sleep 0.3; kill -9 $$; fi; exec sleep 60' 2>&1) || status=$?
+took=$(( $(date +%s) - start ))
+echo "$err"
+[ "$status" -eq 137 ] || fail "a rank killed by SIGKILL: vlm launch exited $status, not 137"
+echo "$err" | grep -q "vlm launch: rank 1 was killed by signal 9 (SIGKILL); the other 2 ranks were stopped" ||
+  fail "no message naming rank 1 and SIGKILL"
+[ "$took" -lt 15 ] || fail "the launch took $took s to end after a rank died"
+
+status=0
+"$vlm" launch --nproc 2 -- sh -c 'exit $((RANK + 4))' 2>/dev/null || status=$?
+[ "$status" -eq 4 ] || [ "$status" -eq 5 ] || fail "a rank's exit status 4 or 5 was not passed on ($status)"
+
+status=0; "$vlm" launch --nproc 2 2>/dev/null || status=$?
+[ "$status" -eq 2 ] || fail "no command: status $status, not 2"
+status=0; "$vlm" launch -- true 2>/dev/null || status=$?
+[ "$status" -eq 2 ] || fail "no --nproc: status $status, not 2"
+echo "PASS: vlm launch ran, tagged and stopped its ranks (the killed launch ended in $took s)"
