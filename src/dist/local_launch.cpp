@@ -65,7 +65,8 @@ struct Rank {
 }  // namespace
 
 Expected<LocalLaunchResult> launch_local(const LocalLaunchOptions& o, const RankLineSink& sink) {
-  if (o.nproc < 1 || o.nproc > 4096) return invalid_argument(str("vlm launch: --nproc ", o.nproc, " is not in [1, 4096]"));
+  if (o.nproc < 1 || o.nproc > 4096)
+    return invalid_argument(str("vlm launch: --nproc ", o.nproc, " is not in [1, 4096]"));
   if (o.command.empty()) return invalid_argument("vlm launch: no command to run (vlm launch --nproc N -- COMMAND...)");
   if (o.master_port < 0 || o.master_port > 65535)
     return invalid_argument(str("vlm launch: --master-port ", o.master_port, " is not a TCP port"));

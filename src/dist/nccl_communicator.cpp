@@ -234,7 +234,8 @@ class NcclWork final : public Work {
       const double waited = std::chrono::duration<double>(Clock::now() - inflight_->start).count();
       if (waited > shared_->timeout_s) {
         finish(internal_error(str("rank ", shared_->rank, ": ", inflight_->what, " did not complete within ",
-                                  shared_->timeout_s, " s (VLM_DIST_TIMEOUT_S): a rank died, hangs, or did not call it")));
+                                  shared_->timeout_s,
+                                  " s (VLM_DIST_TIMEOUT_S): a rank died, hangs, or did not call it")));
         break;
       }
       if (polls % 64 == 63) {
@@ -410,9 +411,17 @@ Expected<StoreSession*> store_session(const LaunchInfo& info, double timeout_s) 
     return invalid_argument(str("launch environment: RANK and WORLD_SIZE are set (", info.launcher,
                                 ") but MASTER_PORT is not: rank 0's rendezvous port is needed for NCCL's unique id"));
   char* end = nullptr;
-  const long port = std::strtol(port_text, &end, 10);
-  if (*end != '\0' || port <= 0 || port > 65535)
+  const long parsed_port = std::strtol(port_text, &end, 10);
+  if (*end != '\0' || parsed_port <= 0 || parsed_port > 65535)
     return invalid_argument(str("launch environment: MASTER_PORT=\"", port_text, "\" is not a TCP port"));
+  long port = parsed_port;
+  // Under torchrun itself its agent's own store holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE); ours takes the next.
+  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  if (agent != nullptr && (std::strcmp(agent, "True") == 0 || std::strcmp(agent, "1") == 0)) {
+    if (port == 65535)
+      return invalid_argument("launch environment: torchrun's MASTER_PORT is 65535; vlm's rendezvous needs the next");
+    ++port;
+  }
   const std::string host = addr != nullptr && *addr != '\0' ? addr : "127.0.0.1";
   if (info.rank == 0) {
     VLM_ASSIGN_OR_RETURN(session.server, TcpStoreServer::start(static_cast<int>(port)));

@@ -238,8 +238,8 @@ Expected<TcpStoreClient> TcpStoreClient::connect(const std::string& host, int po
     last_error = errno_text();
     ::close(fd);
     if (seconds_since(start) > timeout_s)
-      return io_error(str("rendezvous store: could not reach rank 0 at ", endpoint, " (MASTER_ADDR:MASTER_PORT) within ",
-                          timeout_s, " s: ", last_error));
+      return io_error(str("rendezvous store: could not reach rank 0 at ", endpoint,
+                          " (MASTER_ADDR:MASTER_PORT) within ", timeout_s, " s: ", last_error));
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(20 * (attempt + 1), 500)));
   }
 }

@@ -46,7 +46,9 @@ struct Collectives {
   Status reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
     return async ? finish(comm.reduce_scatter_async(out, in, op)) : comm.reduce_scatter(out, in, op);
   }
-  Status broadcast(Tensor& t, int root) { return async ? finish(comm.broadcast_async(t, root)) : comm.broadcast(t, root); }
+  Status broadcast(Tensor& t, int root) {
+    return async ? finish(comm.broadcast_async(t, root)) : comm.broadcast(t, root);
+  }
   Status gather(Tensor& out, const Tensor& in, int root) {
     return async ? finish(comm.gather_async(out, in, root)) : comm.gather(out, in, root);
   }

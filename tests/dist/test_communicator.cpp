@@ -158,6 +158,27 @@ TEST(LocalCommunicator, AsynchronousFormsAreDoneAtOnce) {
   EXPECT_EQ(finished_work(failed)->wait().message(), "broken link");
 }
 
+TEST(MakeCommunicator, PicksTheBackendOfTheLaunch) {
+  LaunchInfo alone;
+  Expected<std::unique_ptr<Communicator>> comm = make_communicator(alone);
+  ASSERT_TRUE(comm.ok());
+  EXPECT_STREQ((*comm)->backend(), "local");
+  // torchrun-style launches (and vlm launch) rendezvous through the TCP store for NCCL; CPU tensors need MPI.
+  LaunchInfo torchrun;
+  torchrun.size = 2;
+  torchrun.launcher = "torchrun";
+  comm = make_communicator(torchrun);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), StatusCode::unsupported);
+  EXPECT_NE(comm.status().message().find("launch with mpirun or srun"), std::string::npos) << comm.status().message();
+  EXPECT_FALSE(make_communicator(torchrun, Device::cpu()).ok());
+  if (!built_with_nccl()) {
+    comm = make_communicator(alone, Device::cuda(0));
+    ASSERT_FALSE(comm.ok());
+    EXPECT_NE(comm.status().message().find("built without CUDA"), std::string::npos) << comm.status().message();
+  }
+}
+
 TEST(PaddedShardSize, IsTheCeilingOfAnEvenSplit) {
   EXPECT_EQ(padded_shard_size(0, 4), 0);
   EXPECT_EQ(padded_shard_size(1, 4), 1);

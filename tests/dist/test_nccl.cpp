@@ -224,7 +224,8 @@ TEST(NcclCommunicator, BootstrapsThroughTheRendezvousStoreOfATorchrunStyleLaunch
   }
   const std::string port_text = std::to_string(port);
   const std::map<std::string, std::string> vars = {
-      {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port_text}};
+      {"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"},
+      {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port_text}};
   const Expected<LaunchInfo> info = launch_info_from_env([&](const char* name) -> const char* {
     const auto it = vars.find(name);
     return it == vars.end() ? nullptr : it->second.c_str();
