@@ -48,6 +48,29 @@ struct Connection {
 
 }  // namespace
 
+StoreParse parse_store_request(std::string_view in, StoreRequest* request, size_t* consumed) {
+  if (in.empty()) return StoreParse::need_more;
+  const char op = in[0];
+  if (op != 'S' && op != 'G' && op != 'C') return StoreParse::malformed;
+  if (in.size() < 5) return StoreParse::need_more;
+  const uint32_t key_len = get_u32(in.data() + 1);
+  if (key_len > kStoreMaxKey) return StoreParse::malformed;
+  size_t need = 5 + size_t{key_len};
+  uint32_t value_len = 0;
+  if (op == 'S') {
+    if (in.size() < need + 4) return StoreParse::need_more;
+    value_len = get_u32(in.data() + need);
+    if (value_len > kStoreMaxValue) return StoreParse::malformed;
+    need += 4 + size_t{value_len};
+  }
+  if (in.size() < need) return StoreParse::need_more;
+  request->op = op;
+  request->key.assign(in.substr(5, key_len));
+  request->value.assign(op == 'S' ? in.substr(5 + key_len + 4, value_len) : std::string_view());
+  *consumed = need;
+  return StoreParse::ok;
+}
+
 struct TcpStoreServer::State {
   int listen_fd = -1;
   int wake[2] = {-1, -1};  // a byte written here ends the thread
@@ -94,40 +117,28 @@ bool TcpStoreServer::State::serve(Connection& c) {
     c.in.erase(0, 4);
   }
   for (;;) {
-    if (c.in.empty()) return true;
-    const char op = c.in[0];
-    if (op != 'S' && op != 'G' && op != 'C') return false;
-    if (c.in.size() < 5) return true;
-    const uint32_t key_len = get_u32(c.in.data() + 1);
-    if (key_len > kStoreMaxKey) return false;
-    size_t need = 5 + key_len;
-    uint32_t value_len = 0;
-    if (op == 'S') {
-      if (c.in.size() < need + 4) return true;
-      value_len = get_u32(c.in.data() + need);
-      if (value_len > kStoreMaxValue) return false;
-      need += 4 + value_len;
-    }
-    if (c.in.size() < need) return true;
-    const std::string key = c.in.substr(5, key_len);
-    if (op == 'S') {
-      std::string value = c.in.substr(5 + key_len + 4, value_len);
-      const auto [first, last] = waiting.equal_range(key);
-      for (auto it = first; it != last; ++it) reply(it->second, value_reply(value));
+    StoreRequest r;
+    size_t used = 0;
+    const StoreParse parsed = parse_store_request(c.in, &r, &used);
+    if (parsed == StoreParse::malformed) return false;
+    if (parsed == StoreParse::need_more) return true;
+    c.in.erase(0, used);
+    if (r.op == 'S') {
+      const auto [first, last] = waiting.equal_range(r.key);
+      for (auto it = first; it != last; ++it) reply(it->second, value_reply(r.value));
       waiting.erase(first, last);
-      values[key] = std::move(value);
+      values[r.key] = std::move(r.value);
       reply(c.fd, "k");
-    } else if (op == 'G') {
-      const auto it = values.find(key);
+    } else if (r.op == 'G') {
+      const auto it = values.find(r.key);
       if (it != values.end()) {
         reply(c.fd, value_reply(it->second));
       } else {
-        waiting.emplace(key, c.fd);
+        waiting.emplace(r.key, c.fd);
       }
     } else {
-      reply(c.fd, values.count(key) ? "1" : "0");
+      reply(c.fd, values.count(r.key) ? "1" : "0");
     }
-    c.in.erase(0, need);
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 
@@ -20,6 +21,16 @@ namespace vlm::dist {
 
 constexpr size_t kStoreMaxKey = 1024;
 constexpr size_t kStoreMaxValue = size_t{16} << 20;
+
+// One request of the wire format, as the server parses it from the front of a connection's bytes (after the magic).
+struct StoreRequest {
+  char op = 0;  // 'S', 'G' or 'C'
+  std::string key, value;
+};
+enum class StoreParse { ok, need_more, malformed };
+// ok: *request holds the request and *consumed its length in bytes; need_more: `bytes` holds the beginning of a valid
+// request; malformed: no valid request starts with `bytes` (unknown type, a length over its limit).
+StoreParse parse_store_request(std::string_view bytes, StoreRequest* request, size_t* consumed);
 
 class TcpStoreServer {
  public:
