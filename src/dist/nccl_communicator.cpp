@@ -392,45 +392,6 @@ class NcclCommunicator final : public Communicator {
   std::thread watchdog_;
 };
 
-// The process's rendezvous store for torchrun-style launches: rank 0 serves it; every communicator made in this
-// process uses the next generation of keys.
-struct StoreSession {
-  std::unique_ptr<TcpStoreServer> server;
-  std::unique_ptr<TcpStoreClient> client;
-  int generation = 0;
-};
-
-Expected<StoreSession*> store_session(const LaunchInfo& info, double timeout_s) {
-  static std::mutex mu;
-  static StoreSession session;
-  std::lock_guard<std::mutex> lock(mu);
-  if (session.client) return &session;
-  const char* addr = std::getenv("MASTER_ADDR");
-  const char* port_text = std::getenv("MASTER_PORT");
-  if (port_text == nullptr || *port_text == '\0')
-    return invalid_argument(str("launch environment: RANK and WORLD_SIZE are set (", info.launcher,
-                                ") but MASTER_PORT is not: rank 0's rendezvous port is needed for NCCL's unique id"));
-  char* end = nullptr;
-  const long parsed_port = std::strtol(port_text, &end, 10);
-  if (*end != '\0' || parsed_port <= 0 || parsed_port > 65535)
-    return invalid_argument(str("launch environment: MASTER_PORT=\"", port_text, "\" is not a TCP port"));
-  long port = parsed_port;
-  // Under torchrun itself its agent's own store holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE); ours takes the next.
-  const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
-  if (agent != nullptr && (std::strcmp(agent, "True") == 0 || std::strcmp(agent, "1") == 0)) {
-    if (port == 65535)
-      return invalid_argument("launch environment: torchrun's MASTER_PORT is 65535; vlm's rendezvous needs the next");
-    ++port;
-  }
-  const std::string host = addr != nullptr && *addr != '\0' ? addr : "127.0.0.1";
-  if (info.rank == 0) {
-    VLM_ASSIGN_OR_RETURN(session.server, TcpStoreServer::start(static_cast<int>(port)));
-  }
-  VLM_ASSIGN_OR_RETURN(TcpStoreClient client, TcpStoreClient::connect(host, static_cast<int>(port), timeout_s));
-  session.client = std::make_unique<TcpStoreClient>(std::move(client));
-  return &session;
-}
-
 Status nccl_call(const NcclApi* api, ncclResult_t rc, const char* what) {
   if (rc == ncclSuccess) return Status();
   return internal_error(str(what, " failed: ", api->get_error_string(rc), " (", api->get_last_error(nullptr), ")"));
@@ -460,14 +421,14 @@ Expected<std::unique_ptr<Communicator>> make_nccl_communicator(const LaunchInfo&
   std::memset(&id, 0, sizeof id);
   std::unique_ptr<Communicator> bootstrap;
   if (info.launcher == "torchrun") {
-    VLM_ASSIGN_OR_RETURN(StoreSession * store, store_session(info, timeout_s));
-    const std::string prefix = str("vlm/nccl/", store->generation++);
-    VLM_RETURN_IF_ERROR(store_rendezvous(*store->client, prefix, info.rank, info.size, timeout_s));
+    VLM_ASSIGN_OR_RETURN(LaunchStore * store, launch_store(info, timeout_s));
+    const std::string prefix = store->next_prefix("nccl");
+    VLM_RETURN_IF_ERROR(store_rendezvous(store->client(), prefix, info.rank, info.size, timeout_s));
     if (info.rank == 0) {
       VLM_RETURN_IF_ERROR(nccl_call(api, api->get_unique_id(&id), "ncclGetUniqueId"));
-      VLM_RETURN_IF_ERROR(store->client->set(prefix + "/id", std::string(id.internal, sizeof id.internal)));
+      VLM_RETURN_IF_ERROR(store->client().set(prefix + "/id", std::string(id.internal, sizeof id.internal)));
     } else {
-      VLM_ASSIGN_OR_RETURN(std::string bytes, store->client->get(prefix + "/id", timeout_s));
+      VLM_ASSIGN_OR_RETURN(std::string bytes, store->client().get(prefix + "/id", timeout_s));
       if (bytes.size() != sizeof id.internal)
         return parse_error(str("rendezvous store: NCCL id of ", bytes.size(), " bytes (expected ", sizeof id.internal,
                                ")"));

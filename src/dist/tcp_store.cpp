@@ -12,9 +12,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
+#include <cstdlib>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -378,6 +381,42 @@ Status store_rendezvous(TcpStoreClient& store, const std::string& prefix, int ra
                       missing.empty() ? std::to_string(r) : missing, " never came"));
   }
   return Status();
+}
+
+Expected<StoreAddress> launch_store_address(const std::function<const char*(const char*)>& getenv) {
+  const char* addr = getenv("MASTER_ADDR");
+  const char* port_text = getenv("MASTER_PORT");
+  if (port_text == nullptr || *port_text == '\0')
+    return invalid_argument("launch environment: RANK and WORLD_SIZE are set but MASTER_PORT is not: the ranks need "
+                            "rank 0's rendezvous port (vlm launch sets it)");
+  const std::string_view text(port_text);
+  int port = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+  if (ec != std::errc() || end != text.data() + text.size() || port <= 0 || port > 65535)
+    return invalid_argument(str("launch environment: MASTER_PORT=\"", port_text, "\" is not a TCP port"));
+  const char* agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+  if (agent != nullptr && (std::strcmp(agent, "True") == 0 || std::strcmp(agent, "1") == 0)) {
+    if (port == 65535)
+      return invalid_argument("launch environment: torchrun's MASTER_PORT is 65535; vlm's rendezvous needs the next");
+    ++port;
+  }
+  return StoreAddress{addr != nullptr && *addr != '\0' ? addr : "127.0.0.1", port};
+}
+
+std::string LaunchStore::next_prefix(const std::string& user) { return str("vlm/", user, "/", calls_++); }
+
+Expected<LaunchStore*> launch_store(const LaunchInfo& info, double timeout_s) {
+  static std::mutex mu;
+  static LaunchStore store;
+  std::lock_guard<std::mutex> lock(mu);
+  if (store.client_) return &store;
+  VLM_ASSIGN_OR_RETURN(StoreAddress at, launch_store_address([](const char* name) { return std::getenv(name); }));
+  if (info.rank == 0) {
+    VLM_ASSIGN_OR_RETURN(store.server_, TcpStoreServer::start(at.port));
+  }
+  VLM_ASSIGN_OR_RETURN(TcpStoreClient client, TcpStoreClient::connect(at.host, at.port, timeout_s));
+  store.client_ = std::make_unique<TcpStoreClient>(std::move(client));
+  return &store;
 }
 
 }  // namespace vlm::dist

@@ -11,11 +11,13 @@
 // that gets a malformed reply reports it as an error.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 
 #include "core/status.h"
+#include "dist/launch_env.h"
 
 namespace vlm::dist {
 
@@ -76,5 +78,30 @@ class TcpStoreClient {
 // Every one of `size` ranks checks in under `prefix` and waits for all the others: an error after `timeout_s` seconds
 // names the ranks that never came.
 Status store_rendezvous(TcpStoreClient& store, const std::string& prefix, int rank, int size, double timeout_s);
+
+// Where a torchrun-style launch's store is: MASTER_ADDR (127.0.0.1 when unset) and MASTER_PORT, or the port after it
+// under torchrun itself, whose agent keeps its own store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True). An error
+// names a missing or malformed variable. `getenv` as in launch_info_from_env.
+struct StoreAddress {
+  std::string host;
+  int port = 0;
+};
+Expected<StoreAddress> launch_store_address(const std::function<const char*(const char*)>& getenv);
+
+// The process's rendezvous store for a torchrun-style launch (`vlm launch` too): rank 0 serves it, every rank is a
+// client. Opened by the first call (rank 0 starts the server, every rank connects within `timeout_s`), then kept
+// for the life of the process; each user takes its own keys from next_prefix().
+class LaunchStore {
+ public:
+  TcpStoreClient& client() { return *client_; }
+  std::string next_prefix(const std::string& user);  // "vlm/<user>/<n>", n counting the calls
+
+ private:
+  friend Expected<LaunchStore*> launch_store(const LaunchInfo& info, double timeout_s);
+  std::unique_ptr<TcpStoreServer> server_;
+  std::unique_ptr<TcpStoreClient> client_;
+  int calls_ = 0;
+};
+Expected<LaunchStore*> launch_store(const LaunchInfo& info, double timeout_s);
 
 }  // namespace vlm::dist

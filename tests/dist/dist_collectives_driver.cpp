@@ -7,6 +7,9 @@
 //   dist_collectives_driver hang       every rank but the last issues an all_gather the last never joins: rank 0's
 //                                      wait() must end with the timeout's error (VLM_DIST_TIMEOUT_S), which it
 //                                      prints before aborting the job
+//   dist_collectives_driver rendezvous  under vlm launch (a torchrun-style environment): the ranks meet in the
+//                                      launch's TCP store and read a value rank 0 set ("rendezvous-missing": the
+//                                      last rank leaves without joining, the others must name it)
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "dist/tcp_store.h"
 #include "testing/test_util.h"
 
 namespace {
@@ -280,13 +284,38 @@ int hang(Communicator& comm) {
   return 3;
 }
 
+// The launch's store: a rendezvous, a value from rank 0, and rank 0 staying up until every rank has read it.
+int rendezvous(const vlm::dist::LaunchInfo& info, bool leave_early) {
+  const double timeout = vlm::dist::collective_timeout_seconds();
+  vlm::Expected<vlm::dist::LaunchStore*> store = vlm::dist::launch_store(info, timeout);
+  if (!store.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", info.rank, store.status().message().c_str());
+    return 1;
+  }
+  if (leave_early && info.rank == info.size - 1) return 0;
+  vlm::dist::TcpStoreClient& client = (*store)->client();
+  const std::string prefix = (*store)->next_prefix("driver");
+  if (Status s = vlm::dist::store_rendezvous(client, prefix, info.rank, info.size, timeout); !s.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", info.rank, s.message().c_str());
+    return 1;
+  }
+  if (info.rank == 0 && !client.set(prefix + "/value", "from rank 0 of " + std::to_string(info.size)).ok()) return 1;
+  const vlm::Expected<std::string> value = client.get(prefix + "/value", timeout);
+  if (!value.ok()) return 1;
+  std::printf("rank %d of %d: %s\n", info.rank, info.size, value->c_str());
+  if (info.rank != 0) return client.set(prefix + "/read/" + std::to_string(info.rank), "1").ok() ? 0 : 1;
+  for (int r = 1; r < info.size; ++r)
+    if (!client.get(prefix + "/read/" + std::to_string(r), timeout).ok()) return 1;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "check";
   if (mode == "has-mpi") return vlm::dist::built_with_mpi() ? 0 : 1;
-  if (mode != "check" && mode != "hang") {
-    std::fprintf(stderr, "usage: dist_collectives_driver check|has-mpi|hang\n");
+  if (mode != "check" && mode != "hang" && mode != "rendezvous" && mode != "rendezvous-missing") {
+    std::fprintf(stderr, "usage: dist_collectives_driver check|has-mpi|hang|rendezvous|rendezvous-missing\n");
     return 2;
   }
   const vlm::Expected<vlm::dist::LaunchInfo> info = vlm::dist::launch_info_from_env();
@@ -294,6 +323,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", info.status().message().c_str());
     return 1;
   }
+  if (mode == "rendezvous" || mode == "rendezvous-missing") return rendezvous(*info, mode == "rendezvous-missing");
   vlm::Expected<std::unique_ptr<Communicator>> comm = vlm::dist::make_communicator(*info);
   if (!comm.ok()) {
     std::fprintf(stderr, "%s\n", comm.status().message().c_str());

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -180,6 +181,32 @@ TEST(TcpStore, AMalformedReplyIsAnError) {
   ::close(listener);
   ASSERT_FALSE(v.ok());
   EXPECT_NE(v.status().message().find("malformed reply"), std::string::npos) << v.status().message();
+}
+
+TEST(TcpStore, TheLaunchsAddressComesFromMasterAddrAndMasterPort) {
+  auto from = [](std::map<std::string, std::string> vars) {
+    return launch_store_address([vars](const char* name) -> const char* {
+      const auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    });
+  };
+  Expected<StoreAddress> a = from({{"MASTER_ADDR", "node7"}, {"MASTER_PORT", "29500"}});
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->host, "node7");
+  EXPECT_EQ(a->port, 29500);
+  a = from({{"MASTER_PORT", "29500"}});  // no address: this host
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->host, "127.0.0.1");
+  // Under torchrun itself its agent's store holds MASTER_PORT: ours is the next.
+  a = from({{"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->port, 29501);
+  for (const char* bad : {"", "0", "65536", "29500x", " 1", "-5"}) {
+    a = from({{"MASTER_PORT", bad}});
+    ASSERT_FALSE(a.ok()) << bad;
+    EXPECT_NE(a.status().message().find("MASTER_PORT"), std::string::npos) << a.status().message();
+  }
+  EXPECT_FALSE(from({{"MASTER_PORT", "65535"}, {"TORCHELASTIC_USE_AGENT_STORE", "1"}}).ok());
 }
 
 }  // namespace
