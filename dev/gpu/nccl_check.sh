@@ -16,7 +16,7 @@ if [ -z "${VLM_NCCL_LIB:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl.so
                2>/dev/null || true)
   if [ -n "$torch_nccl" ] && [ -f "$torch_nccl" ]; then export VLM_NCCL_LIB=$torch_nccl; fi
 fi
-echo "[nccl_check] NCCL: ${VLM_NCCL_LIB:-libnccl.so.2 from the loader's path}"
+echo "[nccl_check] NCCL: ${VLM_NCCL_LIB:-libnccl.so.2 from the loader path}"
 nvidia-smi -L || true
 
 echo "[nccl_check] GPU tests (world of one)"
@@ -27,7 +27,8 @@ if echo "$out" | grep -q "SKIPPED \]"; then echo "[nccl_check] FAIL: GPU tests s
 echo "[nccl_check] bandwidth, one rank"
 "$dir/dist_nccl_bandwidth" 64 20
 
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || echo 1)
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "${gpus:-0}" -ge 1 ] || gpus=1
 if [ -x "$dir/vlm" ]; then
   echo "[nccl_check] bandwidth under vlm launch --nproc $gpus (TCP-store bootstrap)"
   "$dir/vlm" launch --nproc "$gpus" -- "$dir/dist_nccl_bandwidth" 64 20
