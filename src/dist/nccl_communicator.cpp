@@ -453,8 +453,28 @@ Expected<std::unique_ptr<Communicator>> make_nccl_communicator(const LaunchInfo&
   shared->size = info.size;
   shared->device = gpu;
   shared->timeout_s = timeout_s;
-  VLM_RETURN_IF_ERROR(nccl_call(api, api->comm_init_rank(&shared->comm, info.size, id, info.rank),
-                                str("rank ", info.rank, " of ", info.size, ": ncclCommInitRank").c_str()));
+  // ncclCommInitRank waits for every rank; one that dies after the rendezvous would leave it waiting forever, so a
+  // timer ends the process past the timeout, as the watchdog does for collectives.
+  std::mutex init_mu;
+  std::condition_variable init_done;
+  bool initialized = false;
+  std::thread timer([&] {
+    std::unique_lock<std::mutex> lock(init_mu);
+    if (init_done.wait_for(lock, std::chrono::seconds(timeout_s), [&] { return initialized; })) return;
+    std::fprintf(stderr, "[vlm] rank %d: fatal: ncclCommInitRank of %d ranks did not complete within %d s "
+                 "(VLM_DIST_TIMEOUT_S): a rank died after the rendezvous; ending this process\n",
+                 info.rank, info.size, timeout_s);
+    std::fflush(nullptr);
+    std::_Exit(kWatchdogExit);
+  });
+  const ncclResult_t rc = api->comm_init_rank(&shared->comm, info.size, id, info.rank);
+  {
+    std::lock_guard<std::mutex> lock(init_mu);
+    initialized = true;
+  }
+  init_done.notify_all();
+  timer.join();
+  VLM_RETURN_IF_ERROR(nccl_call(api, rc, str("rank ", info.rank, " of ", info.size, ": ncclCommInitRank").c_str()));
   return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(std::move(shared), std::move(bootstrap)));
 }
 
