@@ -1,6 +1,7 @@
 #!/bin/sh
 # `vlm launch` end to end: ranks of a shell command and of vlm itself with their lines tagged, a rank killed with
-# SIGKILL that ends the launch (status 137, naming the rank and the signal) within seconds, and usage errors.
+# SIGKILL that ends the launch (status 137, naming the rank and the signal) within seconds, a SIGTERM to the launcher
+# passed on to every rank, and usage errors.
 # usage: launch_cli_test.sh PATH/TO/vlm
 set -eu
 vlm="$1"
@@ -28,6 +29,19 @@ echo "$err" | grep -q "vlm launch: rank 1 was killed by signal 9 (SIGKILL); the 
 status=0
 "$vlm" launch --nproc 2 -- sh -c 'exit $((RANK + 4))' 2>/dev/null || status=$?
 [ "$status" -eq 4 ] || [ "$status" -eq 5 ] || fail "a rank's exit status 4 or 5 was not passed on ($status)"
+
+# SIGTERM to vlm launch goes to every rank; the launch ends with 128 + 15.
+log=$(mktemp)
+"$vlm" launch --nproc 2 -- sh -c 'trap "echo got TERM; exit 0" TERM; echo ready; sleep 60 & wait' >"$log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do [ "$(grep -c ready "$log")" -eq 2 ] && break; sleep 0.1; done
+kill -TERM "$pid"
+status=0; wait "$pid" || status=$?
+cat "$log"
+[ "$status" -eq 143 ] || fail "SIGTERM to vlm launch: status $status, not 143"
+[ "$(grep -c "got TERM" "$log")" -eq 2 ] || fail "not every rank got the SIGTERM"
+grep -q "vlm launch received signal 15 (SIGTERM) and passed it to every rank" "$log" || fail "no signal message"
+rm -f "$log"
 
 status=0; "$vlm" launch --nproc 2 2>/dev/null || status=$?
 [ "$status" -eq 2 ] || fail "no command: status $status, not 2"
