@@ -25,7 +25,9 @@
 //     legacy default stream) and runs on the communicator's own communication stream; CPU backends ignore `after`.
 //   - Buffers: the Work holds references to the tensors, so their storage lives until the Work is gone; the caller
 //     must not read the outputs or write the inputs before the Work is done (wait) or, on a GPU, before work that
-//     was ordered after it (wait_on).
+//     was ordered after it (wait_on). A Work dropped after wait_on(s) lets its tensors go without waiting: safe when
+//     they were allocated on s (the caching allocator reuses a block only on its own stream), else the caller keeps
+//     them until s passes.
 //   - Work::is_done() polls (it also drives MPI's progress); Work::wait() blocks the calling thread until the
 //     collective is done and returns its error, if any; Work::wait_on(stream) makes `stream` wait for it without
 //     blocking the host (a CUDA event; CPU backends wait()). A Work destroyed before either waits for it.
@@ -34,9 +36,9 @@
 //   - Timeouts: a collective that has not finished VLM_DIST_TIMEOUT_S seconds after it was issued (a rank that died
 //     or never called it, a broken link) is an error naming this rank, the collective, its element count and dtype,
 //     and the seconds waited. wait() returns it; on the GPU a watchdog thread also checks every collective in flight
-//     (and ncclCommGetAsyncError), and ends the process with that message after ncclCommAbort, since the host may be
-//     blocked in a stream synchronization that no wait() will ever leave. After any error the communicator is
-//     unusable: end the job (abort()).
+//     (and ncclCommGetAsyncError), and ends the process (status 75) with that message after ncclCommAbort, since the
+//     host may be blocked in a stream synchronization that no wait() will ever leave. After any error the
+//     communicator is unusable: end the job (abort()).
 // The blocking forms are the asynchronous ones followed by wait().
 #pragma once
 

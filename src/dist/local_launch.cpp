@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 
 extern char** environ;
@@ -87,6 +88,7 @@ Expected<LocalLaunchResult> launch_local(const LocalLaunchOptions& o, const Rank
   common.push_back(str("LOCAL_WORLD_SIZE=", o.nproc));
   common.push_back(str("MASTER_ADDR=", o.master_addr));
   common.push_back(str("MASTER_PORT=", result.master_port));
+  if (std::getenv("NCCL_NVLS_ENABLE") == nullptr) common.push_back("NCCL_NVLS_ENABLE=0");  // any NCCL in the ranks
 
   struct sigaction action {}, old_int{}, old_term{};
   action.sa_handler = on_signal;

@@ -1,6 +1,6 @@
 // `vlm launch`: N ranks of one command on this node, torchrun-style. Each rank gets RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (and loses the rank variables of mpirun, PMI and srun, which
-// launch_env.h would otherwise prefer), runs in a process group of its own, and has its stdout and stderr lines
+// launch_env.h would otherwise prefer), NCCL_NVLS_ENABLE=0 unless it is set, runs in a process group of its own, and has its stdout and stderr lines
 // handed to a sink with its rank. When a rank exits with a non-zero status or is killed by a signal, the others get
 // SIGTERM, then SIGKILL after `kill_after_s`; the launch's result names the first rank that failed and how.
 // SIGINT / SIGTERM sent to the launcher are passed on to every rank.

@@ -101,13 +101,20 @@ TEST(LocalLaunch, ACommandThatDoesNotExistFailsWithStatus127) {
 TEST(LocalLaunch, AnotherLaunchsRankVariablesAreNotInherited) {
   setenv("OMPI_COMM_WORLD_RANK", "5", 1);
   setenv("SLURM_PROCID", "7", 1);
+  unsetenv("NCCL_NVLS_ENABLE");
   Lines lines;
-  const LocalLaunchResult r = run_shell(1, "echo \"[${OMPI_COMM_WORLD_RANK:-}${SLURM_PROCID:-}] $RANK\"", lines);
+  const std::string script = "echo \"[${OMPI_COMM_WORLD_RANK:-}${SLURM_PROCID:-}] $RANK nvls=$NCCL_NVLS_ENABLE\"";
+  LocalLaunchResult r = run_shell(1, script, lines);
   unsetenv("OMPI_COMM_WORLD_RANK");
   unsetenv("SLURM_PROCID");
   EXPECT_EQ(r.exit_code(), 0);
   ASSERT_EQ(lines.out.size(), 1u);
-  EXPECT_EQ(lines.out[0], "0: [] 0");
+  EXPECT_EQ(lines.out[0], "0: [] 0 nvls=0");  // NVLink multicast off by default
+  setenv("NCCL_NVLS_ENABLE", "1", 1);  // the user's choice stands
+  r = run_shell(1, script, lines);
+  unsetenv("NCCL_NVLS_ENABLE");
+  ASSERT_EQ(lines.out.size(), 2u);
+  EXPECT_EQ(lines.out[1], "0: [] 0 nvls=1");
 }
 
 TEST(LocalLaunch, BadOptionsAreRefused) {
