@@ -3,6 +3,8 @@
 // through the blocking forms, once through the asynchronous ones, then FSDP's pattern of several uneven, padded
 // all_gathers and reduce_scatters in flight at once, waited for out of order.
 //   dist_collectives_driver check      exit 0 when every check passed on this rank (prints "rank r of n: k checks")
+//   dist_collectives_driver check-gpu  the same checks on GPU tensors through NCCL (one rank per GPU: alone, or under
+//                                      vlm launch, mpirun or srun); the host-only helpers are left out
 //   dist_collectives_driver has-mpi    exit 0 when vlm_dist was built with MPI
 //   dist_collectives_driver hang       every rank but the last issues an all_gather the last never joins: rank 0's
 //                                      wait() must end with the timeout's error (VLM_DIST_TIMEOUT_S), which it
@@ -32,7 +34,17 @@ using vlm::dist::Communicator;
 using vlm::dist::ReduceOp;
 using vlm::dist::WorkHandle;
 
-// The collectives through the blocking forms, or through the asynchronous ones (polled once, then waited for).
+// `host` on the communicator's device (itself on the CPU; undefined stays undefined).
+Tensor on(const Communicator& comm, const Tensor& host) {
+  return !host.defined() || comm.device().is_cpu() ? host : host.to(comm.device());
+}
+// The device result back into `host` (nothing to do when they share storage).
+void fetch(Tensor& host, const Tensor& result) {
+  if (host.defined() && result.raw_data() != host.raw_data()) host.copy_from(result);
+}
+
+// The collectives through the blocking forms, or through the asynchronous ones (polled once, then waited for), on
+// host tensors: uploaded to the communicator's device and back when it is a GPU.
 struct Collectives {
   Communicator& comm;
   bool async;
@@ -42,19 +54,35 @@ struct Collectives {
     return (*work)->wait();
   }
   Status all_reduce(Tensor& t, ReduceOp op) {
-    return async ? finish(comm.all_reduce_async(t, op)) : comm.all_reduce(t, op);
+    Tensor d = on(comm, t);
+    const Status s = async ? finish(comm.all_reduce_async(d, op)) : comm.all_reduce(d, op);
+    fetch(t, d);
+    return s;
   }
   Status all_gather(Tensor& out, const Tensor& in) {
-    return async ? finish(comm.all_gather_async(out, in)) : comm.all_gather(out, in);
+    Tensor d = on(comm, out);
+    const Status s = async ? finish(comm.all_gather_async(d, on(comm, in))) : comm.all_gather(d, on(comm, in));
+    fetch(out, d);
+    return s;
   }
   Status reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
-    return async ? finish(comm.reduce_scatter_async(out, in, op)) : comm.reduce_scatter(out, in, op);
+    Tensor d = on(comm, out);
+    const Status s = async ? finish(comm.reduce_scatter_async(d, on(comm, in), op))
+                           : comm.reduce_scatter(d, on(comm, in), op);
+    fetch(out, d);
+    return s;
   }
   Status broadcast(Tensor& t, int root) {
-    return async ? finish(comm.broadcast_async(t, root)) : comm.broadcast(t, root);
+    Tensor d = on(comm, t);
+    const Status s = async ? finish(comm.broadcast_async(d, root)) : comm.broadcast(d, root);
+    fetch(t, d);
+    return s;
   }
   Status gather(Tensor& out, const Tensor& in, int root) {
-    return async ? finish(comm.gather_async(out, in, root)) : comm.gather(out, in, root);
+    Tensor d = on(comm, out);
+    const Status s = async ? finish(comm.gather_async(d, on(comm, in), root)) : comm.gather(d, on(comm, in), root);
+    fetch(out, d);
+    return s;
   }
 };
 
@@ -63,8 +91,9 @@ Tensor make(int64_t n, DType dt, const std::function<double(int64_t)>& f) { retu
 
 struct Checker {
   int rank = 0, failures = 0, checks = 0;
-  void expect(const Tensor& got, const std::function<double(int64_t)>& want, const std::string& what) {
+  void expect(const Tensor& result, const std::function<double(int64_t)>& want, const std::string& what) {
     ++checks;
+    const Tensor got = result.to(vlm::Device::cpu());
     for (int64_t i = 0; i < got.numel(); ++i) {
       const double g = got.item_f32(i), w = want(i);
       if (g != w) {
@@ -107,7 +136,10 @@ void check_collectives(Collectives ops, Checker& c) {
         return static_cast<double>(best);
       }, tag + "all_reduce max");
 
-      if (floating) {  // avg of r + i % 8 over ranks: i % 8 + (n - 1) / 2, a half at most
+      // avg of r + i % 8 over ranks: i % 8 + (n - 1) / 2, a half at most. NCCL scales each input by 1 / n before
+      // summing, which is exact only for a power-of-two world.
+      const bool exact_avg = comm.device().is_cpu() || (n & (n - 1)) == 0;
+      if (floating && exact_avg) {
         t = make(m, dt, [&](int64_t i) { return r + i % 8; });
         c.expect_ok(ops.all_reduce(t, ReduceOp::avg), tag + "all_reduce avg");
         c.expect(t, [&](int64_t i) { return i % 8 + (n - 1) / 2.0; }, tag + "all_reduce avg");
@@ -158,11 +190,11 @@ void check_sharded_units(Communicator& comm, Checker& c) {
     for (int64_t len : lengths) {
       const int64_t shard = vlm::dist::padded_shard_size(len, n);
       // Element j of the unit is j % 251 (padding: -1), and rank r holds elements [r * shard, (r + 1) * shard).
-      shards.push_back(make(shard, dt, [&](int64_t i) {
+      shards.push_back(on(comm, make(shard, dt, [&](int64_t i) {
         const int64_t j = r * shard + i;
         return j < len ? static_cast<double>(j % 251) : -1.0;
-      }));
-      full.push_back(Tensor::zeros({shard * n}, dt));
+      })));
+      full.push_back(on(comm, Tensor::zeros({shard * n}, dt)));
       vlm::Expected<WorkHandle> w = comm.all_gather_async(full.back(), shards.back());
       c.expect_ok(w.ok() ? Status() : w.status(), name + " all_gather_async issue");
       works.push_back(w.ok() ? std::move(*w) : vlm::dist::finished_work());
@@ -179,8 +211,8 @@ void check_sharded_units(Communicator& comm, Checker& c) {
     std::vector<Tensor> grad_shards;
     for (size_t u = 0; u < lengths.size(); ++u) {
       const int64_t shard = shards[u].numel();
-      const Tensor grads = make(shard * n, dt, [&](int64_t j) { return static_cast<double>(j % 5 + r); });
-      grad_shards.push_back(Tensor::zeros({shard}, dt));
+      const Tensor grads = on(comm, make(shard * n, dt, [&](int64_t j) { return static_cast<double>(j % 5 + r); }));
+      grad_shards.push_back(on(comm, Tensor::zeros({shard}, dt)));
       vlm::Expected<WorkHandle> w = comm.reduce_scatter_async(grad_shards.back(), grads, ReduceOp::sum);
       c.expect_ok(w.ok() ? Status() : w.status(), name + " reduce_scatter_async issue");
       works.push_back(w.ok() ? std::move(*w) : vlm::dist::finished_work());
@@ -198,6 +230,8 @@ void check_sharded_units(Communicator& comm, Checker& c) {
   }
 }
 
+void check_host_helpers(Communicator& comm, Checker& c);
+
 int run_checks(Communicator& comm) {
   const int r = comm.rank(), n = comm.size();
   Checker c;
@@ -205,6 +239,23 @@ int run_checks(Communicator& comm) {
   check_collectives(Collectives{comm, false}, c);
   check_collectives(Collectives{comm, true}, c);
   check_sharded_units(comm, c);
+  if (comm.device().is_cpu()) check_host_helpers(comm, c);
+  // A bad call is refused on every rank before anything is sent, and the next collective still works.
+  Tensor wrong = on(comm, Tensor::zeros({n + 1}, DType::f32));
+  const vlm::Status refused = comm.all_gather(wrong, on(comm, make(1, DType::f32, [](int64_t) { return 1; })));
+  ++c.checks;
+  if (refused.ok() || refused.code() != vlm::StatusCode::invalid_argument) {
+    std::fprintf(stderr, "rank %d: a mismatched all_gather was not refused\n", r);
+    ++c.failures;
+  }
+  c.expect_ok(comm.barrier(), "barrier");
+  std::printf("rank %d of %d (%s): %d checks, %d failed\n", r, n, comm.backend(), c.checks, c.failures);
+  return c.failures == 0 ? 0 : 1;
+}
+
+// The helpers over host data: all_reduce_value, the string gathers and broadcast_string.
+void check_host_helpers(Communicator& comm, Checker& c) {
+  const int r = comm.rank(), n = comm.size();
   // One value: the sum of r + 1 over the ranks.
   {
     const vlm::Expected<int64_t> total = vlm::dist::all_reduce_value(comm, int64_t{r} + 1, ReduceOp::sum);
@@ -255,17 +306,6 @@ int run_checks(Communicator& comm) {
       ++c.failures;
     }
   }
-  // A bad call is refused on every rank before anything is sent, and the next collective still works.
-  Tensor wrong = Tensor::zeros({n + 1}, DType::f32);
-  const vlm::Status refused = comm.all_gather(wrong, make(1, DType::f32, [](int64_t) { return 1; }));
-  ++c.checks;
-  if (refused.ok() || refused.code() != vlm::StatusCode::invalid_argument) {
-    std::fprintf(stderr, "rank %d: a mismatched all_gather was not refused\n", r);
-    ++c.failures;
-  }
-  c.expect_ok(comm.barrier(), "barrier");
-  std::printf("rank %d of %d (%s): %d checks, %d failed\n", r, n, comm.backend(), c.checks, c.failures);
-  return c.failures == 0 ? 0 : 1;
 }
 
 int hang(Communicator& comm) {
@@ -314,8 +354,9 @@ int rendezvous(const vlm::dist::LaunchInfo& info, bool leave_early) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "check";
   if (mode == "has-mpi") return vlm::dist::built_with_mpi() ? 0 : 1;
-  if (mode != "check" && mode != "hang" && mode != "rendezvous" && mode != "rendezvous-missing") {
-    std::fprintf(stderr, "usage: dist_collectives_driver check|has-mpi|hang|rendezvous|rendezvous-missing\n");
+  if (mode != "check" && mode != "check-gpu" && mode != "hang" && mode != "rendezvous" &&
+      mode != "rendezvous-missing") {
+    std::fprintf(stderr, "usage: dist_collectives_driver check|check-gpu|has-mpi|hang|rendezvous|rendezvous-missing\n");
     return 2;
   }
   const vlm::Expected<vlm::dist::LaunchInfo> info = vlm::dist::launch_info_from_env();
@@ -324,7 +365,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (mode == "rendezvous" || mode == "rendezvous-missing") return rendezvous(*info, mode == "rendezvous-missing");
-  vlm::Expected<std::unique_ptr<Communicator>> comm = vlm::dist::make_communicator(*info);
+  vlm::Expected<std::unique_ptr<Communicator>> comm =
+      mode == "check-gpu" ? vlm::dist::make_communicator(*info, vlm::Device::cuda())
+                          : vlm::dist::make_communicator(*info);
   if (!comm.ok()) {
     std::fprintf(stderr, "%s\n", comm.status().message().c_str());
     return 1;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# dev/gpu/nccl_check.sh with stand-in binaries (no GPU): it runs the GPU tests, fails when they fail or skip, prints
-# the bandwidth alone and under vlm launch with one rank per GPU that nvidia-smi lists.
+# dev/gpu/nccl_check.sh with stand-in binaries (no GPU): it runs the GPU tests, fails when they fail or skip, runs the
+# collectives driver and prints the bandwidth alone and under vlm launch with one rank per GPU that nvidia-smi lists.
 # usage: nccl_check_test.sh PATH/TO/nccl_check.sh
 set -euo pipefail
 script=$1
@@ -15,11 +15,16 @@ cat >"$tmp/pack/dist_nccl_bandwidth" <<'SH'
 #!/bin/sh
 echo "bandwidth $* rank=${RANK:-none}"
 SH
+cat >"$tmp/pack/dist_collectives_driver" <<'SH'
+#!/bin/sh
+echo "rank ${RANK:-0} of ${WORLD_SIZE:-1} (nccl): 400 checks, 0 failed"
+SH
 cat >"$tmp/pack/vlm" <<'SH'
 #!/bin/sh
 echo "vlm $*"
+n=$3
 shift 4  # launch --nproc N --
-RANK=0 "$@"
+for r in $(seq 0 $((n - 1))); do RANK=$r WORLD_SIZE=$n "$@"; done
 SH
 write_tests() {  # $1: what the stand-in GPU test binary reports
   case $1 in
@@ -28,12 +33,12 @@ write_tests() {  # $1: what the stand-in GPU test binary reports
     fail) printf '#!/bin/sh\necho "[  FAILED  ] 1 test"\nexit 1\n' ;;
   esac >"$tmp/pack/test_dist_nccl"
 }
-chmod +x "$tmp/bin/nvidia-smi" "$tmp/pack/dist_nccl_bandwidth" "$tmp/pack/vlm"
+chmod +x "$tmp/bin/nvidia-smi" "$tmp/pack/dist_nccl_bandwidth" "$tmp/pack/dist_collectives_driver" "$tmp/pack/vlm"
 run() { PATH="$tmp/bin:$PATH" VLM_NCCL_LIB=/opt/nccl/libnccl.so.2 bash "$script" "$tmp/pack" 2>&1; }
 
 write_tests pass; chmod +x "$tmp/pack/test_dist_nccl"
 out=$(run) || { echo "$out"; echo "FAIL: a passing check failed"; exit 1; }
-for want in "NCCL: /opt/nccl/libnccl.so.2" "bandwidth 64 20 rank=none" \
+for want in "NCCL: /opt/nccl/libnccl.so.2" "bandwidth 64 20 rank=none" "rank 1 of 2 (nccl): 400 checks, 0 failed" \
             "vlm launch --nproc 2 -- $tmp/pack/dist_nccl_bandwidth 64 20" "bandwidth 64 20 rank=0" "[nccl_check] PASS"; do
   grep -qF -- "$want" <<<"$out" || { echo "$out"; echo "FAIL: missing '$want'"; exit 1; }
 done
@@ -42,4 +47,12 @@ for mode in skip fail; do
   if out=$(run); then echo "$out"; echo "FAIL: GPU tests that $mode passed the check"; exit 1; fi
   grep -q "FAIL: GPU tests" <<<"$out" || { echo "$out"; echo "FAIL: no failure line for $mode"; exit 1; }
 done
+write_tests pass
+cat >"$tmp/pack/dist_collectives_driver" <<'SH'
+#!/bin/sh
+if [ "${RANK:-0}" = 1 ]; then echo "rank 1 of 2 (nccl): 400 checks, 3 failed"; exit 1; fi
+echo "rank ${RANK:-0} of ${WORLD_SIZE:-1} (nccl): 400 checks, 0 failed"
+SH
+if out=$(run); then echo "$out"; echo "FAIL: a rank's failed collective checks passed the check"; exit 1; fi
+grep -q "FAIL" <<<"$out" || { echo "$out"; echo "FAIL: no failure line for the driver"; exit 1; }
 echo "PASS: nccl_check.sh runs the tests, refuses skipped or failed ones, and launches one rank per GPU"
