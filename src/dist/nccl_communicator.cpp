@@ -91,7 +91,6 @@ Expected<const NcclApi*> load_nccl() {
   resolve(api.comm_abort, "ncclCommAbort");
   resolve(api.comm_get_async_error, "ncclCommGetAsyncError");
   resolve(api.get_error_string, "ncclGetErrorString");
-  resolve(api.get_last_error, "ncclGetLastError");
   resolve(api.all_reduce, "ncclAllReduce");
   resolve(api.all_gather, "ncclAllGather");
   resolve(api.reduce_scatter, "ncclReduceScatter");
@@ -100,6 +99,9 @@ Expected<const NcclApi*> load_nccl() {
   resolve(api.recv, "ncclRecv");
   resolve(api.group_start, "ncclGroupStart");
   resolve(api.group_end, "ncclGroupEnd");
+  // ncclGetLastError (2.13) only adds detail to messages.
+  api.get_last_error = reinterpret_cast<decltype(api.get_last_error)>(dlsym(lib, "ncclGetLastError"));
+  if (api.get_last_error == nullptr) api.get_last_error = [](ncclComm_t) { return ""; };
   if (!all) {
     failure = unsupported(str("NCCL at ", path, " lacks", missing, ": it is older than 2.10"));
     return failure;
