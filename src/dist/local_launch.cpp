@@ -90,12 +90,15 @@ Expected<LocalLaunchResult> launch_local(const LocalLaunchOptions& o, const Rank
   common.push_back(str("MASTER_PORT=", result.master_port));
   if (std::getenv("NCCL_NVLS_ENABLE") == nullptr) common.push_back("NCCL_NVLS_ENABLE=0");  // any NCCL in the ranks
 
-  struct sigaction action {}, old_int{}, old_term{};
+  struct sigaction action {}, ignore{}, old_int{}, old_term{}, old_pipe{};
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
   g_signal = 0;
   sigaction(SIGINT, &action, &old_int);
   sigaction(SIGTERM, &action, &old_term);
+  sigaction(SIGPIPE, &ignore, &old_pipe);  // a closed stdout must not end the launcher and orphan the ranks
   const Clock::time_point start = Clock::now();
 
   std::vector<Rank> ranks(static_cast<size_t>(o.nproc));
@@ -127,6 +130,7 @@ Expected<LocalLaunchResult> launch_local(const LocalLaunchOptions& o, const Rank
       ::dup2(err[1], STDERR_FILENO);
       ::signal(SIGINT, SIG_DFL);
       ::signal(SIGTERM, SIG_DFL);
+      ::signal(SIGPIPE, SIG_DFL);  // an ignored signal would stay ignored across exec
       ::execvpe(argv[0], argv.data(), envp.data());
       const std::string why = str("vlm launch: cannot run '", o.command[0], "': ", std::strerror(errno), "\n");
       (void)!::write(STDERR_FILENO, why.data(), why.size());
@@ -242,6 +246,7 @@ Expected<LocalLaunchResult> launch_local(const LocalLaunchOptions& o, const Rank
       if (r.fd[s] >= 0) ::close(r.fd[s]);
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGPIPE, &old_pipe, nullptr);
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (!spawn_error.ok()) return spawn_error;
   if (g_signal != 0 && result.failed_rank < 0) {
