@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -106,6 +107,7 @@ Expected<LocalLaunchResult> launch_local(const LocalLaunchOptions& o, const Rank
     for (const Rank& r : ranks)
       if (r.pid > 0) ::kill(-r.pid, sig);  // the rank's process group: its own children too
   };
+  const pid_t launcher = ::getpid();
   Status spawn_error;
   for (int r = 0; r < o.nproc && spawn_error.ok(); ++r) {
     std::vector<std::string> env = common;
@@ -126,6 +128,9 @@ Expected<LocalLaunchResult> launch_local(const LocalLaunchOptions& o, const Rank
     }
     if (pid == 0) {
       ::setpgid(0, 0);
+      // A launcher killed outright (SIGKILL) can stop no one: the kernel sends the rank SIGKILL when it goes.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher) ::_exit(128 + SIGKILL);
       ::dup2(out[1], STDOUT_FILENO);
       ::dup2(err[1], STDERR_FILENO);
       ::signal(SIGINT, SIG_DFL);

@@ -3,7 +3,8 @@
 // launch_env.h would otherwise prefer), NCCL_NVLS_ENABLE=0 unless it is set, runs in a process group of its own, and has its stdout and stderr lines
 // handed to a sink with its rank. When a rank exits with a non-zero status or is killed by a signal, the others get
 // SIGTERM, then SIGKILL after `kill_after_s`; the launch's result names the first rank that failed and how.
-// SIGINT / SIGTERM sent to the launcher are passed on to every rank.
+// SIGINT / SIGTERM sent to the launcher are passed on to every rank; a launcher killed outright takes its ranks
+// with it (PR_SET_PDEATHSIG).
 #pragma once
 
 #include <functional>

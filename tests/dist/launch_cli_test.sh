@@ -1,7 +1,7 @@
 #!/bin/sh
 # `vlm launch` end to end: ranks of a shell command and of vlm itself with their lines tagged, a rank killed with
 # SIGKILL that ends the launch (status 137, naming the rank and the signal) within seconds, a SIGTERM to the launcher
-# passed on to every rank, and usage errors.
+# passed on to every rank, ranks that go with a launcher killed outright, and usage errors.
 # usage: launch_cli_test.sh PATH/TO/vlm
 set -eu
 vlm="$1"
@@ -42,6 +42,23 @@ cat "$log"
 [ "$(grep -c "got TERM" "$log")" -eq 2 ] || fail "not every rank got the SIGTERM"
 grep -q "vlm launch received signal 15 (SIGTERM) and passed it to every rank" "$log" || fail "no signal message"
 rm -f "$log"
+
+# vlm launch killed outright (SIGKILL): its ranks go with it.
+pids=$(mktemp)
+"$vlm" launch --nproc 2 -- sh -c "echo \$\$ >>$pids; exec sleep 60" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 100); do [ "$(wc -l <"$pids")" -eq 2 ] && break; sleep 0.1; done
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null || true
+sleep 0.5
+for rank_pid in $(cat "$pids"); do  # gone, or a zombie left to an init that does not reap
+  state=$(ps -o stat= -p "$rank_pid" 2>/dev/null || true)
+  case $state in
+    ""|Z*) ;;
+    *) kill -KILL "$rank_pid"; fail "rank $rank_pid outlived its killed launcher" ;;
+  esac
+done
+rm -f "$pids"
 
 status=0; "$vlm" launch --nproc 2 2>/dev/null || status=$?
 [ "$status" -eq 2 ] || fail "no command: status $status, not 2"
