@@ -24,6 +24,8 @@ const std::vector<Command>& commands() {
       {"generate", "generate with a trained model (paged-KV engine; --prompt/--image or a JSONL of requests)",
        vlm::cli::cmd_generate},
       {"data", "dataset tools", vlm::cli::cmd_data, &vlm::cli::data_tools()},
+      {"launch", "run N ranks of a command on this node (torchrun-style), e.g. vlm launch --nproc 8 -- vlm train ...",
+       vlm::cli::cmd_launch},
       {"bench", "benchmarks against the peers", vlm::cli::cmd_bench, &vlm::cli::benchmarks()},
       {"report", "one self-contained HTML page comparing runs: curves, memory, config diff, eval examples",
        vlm::cli::cmd_report},

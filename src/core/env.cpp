@@ -24,12 +24,17 @@ const std::vector<Var> kRegistry = {
     // ---- user
     {"VLM_DEMO_TRAIN_SAMPLES", Kind::integer, Audience::user, "50000", nullptr, "scripts/demo.sh",
      "training samples of the shapes dataset the demo renders", 1, 1 << 30},
+    {"VLM_DIST_TIMEOUT_S", Kind::integer, Audience::user, "600", nullptr, "vlm",
+     "seconds a collective, or the rendezvous of a launch's ranks, may wait before the job ends with an error naming "
+     "the rank, the collective and its size", 1, 7 * 24 * 3600},
     {"VLM_FLASH_LIB", Kind::path, Audience::user, nullptr, "none", "python/vlm_flash.py",
      "libvlm_flash_c.so for vlm_flash.load() called without a path (tests/python/test_vlm_flash.py too)"},
     {"VLM_JOBS", Kind::integer, Audience::user, nullptr, "all cores", "scripts/build.sh, scripts/fuzz.sh",
      "parallel compile jobs", 1, 1 << 16},
     {"VLM_LOG_LEVEL", Kind::choice, Audience::user, "info", nullptr, "vlm",
      "the least severe log messages printed to stderr", 0, 0, "debug|info|warn|error|off"},
+    {"VLM_NCCL_LIB", Kind::path, Audience::user, nullptr, "libnccl.so.2 from the loader's path", "vlm",
+     "the NCCL library the GPU communicator loads (e.g. PyTorch's nvidia/nccl/lib/libnccl.so.2)"},
     {"VLM_NO_TEST_IMAGES", Kind::flag, Audience::user, "0", nullptr, "scripts/install_deps.sh",
      "1: skip the download of python3-skimage's sample images (the real-image tests then skip)"},
     // ---- benchmarking

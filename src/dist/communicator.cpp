@@ -5,10 +5,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/env.h"
+
 namespace vlm::dist {
 
 // mpi_communicator.cpp (an error there when built without MPI).
 Expected<std::unique_ptr<Communicator>> make_mpi_communicator(const LaunchInfo& info);
+// nccl_communicator.cpp in CUDA builds, else an error.
+Expected<std::unique_ptr<Communicator>> make_nccl_communicator(const LaunchInfo& info, Device device);
 
 namespace {
 
@@ -17,20 +21,31 @@ bool collective_dtype(DType d) {
          d == DType::u8;
 }
 
-Status check_tensor(const char* what, const char* name, const Tensor& t) {
+class FinishedWork final : public Work {
+ public:
+  explicit FinishedWork(Status status) : status_(std::move(status)) {}
+  bool is_done() override { return true; }
+  Status wait() override { return status_; }
+
+ private:
+  Status status_;
+};
+
+Status check_tensor(const char* what, const char* name, const Tensor& t, Device device) {
   if (!t.defined()) return invalid_argument(str(what, ": ", name, " is undefined"));
   if (!collective_dtype(t.dtype()))
     return invalid_argument(
         str(what, ": ", name, " is ", t.describe(), "; collectives take f32, bf16, f64, i32, i64, u8"));
   if (!t.is_contiguous()) return invalid_argument(str(what, ": ", name, " (", t.describe(), ") is not contiguous"));
-  if (t.device().is_cuda())
-    return unsupported(str(what, ": ", name, " (", t.describe(), ") is on a GPU; these backends take CPU tensors"));
+  if (t.device() != device)
+    return unsupported(str(what, ": ", name, " (", t.describe(), ") is not on ", device.to_string(),
+                           ", where this communicator's tensors live"));
   return Status();
 }
 
-Status check_pair(const char* what, const Tensor& out, const Tensor& in) {
-  VLM_RETURN_IF_ERROR(check_tensor(what, "out", out));
-  VLM_RETURN_IF_ERROR(check_tensor(what, "in", in));
+Status check_pair(const char* what, const Tensor& out, const Tensor& in, Device device) {
+  VLM_RETURN_IF_ERROR(check_tensor(what, "out", out, device));
+  VLM_RETURN_IF_ERROR(check_tensor(what, "in", in, device));
   if (out.dtype() != in.dtype())
     return invalid_argument(str(what, ": out (", out.describe(), ") and in (", in.describe(), ") differ in dtype"));
   return Status();
@@ -53,18 +68,26 @@ class LocalCommunicator final : public Communicator {
   void abort(int) override {}
 
  protected:
-  Status do_all_reduce(Tensor&, ReduceOp) override { return Status(); }  // op over one rank: the tensor itself
-  Status do_all_gather(Tensor& out, const Tensor& in) override { return copy(out, in); }
-  Status do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp) override { return copy(out, in); }
-  Status do_broadcast(Tensor&, int) override { return Status(); }
-  Status do_gather(Tensor& out, const Tensor& in, int) override { return copy(out, in); }
+  // op over one rank: the tensor itself
+  Expected<WorkHandle> do_all_reduce(Tensor&, ReduceOp, StreamHandle) override { return finished_work(); }
+  Expected<WorkHandle> do_all_gather(Tensor& out, const Tensor& in, StreamHandle) override { return copy(out, in); }
+  Expected<WorkHandle> do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp, StreamHandle) override {
+    return copy(out, in);
+  }
+  Expected<WorkHandle> do_broadcast(Tensor&, int, StreamHandle) override { return finished_work(); }
+  Expected<WorkHandle> do_gather(Tensor& out, const Tensor& in, int, StreamHandle) override { return copy(out, in); }
 
  private:
-  static Status copy(Tensor& out, const Tensor& in) {
+  static WorkHandle copy(Tensor& out, const Tensor& in) {
     if (out.raw_data() != in.raw_data()) std::memcpy(out.raw_data(), in.raw_data(), in.nbytes());
-    return Status();
+    return finished_work();
   }
 };
+
+Status wait_for(Expected<WorkHandle> work) {
+  if (!work.ok()) return work.status();
+  return (*work)->wait();
+}
 
 }  // namespace
 
@@ -77,48 +100,73 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-Status Communicator::all_reduce(Tensor& tensor, ReduceOp op) {
-  VLM_RETURN_IF_ERROR(check_tensor("all_reduce", "tensor", tensor));
-  VLM_RETURN_IF_ERROR(check_op("all_reduce", tensor, op));
-  return tensor.numel() == 0 ? Status() : do_all_reduce(tensor, op);
+WorkHandle finished_work(Status status) { return std::make_unique<FinishedWork>(std::move(status)); }
+
+int64_t padded_shard_size(int64_t n, int ranks) {
+  VLM_CHECK(n >= 0 && ranks >= 1, "padded_shard_size(", n, ", ", ranks, ")");
+  return (n + ranks - 1) / ranks;
 }
 
-Status Communicator::all_gather(Tensor& out, const Tensor& in) {
-  VLM_RETURN_IF_ERROR(check_pair("all_gather", out, in));
+int collective_timeout_seconds() { return env::integer("VLM_DIST_TIMEOUT_S"); }
+
+Expected<WorkHandle> Communicator::all_reduce_async(Tensor& tensor, ReduceOp op, StreamHandle after) {
+  VLM_RETURN_IF_ERROR(check_tensor("all_reduce", "tensor", tensor, device()));
+  VLM_RETURN_IF_ERROR(check_op("all_reduce", tensor, op));
+  if (tensor.numel() == 0) return finished_work();
+  return do_all_reduce(tensor, op, after);
+}
+
+Expected<WorkHandle> Communicator::all_gather_async(Tensor& out, const Tensor& in, StreamHandle after) {
+  VLM_RETURN_IF_ERROR(check_pair("all_gather", out, in, device()));
   if (out.numel() != static_cast<int64_t>(size()) * in.numel())
     return invalid_argument(str("all_gather: out (", out.describe(), ") must hold ", size(), " x in (", in.describe(),
                                 ") elements"));
-  return in.numel() == 0 ? Status() : do_all_gather(out, in);
+  if (in.numel() == 0) return finished_work();
+  return do_all_gather(out, in, after);
 }
 
-Status Communicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
-  VLM_RETURN_IF_ERROR(check_pair("reduce_scatter", out, in));
+Expected<WorkHandle> Communicator::reduce_scatter_async(Tensor& out, const Tensor& in, ReduceOp op,
+                                                        StreamHandle after) {
+  VLM_RETURN_IF_ERROR(check_pair("reduce_scatter", out, in, device()));
   VLM_RETURN_IF_ERROR(check_op("reduce_scatter", in, op));
   if (in.numel() != static_cast<int64_t>(size()) * out.numel())
     return invalid_argument(str("reduce_scatter: in (", in.describe(), ") must hold ", size(), " x out (",
                                 out.describe(), ") elements"));
-  return out.numel() == 0 ? Status() : do_reduce_scatter(out, in, op);
+  if (out.numel() == 0) return finished_work();
+  return do_reduce_scatter(out, in, op, after);
 }
 
-Status Communicator::broadcast(Tensor& tensor, int root) {
-  VLM_RETURN_IF_ERROR(check_tensor("broadcast", "tensor", tensor));
+Expected<WorkHandle> Communicator::broadcast_async(Tensor& tensor, int root, StreamHandle after) {
+  VLM_RETURN_IF_ERROR(check_tensor("broadcast", "tensor", tensor, device()));
   if (root < 0 || root >= size())
     return invalid_argument(str("broadcast: root ", root, " is not a rank of a world of ", size()));
-  return tensor.numel() == 0 ? Status() : do_broadcast(tensor, root);
+  if (tensor.numel() == 0) return finished_work();
+  return do_broadcast(tensor, root, after);
 }
 
-Status Communicator::gather(Tensor& out, const Tensor& in, int root) {
+Expected<WorkHandle> Communicator::gather_async(Tensor& out, const Tensor& in, int root, StreamHandle after) {
   if (root < 0 || root >= size())
     return invalid_argument(str("gather: root ", root, " is not a rank of a world of ", size()));
   if (rank() != root) {
-    VLM_RETURN_IF_ERROR(check_tensor("gather", "in", in));
+    VLM_RETURN_IF_ERROR(check_tensor("gather", "in", in, device()));
   } else {
-    VLM_RETURN_IF_ERROR(check_pair("gather", out, in));
+    VLM_RETURN_IF_ERROR(check_pair("gather", out, in, device()));
     if (out.numel() != static_cast<int64_t>(size()) * in.numel())
       return invalid_argument(str("gather: out (", out.describe(), ") must hold ", size(), " x in (", in.describe(),
                                   ") elements"));
   }
-  return in.numel() == 0 ? Status() : do_gather(out, in, root);
+  if (in.numel() == 0) return finished_work();
+  return do_gather(out, in, root, after);
+}
+
+Status Communicator::all_reduce(Tensor& tensor, ReduceOp op) { return wait_for(all_reduce_async(tensor, op)); }
+Status Communicator::all_gather(Tensor& out, const Tensor& in) { return wait_for(all_gather_async(out, in)); }
+Status Communicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
+  return wait_for(reduce_scatter_async(out, in, op));
+}
+Status Communicator::broadcast(Tensor& tensor, int root) { return wait_for(broadcast_async(tensor, root)); }
+Status Communicator::gather(Tensor& out, const Tensor& in, int root) {
+  return wait_for(gather_async(out, in, root));
 }
 
 Expected<std::vector<std::string>> all_gather_strings(Communicator& comm, const std::string& mine) {
@@ -202,7 +250,16 @@ std::unique_ptr<Communicator> make_local_communicator() { return std::make_uniqu
 
 Expected<std::unique_ptr<Communicator>> make_communicator(const LaunchInfo& info) {
   if (!info.distributed()) return make_local_communicator();
+  if (info.launcher == "torchrun")
+    return unsupported(str("the launch has ", info.size, " ranks from RANK / WORLD_SIZE (torchrun-style or vlm launch)"
+                           ": CPU tensors travel over MPI, so CPU runs of several ranks launch with mpirun or srun; "
+                           "torchrun-style launches bring up NCCL for GPU runs"));
   return make_mpi_communicator(info);
+}
+
+Expected<std::unique_ptr<Communicator>> make_communicator(const LaunchInfo& info, Device device) {
+  if (device.is_cpu()) return make_communicator(info);
+  return make_nccl_communicator(info, device);
 }
 
 }  // namespace vlm::dist

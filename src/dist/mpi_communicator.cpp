@@ -1,15 +1,20 @@
 // The MPI backend of Communicator for CPU tensors (see communicator.h). MPI is initialized on first use (thread level
 // FUNNELED: collectives come from one thread) and finalized at exit; the communicator works on a duplicate of
-// MPI_COMM_WORLD so its messages never meet another library's. Counts go to MPI as int: all_reduce and broadcast are
-// sent in chunks of at most 2^30 elements, all_gather, gather and reduce_scatter take per-rank parts of at most
+// MPI_COMM_WORLD so its messages never meet another library's. Every collective is a nonblocking MPI call
+// (MPI_Iallgather, MPI_Ireduce_scatter_block, ...) whose requests an MpiWork tests; its wait() is the watchdog: it
+// polls until the requests complete or VLM_DIST_TIMEOUT_S passes. Counts go to MPI as int: all_reduce and broadcast
+// are sent in chunks of at most 2^30 elements, all_gather, gather and reduce_scatter take per-rank parts of at most
 // INT_MAX.
-// bf16 has no MPI type: it travels as 16-bit words, and its reductions run in f32 and are rounded once; u8 (bytes) is
-// gathered and broadcast only.
+// bf16 has no MPI type: it travels as 16-bit words, and its reductions run in f32 (a scratch copy the Work holds) and
+// are rounded once when the Work completes; u8 (bytes) is gathered and broadcast only.
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -90,6 +95,71 @@ void divide_floating(Tensor& t, float by) {
   }
 }
 
+// One collective's requests, the tensors and scratch they use, and what runs once they complete (bf16 rounding, avg's
+// division).
+class MpiWork final : public Work {
+ public:
+  MpiWork(std::string what, int rank) : what_(std::move(what)), rank_(rank), start_(Clock::now()) {}
+  ~MpiWork() override {
+    if (!finished_) (void)wait();  // the requests write into buffers this Work owns
+  }
+
+  std::vector<MPI_Request> requests;
+  std::vector<Tensor> keep;      // the caller's tensors, alive until done
+  std::vector<float> scratch_in, scratch_out;  // bf16's f32 copies
+  std::function<void()> finish;  // runs once, after the requests completed
+
+  bool is_done() override {
+    if (finished_) return true;
+    int done = 0;
+    status_ = mpi_status(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE),
+                         "Testall");
+    if (!status_.ok()) {
+      finished_ = true;
+      status_ = status_.with_context(str("rank ", rank_, ": ", what_));
+      return true;
+    }
+    if (done) complete();
+    return finished_;
+  }
+
+  Status wait() override {
+    const int timeout_s = collective_timeout_seconds();
+    const auto deadline = start_ + std::chrono::seconds(timeout_s);
+    // Spin briefly (most collectives end within microseconds of the last rank's call), then sleep between polls so
+    // ranks that share cores leave them to the peers they wait for.
+    for (int polls = 0; !is_done(); ++polls) {
+      if (Clock::now() > deadline) {
+        finished_ = true;
+        status_ = Status(StatusCode::internal,
+                         str("rank ", rank_, ": ", what_, " did not complete within ", timeout_s,
+                             " s (VLM_DIST_TIMEOUT_S): a rank died, hangs, or did not call it"));
+        return status_;
+      }
+      if (polls < 200) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(polls < 2000 ? 50 : 500));
+      }
+    }
+    return status_;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void complete() {
+    finished_ = true;
+    if (finish) finish();
+    keep.clear();
+  }
+
+  std::string what_;
+  int rank_;
+  Clock::time_point start_;
+  bool finished_ = false;
+  Status status_;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
@@ -100,82 +170,120 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "mpi"; }
-  Status barrier() override { return mpi_status(MPI_Barrier(comm_), "Barrier"); }
+  Status barrier() override {
+    auto work = std::make_unique<MpiWork>("barrier", rank_);
+    work->requests.assign(1, MPI_REQUEST_NULL);
+    VLM_RETURN_IF_ERROR(mpi_status(MPI_Ibarrier(comm_, work->requests.data()), "Ibarrier"));
+    return work->wait();
+  }
   void abort(int code) override {
     std::fflush(nullptr);  // this rank's error message first
     MPI_Abort(comm_, code);
   }
 
  protected:
-  Status do_all_reduce(Tensor& t, ReduceOp op) override {
+  Expected<WorkHandle> do_all_reduce(Tensor& t, ReduceOp op, StreamHandle) override {
+    auto work = start("all_reduce", reduce_op_name(op), t, t.numel());
+    work->keep = {t};
     const float divide = op == ReduceOp::avg ? static_cast<float>(size_) : 1.f;
     if (t.dtype() == DType::bf16) {
-      std::vector<float> v = bf16_to_f32_vector(t);
-      VLM_RETURN_IF_ERROR(chunked_all_reduce(v.data(), static_cast<int64_t>(v.size()), MPI_FLOAT, sizeof(float), op));
-      store_bf16(t, v, divide);
-      return Status();
+      work->scratch_out = bf16_to_f32_vector(t);
+      std::vector<float>& v = work->scratch_out;
+      VLM_RETURN_IF_ERROR(chunked_all_reduce(*work, v.data(), static_cast<int64_t>(v.size()), MPI_FLOAT, sizeof(float),
+                                             op));
+      work->finish = [w = work.get(), t, divide]() mutable { store_bf16(t, w->scratch_out, divide); };
+      return WorkHandle(std::move(work));
     }
     VLM_RETURN_IF_ERROR(
-        chunked_all_reduce(t.raw_data(), t.numel(), wire_type(t.dtype()), dtype_size(t.dtype()), op));
-    if (divide != 1.f) divide_floating(t, divide);
-    return Status();
+        chunked_all_reduce(*work, t.raw_data(), t.numel(), wire_type(t.dtype()), dtype_size(t.dtype()), op));
+    if (divide != 1.f) work->finish = [t, divide]() mutable { divide_floating(t, divide); };
+    return WorkHandle(std::move(work));
   }
 
-  Status do_all_gather(Tensor& out, const Tensor& in) override {
+  Expected<WorkHandle> do_all_gather(Tensor& out, const Tensor& in, StreamHandle) override {
     VLM_RETURN_IF_ERROR(check_count("all_gather", in.numel()));
-    return mpi_status(MPI_Allgather(in.raw_data(), static_cast<int>(in.numel()), wire_type(in.dtype()),
-                                    out.raw_data(), static_cast<int>(in.numel()), wire_type(in.dtype()), comm_),
-                      "Allgather");
+    auto work = start("all_gather", nullptr, in, in.numel());
+    work->keep = {out, in};
+    work->requests.assign(1, MPI_REQUEST_NULL);
+    VLM_RETURN_IF_ERROR(mpi_status(MPI_Iallgather(in.raw_data(), static_cast<int>(in.numel()), wire_type(in.dtype()),
+                                                  out.raw_data(), static_cast<int>(in.numel()), wire_type(in.dtype()),
+                                                  comm_, work->requests.data()),
+                                   "Iallgather"));
+    return WorkHandle(std::move(work));
   }
 
-  Status do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override {
+  Expected<WorkHandle> do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op, StreamHandle) override {
     VLM_RETURN_IF_ERROR(check_count("reduce_scatter", out.numel()));
     const int count = static_cast<int>(out.numel());
     const float divide = op == ReduceOp::avg ? static_cast<float>(size_) : 1.f;
+    auto work = start("reduce_scatter", reduce_op_name(op), out, out.numel());
+    work->keep = {out, in};
+    work->requests.assign(1, MPI_REQUEST_NULL);
     if (in.dtype() == DType::bf16) {
-      const std::vector<float> v = bf16_to_f32_vector(in);
-      std::vector<float> mine(static_cast<size_t>(count));
-      VLM_RETURN_IF_ERROR(mpi_status(
-          MPI_Reduce_scatter_block(v.data(), mine.data(), count, MPI_FLOAT, mpi_op(op), comm_), "Reduce_scatter"));
-      store_bf16(out, mine, divide);
-      return Status();
+      work->scratch_in = bf16_to_f32_vector(in);
+      work->scratch_out.resize(static_cast<size_t>(count));
+      VLM_RETURN_IF_ERROR(mpi_status(MPI_Ireduce_scatter_block(work->scratch_in.data(), work->scratch_out.data(),
+                                                               count, MPI_FLOAT, mpi_op(op), comm_,
+                                                               work->requests.data()),
+                                     "Ireduce_scatter_block"));
+      work->finish = [w = work.get(), out, divide]() mutable { store_bf16(out, w->scratch_out, divide); };
+      return WorkHandle(std::move(work));
     }
-    VLM_RETURN_IF_ERROR(mpi_status(MPI_Reduce_scatter_block(in.raw_data(), out.raw_data(), count,
-                                                            wire_type(in.dtype()), mpi_op(op), comm_),
-                                   "Reduce_scatter"));
-    if (divide != 1.f) divide_floating(out, divide);
-    return Status();
+    VLM_RETURN_IF_ERROR(mpi_status(MPI_Ireduce_scatter_block(in.raw_data(), out.raw_data(), count,
+                                                             wire_type(in.dtype()), mpi_op(op), comm_,
+                                                             work->requests.data()),
+                                   "Ireduce_scatter_block"));
+    if (divide != 1.f) work->finish = [out, divide]() mutable { divide_floating(out, divide); };
+    return WorkHandle(std::move(work));
   }
 
-  Status do_gather(Tensor& out, const Tensor& in, int root) override {
+  Expected<WorkHandle> do_gather(Tensor& out, const Tensor& in, int root, StreamHandle) override {
     VLM_RETURN_IF_ERROR(check_count("gather", in.numel()));
     const int count = static_cast<int>(in.numel());
     void* recv = rank_ == root ? out.raw_data() : nullptr;  // only root's receive buffer is read
-    return mpi_status(MPI_Gather(in.raw_data(), count, wire_type(in.dtype()), recv, count, wire_type(in.dtype()), root,
-                                 comm_),
-                      "Gather");
+    auto work = start("gather", nullptr, in, in.numel());
+    work->keep = {in};
+    if (rank_ == root) work->keep.push_back(out);
+    work->requests.assign(1, MPI_REQUEST_NULL);
+    VLM_RETURN_IF_ERROR(mpi_status(MPI_Igather(in.raw_data(), count, wire_type(in.dtype()), recv, count,
+                                               wire_type(in.dtype()), root, comm_, work->requests.data()),
+                                   "Igather"));
+    return WorkHandle(std::move(work));
   }
 
-  Status do_broadcast(Tensor& t, int root) override {
+  Expected<WorkHandle> do_broadcast(Tensor& t, int root, StreamHandle) override {
+    auto work = start("broadcast", nullptr, t, t.numel());
+    work->keep = {t};
     auto* bytes = static_cast<char*>(t.raw_data());
     const size_t elem = dtype_size(t.dtype());
     for (int64_t off = 0; off < t.numel(); off += kChunk) {
       const int n = static_cast<int>(std::min<int64_t>(kChunk, t.numel() - off));
-      VLM_RETURN_IF_ERROR(
-          mpi_status(MPI_Bcast(bytes + off * elem, n, wire_type(t.dtype()), root, comm_), "Bcast"));
+      work->requests.push_back(MPI_REQUEST_NULL);
+      VLM_RETURN_IF_ERROR(mpi_status(
+          MPI_Ibcast(bytes + off * elem, n, wire_type(t.dtype()), root, comm_, &work->requests.back()), "Ibcast"));
     }
-    return Status();
+    return WorkHandle(std::move(work));
   }
 
  private:
   static constexpr int64_t kChunk = int64_t{1} << 30;
 
-  Status chunked_all_reduce(void* data, int64_t n, MPI_Datatype type, size_t elem, ReduceOp op) {
+  // A Work named for timeouts and errors: "all_gather of 1001 bf16 elements a rank (mpi)".
+  std::unique_ptr<MpiWork> start(const char* collective, const char* op, const Tensor& t, int64_t count) const {
+    return std::make_unique<MpiWork>(str(collective, op ? str(" (", op, ")") : std::string(), " of ", count, " ",
+                                         dtype_name(t.dtype()), " elements (mpi, ", size_, " ranks)"),
+                                     rank_);
+  }
+
+  Status chunked_all_reduce(MpiWork& work, void* data, int64_t n, MPI_Datatype type, size_t elem, ReduceOp op) {
     auto* bytes = static_cast<char*>(data);
+    work.requests.reserve(static_cast<size_t>((n + kChunk - 1) / kChunk));
     for (int64_t off = 0; off < n; off += kChunk) {
       const int count = static_cast<int>(std::min<int64_t>(kChunk, n - off));
-      VLM_RETURN_IF_ERROR(mpi_status(
-          MPI_Allreduce(MPI_IN_PLACE, bytes + off * elem, count, type, mpi_op(op), comm_), "Allreduce"));
+      work.requests.push_back(MPI_REQUEST_NULL);
+      VLM_RETURN_IF_ERROR(mpi_status(MPI_Iallreduce(MPI_IN_PLACE, bytes + off * elem, count, type, mpi_op(op), comm_,
+                                                    &work.requests.back()),
+                                     "Iallreduce"));
     }
     return Status();
   }

@@ -49,8 +49,8 @@ TEST(Cli, HelpListsEveryCommandAndEachAnswersHelp) {
   const std::vector<std::string> commands = listed(r.out, "commands");
   EXPECT_EQ(commands, (std::vector<std::string>{"train", "eval", "forward", "convert", "generate", "data synth",
                                                 "data build", "data inspect", "data dedup", "data filter",
-                                                "data tokenizer-train", "bench attention", "bench decode", "bench data",
-                                                "bench train", "report"}))
+                                                "data tokenizer-train", "launch", "bench attention", "bench decode",
+                                                "bench data", "bench train", "report"}))
       << r.out;
   for (const auto& [level, noun] : {std::pair{"data", "tools"}, std::pair{"bench", "benchmarks"}}) {
     const CliResult sub = run(std::string(level) + " --help");

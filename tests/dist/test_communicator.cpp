@@ -140,5 +140,52 @@ TEST(Communicator, OneRankLaunchGetsTheLocalBackend) {
   EXPECT_STREQ((*comm)->backend(), "local");
 }
 
+
+TEST(LocalCommunicator, AsynchronousFormsAreDoneAtOnce) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  const Tensor in = iota(9, DType::bf16, 1.0);
+  Tensor out = Tensor::zeros({9}, DType::bf16);
+  Expected<WorkHandle> work = comm->all_gather_async(out, in);
+  ASSERT_TRUE(work.ok()) << work.status().message();
+  EXPECT_TRUE((*work)->is_done());
+  EXPECT_TRUE((*work)->wait().ok());
+  EXPECT_TRUE(same_values(out, in));
+  Tensor wrong = Tensor::zeros({8}, DType::bf16);
+  const Expected<WorkHandle> refused = comm->reduce_scatter_async(wrong, in, ReduceOp::sum);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("reduce_scatter"), std::string::npos);
+  const Status failed = Status(StatusCode::internal, "broken link");
+  EXPECT_EQ(finished_work(failed)->wait().message(), "broken link");
+}
+
+TEST(MakeCommunicator, PicksTheBackendOfTheLaunch) {
+  LaunchInfo alone;
+  Expected<std::unique_ptr<Communicator>> comm = make_communicator(alone);
+  ASSERT_TRUE(comm.ok());
+  EXPECT_STREQ((*comm)->backend(), "local");
+  // torchrun-style launches (and vlm launch) rendezvous through the TCP store for NCCL; CPU tensors need MPI.
+  LaunchInfo torchrun;
+  torchrun.size = 2;
+  torchrun.launcher = "torchrun";
+  comm = make_communicator(torchrun);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_EQ(comm.status().code(), StatusCode::unsupported);
+  EXPECT_NE(comm.status().message().find("launch with mpirun or srun"), std::string::npos) << comm.status().message();
+  EXPECT_FALSE(make_communicator(torchrun, Device::cpu()).ok());
+  if (!built_with_nccl()) {
+    comm = make_communicator(alone, Device::cuda(0));
+    ASSERT_FALSE(comm.ok());
+    EXPECT_NE(comm.status().message().find("built without CUDA"), std::string::npos) << comm.status().message();
+  }
+}
+
+TEST(PaddedShardSize, IsTheCeilingOfAnEvenSplit) {
+  EXPECT_EQ(padded_shard_size(0, 4), 0);
+  EXPECT_EQ(padded_shard_size(1, 4), 1);
+  EXPECT_EQ(padded_shard_size(8, 4), 2);
+  EXPECT_EQ(padded_shard_size(1001, 3), 334);
+  EXPECT_EQ(padded_shard_size(7, 1), 7);
+}
+
 }  // namespace
 }  // namespace vlm::dist
