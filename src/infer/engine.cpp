@@ -399,6 +399,8 @@ EngineStats Engine::stats() const {
   s.preemptions = ss.preemptions;
   s.prefix_hit_tokens = ss.prefix_hit_tokens;
   s.waste_slots = ss.waste_slots;
+  s.waiting_seqs = static_cast<int64_t>(scheduler_->waiting().size());
+  s.running_seqs = static_cast<int64_t>(scheduler_->running().size());
   s.blocks = pool_->stats();
   s.image_cache_hits = image_cache_.hits();
   s.image_cache_misses = image_cache_.misses();

@@ -66,6 +66,7 @@ struct EngineStats {
   int64_t block_size = 0;
   BlockPoolStats blocks;
   int64_t waste_slots = 0;  // slots of held blocks that hold no token right now
+  int64_t waiting_seqs = 0, running_seqs = 0;  // in the scheduler now
 };
 
 class Engine {
