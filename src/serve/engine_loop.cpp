@@ -98,8 +98,9 @@ void EngineLoop::retire(const std::shared_ptr<RequestChannel>& ch, infer::Reques
     metrics_.add_tokens(out.prompt_tokens, generated);
     metrics_.observe_request(std::chrono::duration<double>(Clock::now() - ch->arrival()).count());
   }
-  ch->finish(std::move(out), std::move(error));
+  // The slot is free before the client hears the answer: a client that sends its next request at once must find it.
   in_flight_.fetch_sub(1);
+  ch->finish(std::move(out), std::move(error));
 }
 
 void EngineLoop::on_token(const infer::TokenEvent& e) {
