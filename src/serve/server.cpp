@@ -71,6 +71,7 @@ Server::Server(ServerOptions options, EngineLoop& loop, const ApiPromptBuilder& 
   h.set_read_timeout(30, 0);
   h.set_write_timeout(30, 0);
   h.set_keep_alive_timeout(5);
+  h.set_tcp_nodelay(true);  // stream chunks are small writes: without it Nagle + delayed ACK hold each ~40 ms
 
   h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `vlm serve` end to end (ctest serve.e2e, label cpu): trains a tiny 16 px run through the CLI (seconds), serves it
 # on a free loopback port with an API key, drives it with the official OpenAI Node client (openai_client.mjs), runs
-# the bounded load test (bench/serve/load.mjs: 4 clients, 3 rounds, no errors, flat server memory), then stops the
+# the bounded load test (bench/serve/load.py: 4 clients, 3 rounds, no errors, flat server memory), then stops the
 # server with SIGTERM while a stream is in flight: the stream completes and the server exits 0.
 # usage: serve_e2e.sh VLM_BINARY WORK_DIR NPM_DIR     (the openai package is installed into NPM_DIR once)
 # Exit 77 (skipped) when npm cannot install the package (no registry).
@@ -96,7 +96,7 @@ OPENAI_MODULE="$npm_dir/node_modules/openai/index.mjs" BASE_URL=$base API_KEY=$k
   MAX_QUEUE=$max_queue node "$here/openai_client.mjs"
 
 say "load: $max_queue clients, 3 rounds"
-node "$repo/bench/serve/load.mjs" --url "$base" --api-key "$key" --model shapes-tiny --image small.jpg \
+$py "$repo/bench/serve/load.py" --url "$base" --api-key "$key" --model shapes-tiny --image small.jpg \
   --clients $max_queue --seconds 3 --rounds 3 --max-tokens 16 --pid $server --max-rss-growth-mb 16
 
 say "graceful stop: SIGTERM with a stream in flight"
