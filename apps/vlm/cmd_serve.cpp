@@ -4,6 +4,7 @@
 // the process at once.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -148,28 +149,37 @@ int cmd_serve(int argc, char** argv, int first) {
                static_cast<long long>(max_queue));
   std::fflush(stderr);
 
-  std::thread stopper;
-  std::atomic<bool> stopping{false};
-  std::thread signals([&] {
-    for (;;) {
-      int sig = 0;
-      if (sigwait(&stop_signals, &sig) != 0) continue;
-      if (stopping.exchange(true)) {
-        std::fprintf(stderr, "vlm serve: second signal, exiting now\n");
-        std::_Exit(130);
-      }
-      std::fprintf(stderr, "vlm serve: %s: finishing in-flight requests (up to %g s), then stopping\n",
-                   sig == SIGINT ? "SIGINT" : "SIGTERM", *shutdown_timeout);
-      stopper = std::thread([&] { server.shutdown(*shutdown_timeout); });
+  // The HTTP server runs on its own thread; this one waits for the stop signal and then drains.
+  std::atomic<bool> stopping{false}, serve_failed{false};
+  std::thread http([&] {
+    server.serve();
+    if (!stopping) {  // listening failed: wake the waiting thread below
+      serve_failed = true;
+      kill(getpid(), SIGTERM);
     }
   });
-  server.serve();
-  // serve() returns once shutdown() stopped the listener (from the signal thread).
-  while (!stopping) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  while (!stopper.joinable()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  stopper.join();
+  int sig = 0;
+  while (sigwait(&stop_signals, &sig) != 0) {
+  }
+  stopping = true;
+  if (serve_failed) {
+    http.join();
+    loop.stop();
+    return fail(io_error("the HTTP server stopped unexpectedly"));
+  }
+  std::fprintf(stderr, "vlm serve: %s: finishing in-flight requests (up to %g s), then stopping\n",
+               sig == SIGINT ? "SIGINT" : "SIGTERM", *shutdown_timeout);
+  std::thread second([stop_signals] {  // a second signal ends the process at once
+    int again = 0;
+    while (sigwait(&stop_signals, &again) != 0) {
+    }
+    std::fprintf(stderr, "vlm serve: second signal, exiting now\n");
+    std::_Exit(130);
+  });
+  second.detach();  // blocked in sigwait until the process exits
+  server.shutdown(*shutdown_timeout);
+  http.join();
   loop.stop();
-  signals.detach();  // blocked in sigwait until the process exits
   const serve::EngineSnapshot snap = loop.snapshot();
   std::fprintf(stderr, "vlm serve: stopped (%lld tokens generated)\n",
                static_cast<long long>(snap.engine.generated_tokens));

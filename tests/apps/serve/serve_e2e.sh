@@ -67,19 +67,23 @@ PY
 key=e2e-$RANDOM$RANDOM
 echo "$key" > key.txt
 max_queue=4
-"$vlm" serve run --port 0 --api-key-file key.txt --served-model-name shapes-tiny --max-queue $max_queue \
-  --max-body-bytes 2M --max-image-bytes 1M --set data.max_pixels=1000 --shutdown-timeout 20 >serve.log 2>&1 &
-server=$!
-trap 'kill -9 $server 2>/dev/null || true' EXIT
-port=""
-for _ in $(seq 200); do
-  port=$(sed -n 's|.*on http://127.0.0.1:\([0-9]*\).*|\1|p' serve.log)
-  [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  kill -0 $server 2>/dev/null || { cat serve.log; say "the server died"; exit 1; }
-  sleep 0.1
-done
-[ -n "$port" ] || { cat serve.log; say "the server did not start"; exit 1; }
-base=http://127.0.0.1:$port
+# start_server ARGS...: starts `vlm serve run ARGS` on a free port; sets server (pid) and base (URL).
+start_server() {
+  "$vlm" serve run --port 0 "$@" >serve.log 2>&1 &
+  server=$!
+  trap 'kill -9 $server 2>/dev/null || true' EXIT
+  local port=""
+  for _ in $(seq 200); do
+    port=$(sed -n 's|.*on http://127.0.0.1:\([0-9]*\).*|\1|p' serve.log)
+    [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+    kill -0 $server 2>/dev/null || { cat serve.log; say "the server died"; exit 1; }
+    sleep 0.1
+  done
+  [ -n "$port" ] || { cat serve.log; say "the server did not start"; exit 1; }
+  base=http://127.0.0.1:$port
+}
+start_server --api-key-file key.txt --served-model-name shapes-tiny --max-queue $max_queue \
+  --max-body-bytes 2M --max-image-bytes 1M --set data.max_pixels=1000 --shutdown-timeout 20
 say "serving on $base (pid $server)"
 
 say "curl: chat with an image"
@@ -113,4 +117,17 @@ code=0; wait $server || code=$?
 trap - EXIT
 [ "$code" = 0 ] || { cat serve.log; say "the server exited with $code"; exit 1; }
 grep -q "stopped" serve.log || { cat serve.log; exit 1; }
+
+say "per-request timeout: 504, and an error event in a stream"
+start_server --request-timeout 0.01 --max-n 16
+long='"max_tokens": 240, "ignore_eos": true, "n": 16, "messages": [{"role": "user", "content": "describe the image."}]'
+status=$(curl -s -o timeout.json -w '%{http_code}' "$base/v1/chat/completions" -d "{$long}")
+[ "$status" = 504 ] && grep -q request_timeout timeout.json || { cat timeout.json; say "timeout: got $status"; exit 1; }
+curl -sN "$base/v1/chat/completions" -d "{$long, \"stream\": true}" >timeout_stream.txt
+grep -q request_timeout timeout_stream.txt && tail -c 50 timeout_stream.txt | grep -q 'data: \[DONE\]' ||
+  { tail -c 300 timeout_stream.txt; say "the timed-out stream has no error event"; exit 1; }
+curl -s "$base/metrics" | grep -q '^vlm_kv_blocks_used 0$' || { say "blocks held after the timeouts"; exit 1; }
+kill -TERM $server
+wait $server
+trap - EXIT
 say "passed"
