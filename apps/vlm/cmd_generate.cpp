@@ -42,8 +42,8 @@ int cmd_generate(int argc, char** argv, int first) {
   bool no_prefix_cache = false, quiet = false;
   Flags f("vlm generate MODEL (--prompt TEXT [--image FILE]... | --requests IN.jsonl [--out OUT.jsonl]) [flags]",
           "Generate with a trained model through the paged-KV engine. MODEL is a run directory (its config.toml and "
-          "newest checkpoint), a checkpoint folder inside one, or a model folder (Hugging Face or `vlm convert`'s) with its "
-          "tokenizer.json; the run's (or folder's) tokenizer and chat template are used.");
+          "newest checkpoint), a checkpoint folder inside one, or a model folder (Hugging Face or `vlm convert`'s) "
+          "with its tokenizer.json; the run's (or folder's) tokenizer and chat template are used.");
   f.add_string("--prompt", &prompt, "the user's text (one request)");
   f.add_multi("--image", &images, "an image for --prompt (repeatable; placeholders come first, in order)");
   f.add_string("--requests", &requests_path, "JSON lines: {\"id\", \"prompt\", \"images\": [...], sampling keys}");

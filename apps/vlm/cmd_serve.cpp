@@ -28,14 +28,13 @@ int fail(const Status& s) {
   return 1;
 }
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
+bool is_loopback(const std::string& host) { return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0; }
 
 Expected<double> parse_seconds(const std::string& flag, const std::string& text) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || *end != '\0' || !(v > 0)) return invalid_argument(flag + " '" + text + "' is not a positive number of seconds");
+  if (end == text.c_str() || *end != '\0' || !(v > 0))
+    return invalid_argument(flag + " '" + text + "' is not a positive number of seconds");
   return v;
 }
 
@@ -64,7 +63,8 @@ int cmd_serve(int argc, char** argv, int first) {
   f.add_int("--port", &port, "port to listen on (0: any free port, printed at start)");
   f.add_string("--api-key", &api_key, "require \"Authorization: Bearer KEY\" (all endpoints but /health)");
   f.add_string("--api-key-file", &api_key_file, "read the API key from this file (keeps it out of `ps`)");
-  f.add_string("--served-model-name", &name, "the model id clients send and /v1/models lists (default: MODEL's folder name)");
+  f.add_string("--served-model-name", &name,
+               "the model id clients send and /v1/models lists (default: MODEL's folder name)");
   f.add_int("--max-queue", &max_queue, "requests waiting or running at once; more get 429");
   f.add_string("--max-body-bytes", &max_body_text, "largest request body, e.g. 32M (413 above)");
   f.add_string("--max-image-bytes", &max_image_text, "largest encoded image, e.g. 20M (413 above)");
@@ -89,8 +89,9 @@ int cmd_serve(int argc, char** argv, int first) {
   if (port < 0 || port > 65535) return fail(invalid_argument("--port must be in 0..65535"));
   if (max_queue < 1 || max_n < 1 || max_images < 0 || default_max_tokens < 1 || block_size < 1 || max_seqs < 1 ||
       step_tokens < 1)
-    return fail(invalid_argument("--max-queue, --max-n, --default-max-tokens, --block-size, --max-num-seqs and "
-                                 "--max-step-tokens must be positive, --max-images >= 0"));
+    return fail(
+        invalid_argument("--max-queue, --max-n, --default-max-tokens, --block-size, --max-num-seqs and "
+                         "--max-step-tokens must be positive, --max-images >= 0"));
   if (!api_key_file.empty()) {
     if (!api_key.empty()) return fail(invalid_argument("give --api-key or --api-key-file, not both"));
     std::ifstream in(api_key_file);
@@ -104,8 +105,8 @@ int cmd_serve(int argc, char** argv, int first) {
   auto max_image = parse_bytes("--max-image-bytes", max_image_text);
   auto timeout = parse_seconds("--request-timeout", timeout_text);
   auto shutdown_timeout = parse_seconds("--shutdown-timeout", shutdown_text);
-  for (const Status& s : {kv_memory.status(), max_body.status(), max_image.status(), timeout.status(),
-                          shutdown_timeout.status()})
+  for (const Status& s :
+       {kv_memory.status(), max_body.status(), max_image.status(), timeout.status(), shutdown_timeout.status()})
     if (!s.ok()) return fail(s);
 
   auto loaded = load_inference_model(pos[0], overrides, device_name, dtype_name);

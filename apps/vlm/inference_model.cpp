@@ -99,9 +99,12 @@ Expected<std::unique_ptr<InferenceModel>> load_inference_model(const std::string
   } else {  // a model folder: config.json (Hugging Face) or model.toml, with its tokenizer.json
     auto mc = read_model_dir_config(path);
     if (!mc.ok())
-      return not_found(path + " is neither a run directory (config.toml), a checkpoint folder in one, nor a model "
-                              "folder: " + mc.status().message());
-    if (!overrides.empty()) return invalid_argument("--set applies to a run's config.toml; " + path + " is a model folder");
+      return not_found(path +
+                       " is neither a run directory (config.toml), a checkpoint folder in one, nor a model "
+                       "folder: " +
+                       mc.status().message());
+    if (!overrides.empty())
+      return invalid_argument("--set applies to a run's config.toml; " + path + " is a model folder");
     VLM_ASSIGN_OR_RETURN(Device device, parse_device(device_name.empty() ? "cpu" : device_name));
     VLM_ASSIGN_OR_RETURN(DType dtype, pick_dtype(device, dtype_name));
     VLM_ASSIGN_OR_RETURN(out->tokenizer, Tokenizer::load(path));
@@ -114,9 +117,9 @@ Expected<std::unique_ptr<InferenceModel>> load_inference_model(const std::string
     pipeline.size = mc->vision.image_size;
     VLM_ASSIGN_OR_RETURN(out->model, load_model_dir(path, device, {}, dtype));
   }
-  VLM_ASSIGN_OR_RETURN(infer::PromptBuilder builder,
-                       infer::PromptBuilder::create(out->tokenizer, out->chat, out->model->config().image_tokens(),
-                                                    pipeline));
+  VLM_ASSIGN_OR_RETURN(
+      infer::PromptBuilder builder,
+      infer::PromptBuilder::create(out->tokenizer, out->chat, out->model->config().image_tokens(), pipeline));
   out->prompts = std::make_unique<infer::PromptBuilder>(std::move(builder));
   return out;
 }

@@ -383,8 +383,9 @@ bool Engine::cancel(int64_t request) {
   auto it = live_.find(request);
   if (it == live_.end()) {
     const size_t before = done_.size();
-    done_.erase(std::remove_if(done_.begin(), done_.end(), [&](const RequestOutput& o) { return o.request == request; }),
-                done_.end());
+    done_.erase(
+        std::remove_if(done_.begin(), done_.end(), [&](const RequestOutput& o) { return o.request == request; }),
+        done_.end());
     return done_.size() != before;
   }
   for (auto& s : it->second->seqs) scheduler_->remove(s.get());  // finished ones hold nothing: a no-op

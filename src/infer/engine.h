@@ -29,7 +29,7 @@ struct TokenEvent {
   int64_t request = -1;  // Engine::add_request's number
   int completion = 0;    // which of the request's n completions
   int32_t token = -1;
-  float logprob = 0.f;                                     // when sampling.logprobs >= 0
+  float logprob = 0.f;                                          // when sampling.logprobs >= 0
   const std::vector<std::pair<int32_t, float>>* top = nullptr;  // when sampling.logprobs > 0
   bool stop_id = false;  // the token is one of sampling.stop_ids (it ends the completion and is not text)
 };
@@ -65,7 +65,7 @@ struct EngineStats {
   int64_t kv_bytes = 0;  // allocated KV cache
   int64_t block_size = 0;
   BlockPoolStats blocks;
-  int64_t waste_slots = 0;  // slots of held blocks that hold no token right now
+  int64_t waste_slots = 0;                     // slots of held blocks that hold no token right now
   int64_t waiting_seqs = 0, running_seqs = 0;  // in the scheduler now
 };
 

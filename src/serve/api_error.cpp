@@ -29,9 +29,7 @@ ApiError not_found_error(std::string param, std::string message, std::string cod
 ApiError rate_limited(std::string message) {
   return make(429, "rate_limit_error", "", std::move(message), "queue_full");
 }
-ApiError unavailable(std::string message) {
-  return make(503, "server_error", "", std::move(message), "shutting_down");
-}
+ApiError unavailable(std::string message) { return make(503, "server_error", "", std::move(message), "shutting_down"); }
 ApiError server_error(std::string message) { return make(500, "server_error", "", std::move(message), ""); }
 ApiError timeout_error(std::string message) {
   return make(504, "server_error", "", std::move(message), "request_timeout");

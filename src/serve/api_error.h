@@ -24,9 +24,9 @@ ApiError unprocessable(std::string param, std::string message, std::string code 
 ApiError too_large(std::string param, std::string message);
 ApiError unauthorized(std::string message);
 ApiError not_found_error(std::string param, std::string message, std::string code);
-ApiError rate_limited(std::string message);  // 429: the queue is full
-ApiError unavailable(std::string message);   // 503: shutting down
-ApiError server_error(std::string message);  // 500
+ApiError rate_limited(std::string message);   // 429: the queue is full
+ApiError unavailable(std::string message);    // 503: shutting down
+ApiError server_error(std::string message);   // 500
 ApiError timeout_error(std::string message);  // 504: the per-request deadline passed
 
 // {"error": {...}} with null for an empty param or code.

@@ -56,10 +56,10 @@ ApiError ApiPromptBuilder::build(const ApiRequest& api, const std::string& id, i
     auto im = builder_.image(image.bytes);
     if (!im.ok()) {
       const bool bomb = im.status().code() == StatusCode::invalid_argument;
-      return unprocessable(image.param,
-                           std::string(bomb ? "the image is too large: " : "the image does not decode: ") +
-                               im.status().message(),
-                           bomb ? "image_too_large" : "invalid_image");
+      return unprocessable(
+          image.param,
+          std::string(bomb ? "the image is too large: " : "the image does not decode: ") + im.status().message(),
+          bomb ? "image_too_large" : "invalid_image");
     }
     r.images.push_back(std::move(*im));
   }

@@ -1,6 +1,7 @@
 // Parsing and checking OpenAI request bodies.
 #include "serve/api_request.h"
 
+#include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -51,8 +52,8 @@ ApiError read_int(const json& j, const char* key, int64_t lo, int64_t hi, int64_
     x = static_cast<int64_t>(v->get<double>());
   }
   if (x < lo || x > hi)
-    return bad_request(key, std::string("'") + key + "' = " + std::to_string(x) + " is outside [" +
-                                std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return bad_request(key, std::string("'") + key + "' = " + std::to_string(x) + " is outside [" + std::to_string(lo) +
+                                ", " + std::to_string(hi) + "]");
   *out = x;
   return {};
 }
@@ -65,21 +66,23 @@ ApiError read_bool(const json& j, const char* key, bool* out) {
   return {};
 }
 
-#define VLM_API_TRY(expr)          \
-  do {                             \
-    ApiError e_ = (expr);          \
-    if (!e_.ok()) return e_;       \
+#define VLM_API_TRY(expr)    \
+  do {                       \
+    ApiError e_ = (expr);    \
+    if (!e_.ok()) return e_; \
   } while (0)
 
 // data:image/png;base64,.... -> the encoded image.
-ApiError read_image_url(const std::string& url, const std::string& param, const RequestLimits& limits,
-                        ApiImage* out) {
+ApiError read_image_url(const std::string& url, const std::string& param, const RequestLimits& limits, ApiImage* out) {
   if (url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0)
-    return bad_request(param, "remote image URLs are not fetched; send the image inline as a data: URL "
-                              "(data:image/png;base64,...)", "remote_image_refused");
+    return bad_request(param,
+                       "remote image URLs are not fetched; send the image inline as a data: URL "
+                       "(data:image/png;base64,...)",
+                       "remote_image_refused");
   if (url.rfind("data:", 0) != 0) return bad_request(param, "an image URL must be a data: URL", "invalid_image_url");
   const size_t comma = url.find(',');
-  if (comma == std::string::npos) return bad_request(param, "a data: URL needs a ',' before its data", "invalid_image_url");
+  if (comma == std::string::npos)
+    return bad_request(param, "a data: URL needs a ',' before its data", "invalid_image_url");
   std::string header = url.substr(5, comma - 5);
   for (char& c : header) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const std::string suffix = ";base64";
@@ -161,8 +164,8 @@ ApiError read_messages(const json& j, const RequestLimits& limits, ApiRequest* o
         }
       }
     } else {
-      return bad_request(at + ".content", at + ".content must be a string or a list of parts, not " +
-                                              type_name(*content));
+      return bad_request(at + ".content",
+                         at + ".content must be a string or a list of parts, not " + type_name(*content));
     }
     out->messages.push_back(std::move(msg));
   }
@@ -250,8 +253,8 @@ ApiError parse_api_request(Endpoint endpoint, std::string_view body, const Reque
     out->model = model->get<std::string>();
   }
   for (const char* key : {"tools", "functions", "tool_choice", "function_call"})
-    if (const json* v = field(j, key); v && !(v->is_string() && v->get<std::string>() == "none") &&
-                                       !(v->is_array() && v->empty()))
+    if (const json* v = field(j, key);
+        v && !(v->is_string() && v->get<std::string>() == "none") && !(v->is_array() && v->empty()))
       return bad_request(key, std::string("'") + key + "' is not supported by this server");
   if (const json* rf = field(j, "response_format")) {
     const json* type = rf->is_object() ? field(*rf, "type") : nullptr;

@@ -19,12 +19,12 @@ namespace vlm::serve {
 enum class Endpoint { chat, completion };
 
 struct RequestLimits {
-  int max_tokens = 4096;          // largest max_tokens accepted
-  int default_max_tokens = 256;   // when the request gives none
-  int max_n = 8;                  // completions per request
-  int max_images = 8;             // images per request
+  int max_tokens = 4096;                      // largest max_tokens accepted
+  int default_max_tokens = 256;               // when the request gives none
+  int max_n = 8;                              // completions per request
+  int max_images = 8;                         // images per request
   size_t max_image_bytes = size_t{20} << 20;  // one encoded image
-  int max_stop = 4;               // stop strings (OpenAI's limit)
+  int max_stop = 4;                           // stop strings (OpenAI's limit)
   int max_top_logprobs = 20;
   size_t max_messages = 1024;
 };
@@ -42,7 +42,7 @@ struct ApiImage {
 
 struct ApiRequest {
   Endpoint endpoint = Endpoint::chat;
-  std::string model;  // empty when not given
+  std::string model;                 // empty when not given
   std::vector<ApiMessage> messages;  // chat
   std::vector<ApiImage> images;      // chat: every image, in order of appearance
   std::string prompt;                // completion

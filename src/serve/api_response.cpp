@@ -63,16 +63,16 @@ json usage(const infer::RequestOutput& out) {
 }
 
 json envelope(const ResponseMeta& m, bool chunk) {
-  const char* object = m.endpoint == Endpoint::chat ? (chunk ? "chat.completion.chunk" : "chat.completion")
-                                                    : "text_completion";
-  return json{{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model},
-              {"system_fingerprint", nullptr}};
+  const char* object =
+      m.endpoint == Endpoint::chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  return json{
+      {"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model}, {"system_fingerprint", nullptr}};
 }
 
 // The tokens the logprobs cover: the generated ones, without a final stop id (not part of the text).
 size_t visible_tokens(const infer::Completion& c, const std::vector<int32_t>& stop_ids) {
-  const bool ends_in_stop_id = !c.tokens.empty() && std::find(stop_ids.begin(), stop_ids.end(), c.tokens.back()) !=
-                                                        stop_ids.end();
+  const bool ends_in_stop_id =
+      !c.tokens.empty() && std::find(stop_ids.begin(), stop_ids.end(), c.tokens.back()) != stop_ids.end();
   return c.tokens.size() - (ends_in_stop_id ? 1 : 0);
 }
 

@@ -15,7 +15,7 @@ namespace vlm::serve {
 
 struct ResponseMeta {
   Endpoint endpoint = Endpoint::chat;
-  std::string id;     // "chatcmpl-..." / "cmpl-..."
+  std::string id;       // "chatcmpl-..." / "cmpl-..."
   int64_t created = 0;  // Unix seconds
   std::string model;
   bool logprobs = false;

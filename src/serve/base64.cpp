@@ -34,7 +34,7 @@ std::optional<std::string> base64_decode(std::string_view text, size_t max_bytes
     ++pad;
   }
   if (pad > 0 && (n + pad) % 4 != 0) return std::nullopt;  // padding must complete a quad
-  if (n % 4 == 1) return std::nullopt;                       // a lone 6-bit group encodes no byte
+  if (n % 4 == 1) return std::nullopt;                     // a lone 6-bit group encodes no byte
   if (base64_decoded_size(text.substr(0, n)) > max_bytes) return std::nullopt;
   std::string out;
   out.reserve(base64_decoded_size(text.substr(0, n)));

@@ -53,7 +53,7 @@ class RequestChannel {
   infer::Request request_;  // moved into the engine when added
   const bool stream_;
   const Clock::time_point arrival_ = Clock::now();
-  int64_t number_ = -1;  // the engine's number once added (engine thread only)
+  int64_t number_ = -1;                                       // the engine's number once added (engine thread only)
   std::vector<std::optional<Clock::time_point>> last_token_;  // per completion (engine thread only)
   std::atomic<bool> cancelled_{false};
   std::mutex mutex_;

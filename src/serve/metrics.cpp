@@ -81,8 +81,9 @@ void ServeMetrics::add_tokens(int64_t prompt, int64_t generated) {
 
 std::string ServeMetrics::render(const EngineSnapshot& s) const {
   std::string out;
-  out += "# HELP vlm_requests_total HTTP requests answered, by endpoint and status\n"
-         "# TYPE vlm_requests_total counter\n";
+  out +=
+      "# HELP vlm_requests_total HTTP requests answered, by endpoint and status\n"
+      "# TYPE vlm_requests_total counter\n";
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [key, n] : requests_)
@@ -94,15 +95,15 @@ std::string ServeMetrics::render(const EngineSnapshot& s) const {
         generated_tokens_.load());
   gauge(out, "vlm_requests_cancelled_total", "counter", "requests cancelled (client gone, timeout, shutdown)",
         cancelled_.load());
-  gauge(out, "vlm_requests_rejected_total", "counter", "requests refused because the queue was full",
-        rejected_.load());
-  gauge(out, "vlm_queue_length", "gauge", "requests (or preempted sequences) accepted and waiting to compute", s.waiting);
-  gauge(out, "vlm_running_sequences", "gauge", "sequences the engine is computing (n > 1 requests: one each)", s.running);
+  gauge(out, "vlm_requests_rejected_total", "counter", "requests refused because the queue was full", rejected_.load());
+  gauge(out, "vlm_queue_length", "gauge", "requests (or preempted sequences) accepted and waiting to compute",
+        s.waiting);
+  gauge(out, "vlm_running_sequences", "gauge", "sequences the engine is computing (n > 1 requests: one each)",
+        s.running);
   gauge(out, "vlm_kv_blocks_total", "gauge", "KV cache blocks", s.engine.blocks.total);
   gauge(out, "vlm_kv_blocks_used", "gauge", "KV cache blocks held by sequences", s.engine.blocks.used);
   gauge(out, "vlm_kv_blocks_free", "gauge", "KV cache blocks free (cached prefixes included)", s.engine.blocks.free);
-  gauge(out, "vlm_kv_blocks_cached", "gauge", "free KV blocks still holding a reusable prefix",
-        s.engine.blocks.cached);
+  gauge(out, "vlm_kv_blocks_cached", "gauge", "free KV blocks still holding a reusable prefix", s.engine.blocks.cached);
   gauge(out, "vlm_prefix_cache_hit_rate", "gauge", "prefix-cache block lookups that hit",
         rate(s.engine.blocks.hits, s.engine.blocks.misses));
   gauge(out, "vlm_prefix_cache_hit_tokens_total", "counter", "prompt tokens whose KV came from the prefix cache",

@@ -50,7 +50,6 @@ class ServeMetrics {
   void count_cancelled() { cancelled_.fetch_add(1); }
   void count_rejected() { rejected_.fetch_add(1); }
   std::string render(const EngineSnapshot& s) const;
-  const Histogram& ttft() const { return ttft_; }
 
  private:
   mutable std::mutex mutex_;

@@ -84,8 +84,7 @@ Server::Server(ServerOptions options, EngineLoop& loop, const ApiPromptBuilder& 
     return httplib::Server::HandlerResponse::Handled;
   });
   // Errors httplib answers itself (413 over max_body_bytes, 404 unknown route, 400 bad HTTP) in OpenAI's shape.
-  h.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                  httplib::Response& res) {
+  h.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e;
     if (res.status == 413)
@@ -103,9 +102,8 @@ Server::Server(ServerOptions options, EngineLoop& loop, const ApiPromptBuilder& 
     metrics_.count_request(endpoint_label(req.path), res.status);
   });
 
-  h.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(Endpoint::chat, req, res);
-  });
+  h.Post("/v1/chat/completions",
+         [this](const httplib::Request& req, httplib::Response& res) { handle_generation(Endpoint::chat, req, res); });
   h.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generation(Endpoint::completion, req, res);
   });
@@ -177,9 +175,10 @@ void Server::handle_generation(Endpoint endpoint, const httplib::Request& req, h
   ApiRequest api;
   if (ApiError e = parse_api_request(endpoint, req.body, options_.limits, &api); !e.ok()) return reply_error(res, e);
   if (!api.model.empty() && api.model != options_.model_name)
-    return reply_error(res, not_found_error("model", "the model '" + api.model + "' does not exist; this server has '" +
-                                                         options_.model_name + "'",
-                                            "model_not_found"));
+    return reply_error(
+        res, not_found_error(
+                 "model", "the model '" + api.model + "' does not exist; this server has '" + options_.model_name + "'",
+                 "model_not_found"));
   ResponseMeta meta;
   meta.endpoint = endpoint;
   meta.id = next_id(endpoint);
@@ -259,7 +258,8 @@ void Server::reply_stream(const ResponseMeta& meta, const ApiRequest& api, std::
           chunk[c].top.push_back(t.top);
         }
         for (int i = 0; i < st->n; ++i)
-          if (!text[static_cast<size_t>(i)].empty() || (st->meta.logprobs && !chunk[static_cast<size_t>(i)].ids.empty()))
+          if (!text[static_cast<size_t>(i)].empty() ||
+              (st->meta.logprobs && !chunk[static_cast<size_t>(i)].ids.empty()))
             out += stream_chunk(st->meta, i, text[static_cast<size_t>(i)], false, "", chunk[static_cast<size_t>(i)],
                                 tokenizer_);
         if (done) {
@@ -293,7 +293,8 @@ void Server::reply_stream(const ResponseMeta& meta, const ApiRequest& api, std::
         return true;
       },
       [this, st](bool) {
-        if (!st->finished) loop_.cancel(st->channel, ApiError{499, "the client went away", "invalid_request_error", "", ""});
+        if (!st->finished)
+          loop_.cancel(st->channel, ApiError{499, "the client went away", "invalid_request_error", "", ""});
       });
 }
 

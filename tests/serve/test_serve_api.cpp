@@ -29,14 +29,14 @@ TEST(Base64, RoundTripsAndRefusesMalformedInput) {
     EXPECT_EQ(base64_decoded_size(enc), s.size());
   }
   EXPECT_EQ(*base64_decode("YWJj", 3), "abc");
-  EXPECT_EQ(*base64_decode("YWI", 3), "ab");      // missing padding accepted
+  EXPECT_EQ(*base64_decode("YWI", 3), "ab");             // missing padding accepted
   EXPECT_EQ(*base64_decode("-_-_", 3), "\xfb\xff\xbf");  // URL-safe alphabet
-  EXPECT_FALSE(base64_decode("YWJj", 2));         // over max_bytes
-  EXPECT_FALSE(base64_decode("YW=j", 10));        // padding inside
-  EXPECT_FALSE(base64_decode("Y", 10));           // a lone 6-bit group
-  EXPECT_FALSE(base64_decode("YWJ*", 10));        // outside the alphabet
-  EXPECT_FALSE(base64_decode("YW J", 10));        // whitespace is not base64
-  EXPECT_FALSE(base64_decode("YQ===", 10));       // too much padding
+  EXPECT_FALSE(base64_decode("YWJj", 2));                // over max_bytes
+  EXPECT_FALSE(base64_decode("YW=j", 10));               // padding inside
+  EXPECT_FALSE(base64_decode("Y", 10));                  // a lone 6-bit group
+  EXPECT_FALSE(base64_decode("YWJ*", 10));               // outside the alphabet
+  EXPECT_FALSE(base64_decode("YW J", 10));               // whitespace is not base64
+  EXPECT_FALSE(base64_decode("YQ===", 10));              // too much padding
 }
 
 std::string png_data_url(int size) {
@@ -71,8 +71,10 @@ TEST(ApiRequest, MalformedBodiesAreErrorsNamingTheField) {
       {Endpoint::chat, "{\"messages\": [{\"role\": 1, \"content\": \"x\"}]}", 400, "messages[0].role"},
       {Endpoint::chat, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", 400, "messages[0].content"},
       {Endpoint::chat, "{\"messages\": [{\"role\": \"user\"}]}", 400, "messages[0].content"},
-      {Endpoint::chat, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", "
-                       "\"content\": \"y\"}]}", 400, "messages"},
+      {Endpoint::chat,
+       "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", "
+       "\"content\": \"y\"}]}",
+       400, "messages"},
       {Endpoint::chat, chat_body("", "[{\"type\": \"audio\"}]"), 400, "messages[0].content[0].type"},
       {Endpoint::chat, chat_body("", "[{\"type\": \"text\", \"text\": 7}]"), 400, "messages[0].content[0].text"},
       {Endpoint::chat, chat_body("", "[{\"type\": \"image_url\", \"image_url\": 7}]"), 400,
@@ -135,7 +137,8 @@ TEST(ApiRequest, GoodBodiesFillTheRequest) {
   const std::string url = png_data_url(16);
   const std::string body =
       "{\"model\": \"m\", \"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", "
-      "\"content\": [{\"type\": \"image_url\", \"image_url\": {\"url\": \"" + url +
+      "\"content\": [{\"type\": \"image_url\", \"image_url\": {\"url\": \"" +
+      url +
       "\"}}, {\"type\": \"text\", \"text\": \"what color?\"}]}], \"max_completion_tokens\": 7, \"temperature\": 0.5, "
       "\"top_p\": 0.9, \"seed\": -3, \"stop\": \"\\n\", \"n\": 2, \"logprobs\": true, \"top_logprobs\": 2, "
       "\"stream\": true, \"stream_options\": {\"include_usage\": true}, \"user\": \"ignored\", \"tools\": []}";
@@ -186,8 +189,10 @@ TEST(ApiPrompt, ImagesAndContextAreCheckedWithClearErrors) {
     return prompts.build(api, "req", out);
   };
   auto image_body = [](const std::string& url) {
-    return chat_body("", "[{\"type\": \"text\", \"text\": \"what color?\"}, {\"type\": \"image_url\", \"image_url\": "
-                         "{\"url\": \"" + url + "\"}}]");
+    return chat_body("",
+                     "[{\"type\": \"text\", \"text\": \"what color?\"}, {\"type\": \"image_url\", \"image_url\": "
+                     "{\"url\": \"" +
+                         url + "\"}}]");
   };
   infer::Request r;
   ASSERT_TRUE(build(image_body(png_data_url(16)), &r).ok());
@@ -220,8 +225,9 @@ TEST(ApiPrompt, ImagesAndContextAreCheckedWithClearErrors) {
                     &r)
                   .ok());
   const std::string text = s.tokenizer.decode(r.prompt);
-  EXPECT_EQ(text, "<|im_start|>user\nbe brief\n\nhi<|im_end|>\n<|im_start|>assistant\nblue<|im_end|>\n"
-                  "<|im_start|>user\nwhy?<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(text,
+            "<|im_start|>user\nbe brief\n\nhi<|im_end|>\n<|im_start|>assistant\nblue<|im_end|>\n"
+            "<|im_start|>user\nwhy?<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST(TextStreamer, DeltasNeverShowAStopStringAndAddUpToTheFinalText) {
