@@ -54,7 +54,8 @@ int cmd_serve(int argc, char** argv, int first) {
   std::vector<std::string> overrides;
   int64_t port = 8000, max_queue = 128, max_tokens = 0, default_max_tokens = 256, max_n = 8, max_images = 8;
   int64_t block_size = 16, max_seqs = 256, step_tokens = 2048, seed = 0;
-  bool no_prefix_cache = false;
+  bool no_prefix_cache = false, allow_remote_images = false;
+  std::string remote_timeout_text = "10";
   Flags f("vlm serve MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--served-model-name NAME] [flags]",
           "Serve a model over the OpenAI API: POST /v1/chat/completions (text and data: URL images, streaming), "
           "POST /v1/completions, GET /v1/models, GET /health, GET /metrics (Prometheus). MODEL is a run directory, "
@@ -69,6 +70,9 @@ int cmd_serve(int argc, char** argv, int first) {
   f.add_string("--max-body-bytes", &max_body_text, "largest request body, e.g. 32M (413 above)");
   f.add_string("--max-image-bytes", &max_image_text, "largest encoded image, e.g. 20M (413 above)");
   f.add_int("--max-images", &max_images, "images per request");
+  f.add_bool("--allow-remote-images", &allow_remote_images,
+             "fetch http(s) image URLs (off: only data: URLs; the server can reach addresses clients cannot)");
+  f.add_string("--remote-image-timeout", &remote_timeout_text, "seconds to fetch one remote image");
   f.add_int("--max-tokens", &max_tokens, "largest max_tokens a request may ask (default: the context)");
   f.add_int("--default-max-tokens", &default_max_tokens, "max_tokens of a request that gives none");
   f.add_int("--max-n", &max_n, "largest n (completions per request)");
@@ -105,8 +109,9 @@ int cmd_serve(int argc, char** argv, int first) {
   auto max_image = parse_bytes("--max-image-bytes", max_image_text);
   auto timeout = parse_seconds("--request-timeout", timeout_text);
   auto shutdown_timeout = parse_seconds("--shutdown-timeout", shutdown_text);
-  for (const Status& s :
-       {kv_memory.status(), max_body.status(), max_image.status(), timeout.status(), shutdown_timeout.status()})
+  auto remote_timeout = parse_seconds("--remote-image-timeout", remote_timeout_text);
+  for (const Status& s : {kv_memory.status(), max_body.status(), max_image.status(), timeout.status(),
+                          shutdown_timeout.status(), remote_timeout.status()})
     if (!s.ok()) return fail(s);
 
   auto loaded = load_inference_model(pos[0], overrides, device_name, dtype_name);
@@ -138,6 +143,9 @@ int cmd_serve(int argc, char** argv, int first) {
   so.limits.max_n = static_cast<int>(max_n);
   so.limits.max_images = static_cast<int>(max_images);
   so.limits.max_image_bytes = static_cast<size_t>(*max_image);
+  so.limits.allow_remote_images = allow_remote_images;
+  so.remote_images.max_bytes = so.limits.max_image_bytes;
+  so.remote_images.timeout_s = *remote_timeout;
   serve::Server server(so, loop, prompts, m.tokenizer, metrics);
   if (Status s = server.bind(); !s.ok()) return fail(s);
   if (!is_loopback(host) && api_key.empty())

@@ -74,11 +74,16 @@ ApiError read_bool(const json& j, const char* key, bool* out) {
 
 // data:image/png;base64,.... -> the encoded image.
 ApiError read_image_url(const std::string& url, const std::string& param, const RequestLimits& limits, ApiImage* out) {
-  if (url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0)
-    return bad_request(param,
-                       "remote image URLs are not fetched; send the image inline as a data: URL "
-                       "(data:image/png;base64,...)",
-                       "remote_image_refused");
+  if (url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0) {
+    if (!limits.allow_remote_images)
+      return bad_request(param,
+                         "remote image URLs are not fetched (the server runs without --allow-remote-images); send "
+                         "the image inline as a data: URL (data:image/png;base64,...)",
+                         "remote_image_refused");
+    out->url = url;
+    out->param = param;
+    return {};
+  }
   if (url.rfind("data:", 0) != 0) return bad_request(param, "an image URL must be a data: URL", "invalid_image_url");
   const size_t comma = url.find(',');
   if (comma == std::string::npos)

@@ -1,6 +1,7 @@
 // The OpenAI request bodies `vlm serve` accepts, parsed and checked before anything else looks at them:
 // POST /v1/chat/completions (messages with text and image_url parts) and POST /v1/completions (a text prompt).
-// Images arrive as data: URLs (base64 PNG, JPEG or WebP) and are base64-decoded here, bounded by max_image_bytes;
+// Images arrive as data: URLs (base64 PNG, JPEG or WebP) and are base64-decoded here, bounded by max_image_bytes
+// (http(s) URLs are refused unless allowed, then fetched by remote_image.h);
 // decoding the pixels (and the pixel-count guard) happens when the prompt is built (api_prompt.h).
 // Every error is an ApiError naming the field; unknown keys are ignored as OpenAI's own server does, except those
 // asking for what this server cannot do (tools, response formats), which are refused.
@@ -27,6 +28,7 @@ struct RequestLimits {
   int max_stop = 4;                           // stop strings (OpenAI's limit)
   int max_top_logprobs = 20;
   size_t max_messages = 1024;
+  bool allow_remote_images = false;  // http(s) image URLs are recorded for fetching (remote_image.h), not refused
 };
 
 struct ApiMessage {
@@ -36,7 +38,8 @@ struct ApiMessage {
 };
 
 struct ApiImage {
-  std::string bytes;  // the encoded image (PNG, JPEG or WebP as sent)
+  std::string bytes;  // the encoded image (PNG, JPEG or WebP as sent); empty until fetched when `url` is set
+  std::string url;    // an http(s) URL to fetch (only with allow_remote_images)
   std::string param;  // where it came from, e.g. "messages[0].content[1].image_url.url"
 };
 

@@ -179,6 +179,7 @@ void Server::handle_generation(Endpoint endpoint, const httplib::Request& req, h
         res, not_found_error(
                  "model", "the model '" + api.model + "' does not exist; this server has '" + options_.model_name + "'",
                  "model_not_found"));
+  if (ApiError e = fetch_remote_images(&api, options_.remote_images); !e.ok()) return reply_error(res, e);
   ResponseMeta meta;
   meta.endpoint = endpoint;
   meta.id = next_id(endpoint);

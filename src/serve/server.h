@@ -20,6 +20,7 @@
 #include "serve/api_response.h"
 #include "serve/engine_loop.h"
 #include "serve/metrics.h"
+#include "serve/remote_image.h"
 
 namespace httplib {
 class Server;
@@ -38,6 +39,7 @@ struct ServerOptions {
   double request_timeout_s = 600;
   int http_threads = 0;  // 0: enough for every request the loop accepts, plus a few for /health and /metrics
   RequestLimits limits;
+  RemoteImageOptions remote_images;  // used when limits.allow_remote_images
 };
 
 // True when both strings are equal, in time that depends only on their lengths.

@@ -4,16 +4,19 @@
 // comparison and the latency histograms.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 
 #include "data/image/image.h"
 #include "data/tokenizer/bpe_trainer.h"
 #include "data/tools/synth_shapes.h"
+#include "http_test_server.h"
 #include "serve/api_prompt.h"
 #include "serve/api_request.h"
 #include "serve/api_response.h"
 #include "serve/base64.h"
 #include "serve/metrics.h"
+#include "serve/remote_image.h"
 #include "serve/server.h"
 
 namespace vlm::serve {
@@ -282,6 +285,52 @@ TEST(Metrics, HistogramBucketsQuantilesAndText) {
   EXPECT_NE(page.find("vlm_requests_total{endpoint=\"/v1/models\",status=\"200\"} 1"), std::string::npos);
   EXPECT_NE(page.find("vlm_kv_blocks_free 0"), std::string::npos);
   EXPECT_NE(page.find("# TYPE vlm_time_to_first_token_seconds histogram"), std::string::npos);
+}
+
+// --allow-remote-images: URLs are kept by the parser and fetched with byte and time limits through a loopback
+// server; without the flag they are refused.
+TEST(RemoteImages, FetchedWithinLimitsOrRefusedNamingTheField) {
+  testing::HttpTestServer http;
+  auto png = encode_png(synth_shapes_sample(1, 2, 16).image);
+  ASSERT_TRUE(png.ok());
+  http.add_file("/a.png", *png);
+  http.add_file("/big.png", std::vector<uint8_t>(5000, 7));
+  RequestLimits limits;
+  limits.allow_remote_images = true;
+  RemoteImageOptions o;
+  o.max_bytes = 4000;
+  o.timeout_s = 1;
+  auto request = [&](const std::string& url, ApiRequest* r) {
+    const std::string body = chat_body("", "[{\"type\": \"image_url\", \"image_url\": {\"url\": \"" + url + "\"}}]");
+    const ApiError e = parse_api_request(Endpoint::chat, body, limits, r);
+    EXPECT_TRUE(e.ok()) << e.message;
+    return fetch_remote_images(r, o);
+  };
+  ApiRequest r;
+  ASSERT_TRUE(request(http.url("/a.png"), &r).ok());
+  EXPECT_EQ(r.images[0].bytes, std::string(png->begin(), png->end()));
+  const ApiError missing = request(http.url("/missing.png"), &r);
+  EXPECT_EQ(missing.status, 400);
+  EXPECT_EQ(missing.code, "image_fetch_failed");
+  EXPECT_EQ(missing.param, "messages[0].content[0].image_url.url");
+  EXPECT_EQ(request(http.url("/big.png"), &r).status, 413);
+  testing::HttpFaults stall;
+  stall.stall_requests = 1;
+  stall.stall_after_bytes = 10;
+  stall.stall_ms = 4000;
+  http.set_faults(stall);
+  const auto t0 = std::chrono::steady_clock::now();
+  const ApiError slow = request(http.url("/a.png"), &r);
+  EXPECT_EQ(slow.status, 400) << slow.message;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.5);
+  limits.allow_remote_images = false;
+  ApiRequest refused;
+  const ApiError e = parse_api_request(
+      Endpoint::chat,
+      chat_body("", "[{\"type\": \"image_url\", \"image_url\": {\"url\": \"" + http.url("/a.png") + "\"}}]"), limits,
+      &refused);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.code, "remote_image_refused");
 }
 
 }  // namespace
