@@ -28,6 +28,14 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# Node.js and npm: the `vlm serve` test drives the server with the official OpenAI Node client (npm installs it into
+# the build folder). Any Node >= 18 will do; Debian's packages only when none is on PATH.
+if ! command -v npm >/dev/null 2>&1; then
+  echo "[deps] installing nodejs and npm"
+  [ "$updated" = 1 ] || { $SUDO apt-get update -qq; updated=1; }
+  $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+
 images=/usr/local/share/vlm/test-images/skimage
 if [ "${VLM_NO_TEST_IMAGES:-0}" != 1 ] && [ ! -f "$images/truncated.jpg" ] &&
    [ ! -f /usr/lib/python3/dist-packages/skimage/data/truncated.jpg ]; then
