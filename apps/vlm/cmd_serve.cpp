@@ -73,7 +73,7 @@ int cmd_serve(int argc, char** argv, int first) {
   f.add_bool("--allow-remote-images", &allow_remote_images,
              "fetch http(s) image URLs (off: only data: URLs; the server can reach addresses clients cannot)");
   f.add_string("--remote-image-timeout", &remote_timeout_text, "seconds to fetch one remote image");
-  f.add_int("--max-tokens", &max_tokens, "largest max_tokens a request may ask (default: the context)");
+  f.add_int("--max-tokens", &max_tokens, "largest max_tokens a request may ask (0: the context)");
   f.add_int("--default-max-tokens", &default_max_tokens, "max_tokens of a request that gives none");
   f.add_int("--max-n", &max_n, "largest n (completions per request)");
   f.add_string("--request-timeout", &timeout_text, "seconds a request may take before it is cancelled (504)");
