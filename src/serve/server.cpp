@@ -18,8 +18,9 @@ namespace {
 
 using json = nlohmann::json;
 
-// How often a waiting handler looks at its client and a quiet stream sends a keep-alive comment.
-constexpr auto kPoll = std::chrono::milliseconds(100);
+// How often a waiting handler looks at its client (a non-streamed one polls its socket, a stream wakes to check its
+// deadline), and how long a stream may stay quiet before it sends a keep-alive comment.
+constexpr auto kPoll = std::chrono::milliseconds(25);
 constexpr auto kStreamPing = std::chrono::seconds(1);
 
 void reply_error(httplib::Response& res, const ApiError& e) {

@@ -175,11 +175,13 @@ assert.ok(cancelled > cancelledBefore, "the dropped stream was not cancelled");
 assert.equal(await metric("vlm_kv_blocks_free"), await metric("vlm_kv_blocks_total"));
 ok(`dropped stream cancelled; KV blocks used ${used}, free = total`);
 
-// A non-streamed request whose client goes away is cancelled too.
+// A non-streamed request whose client goes away is cancelled too: aborted once the server is computing it (8
+// completions of 200 tokens: far longer than noticing the closed connection takes).
 const controller = new AbortController();
 const pending = client.chat.completions.create(
-  { model, messages: ask(jpg), max_tokens: 200, temperature: 1, ignore_eos: true }, { signal: controller.signal });
-setTimeout(() => controller.abort(), 50);
+  { model, messages: ask(jpg), max_tokens: 200, temperature: 1, ignore_eos: true, n: 8 }, { signal: controller.signal });
+for (let i = 0; i < 400 && (await metric("vlm_running_sequences")) === 0; ++i) await new Promise((r) => setTimeout(r, 5));
+controller.abort();
 await assert.rejects(pending);
 for (let i = 0; i < 100 && (await metric("vlm_kv_blocks_used")) !== 0; ++i) await new Promise((r) => setTimeout(r, 50));
 assert.equal(await metric("vlm_kv_blocks_used"), 0);
@@ -189,7 +191,7 @@ ok("abandoned non-streamed request cancelled; its blocks are back");
 // A full queue: more long requests at once than --max-queue; the excess gets 429, the rest finish.
 const QUEUE = Number(process.env.MAX_QUEUE);
 const burst = await Promise.allSettled(Array.from({ length: QUEUE + 4 }, () => client.chat.completions.create({
-  model, messages: ask(jpg), max_tokens: 60, ignore_eos: true,
+  model, messages: ask(jpg), max_tokens: 200, ignore_eos: true,
 })));
 const limited = burst.filter((r) => r.status === "rejected" && r.reason?.status === 429);
 const served = burst.filter((r) => r.status === "fulfilled");
