@@ -80,7 +80,12 @@ ok(`streamed chat equals the plain answer (${chunks} chunks, usage in the last)`
 // n = 2: two sampled completions.
 const two = await client.chat.completions.create({ model, messages: ask(jpg), max_tokens: 8, temperature: 1, n: 2, seed: 1 });
 assert.deepEqual(two.choices.map((c) => c.index), [0, 1]);
-ok("n = 2 gives choices 0 and 1");
+const twoStreamed = ["", ""];
+for await (const chunk of await client.chat.completions.create({
+  model, messages: ask(jpg), max_tokens: 8, temperature: 1, n: 2, seed: 1, stream: true,
+})) for (const c of chunk.choices) twoStreamed[c.index] += c.delta?.content ?? "";
+assert.deepEqual(twoStreamed, two.choices.map((c) => c.message.content));
+ok("n = 2 gives choices 0 and 1; streamed with the same seed, each choice's text is the same");
 
 // Seeds: the same seed repeats the sample; some other seed differs.
 const sample = (seed) => client.chat.completions.create({
