@@ -2,14 +2,15 @@
 # `vlm serve` end to end (ctest serve.e2e, label cpu): trains a tiny 16 px run through the CLI (seconds), serves it
 # on a free loopback port with an API key, drives it with the official OpenAI Node client (openai_client.mjs), runs
 # the bounded load test (bench/serve/load.py: 4 clients, 3 rounds, no errors, flat server memory), then stops the
-# server with SIGTERM while a stream is in flight: the stream completes and the server exits 0.
+# server with SIGTERM while a stream is in flight: the stream completes and the server exits 0; checks the per-request
+# timeout on a second server; and smoke-tests dev/gpu/serve_bench.sh on the CPU with the same run.
 # usage: serve_e2e.sh VLM_BINARY WORK_DIR NPM_DIR     (the openai package is installed into NPM_DIR once)
 # Exit 77 (skipped) when npm cannot install the package (no registry).
 set -euo pipefail
 vlm=$(realpath "$1"); work=$2; mkdir -p "$3"; npm_dir=$(realpath "$3")
 here=$(cd "$(dirname "$0")" && pwd); repo=$(cd "$here/../../.." && pwd)
 say() { echo "[serve-e2e] $*"; }
-rm -rf "$work"; mkdir -p "$work"; cd "$work"
+rm -rf "$work"; mkdir -p "$work"; work=$(realpath "$work"); cd "$work"
 
 if [ ! -f "$npm_dir/node_modules/openai/package.json" ]; then
   say "installing the openai npm package into $npm_dir"
@@ -38,8 +39,8 @@ text.kv_heads = 2
 text.intermediate = 48
 text.max_seq_len = 256
 [data]
-train_shards = "shards"
-tokenizer = "tokenizer.json"
+train_shards = "$PWD/shards"
+tokenizer = "$PWD/tokenizer.json"
 task = "mixed"
 [train]
 steps = 2
@@ -134,4 +135,11 @@ curl -s "$base/metrics" | grep -q '^vlm_kv_blocks_used 0$' || { say "blocks held
 kill -TERM $server
 wait $server
 trap - EXIT
+
+say "dev/gpu/serve_bench.sh, smoke-tested on the CPU with this run"
+(cd "$repo" && SERVE_BIN=$(dirname "$vlm") DEVICE=cpu RUN="$work/run" OUT="$work/serve_bench" CONCURRENCY=2 \
+  ROUND_SECONDS=1 MAX_TOKENS=8 KV_MEMORY=32M bash dev/gpu/serve_bench.sh) >serve_bench.log 2>&1 ||
+  { cat serve_bench.log; say "serve_bench.sh failed"; exit 1; }
+grep -q "concurrency   2:" serve_bench.log && [ "$(wc -l <"$work/serve_bench/serve_bench.jsonl")" = 1 ] ||
+  { cat serve_bench.log; say "serve_bench.sh printed no figures"; exit 1; }
 say "passed"
