@@ -8,7 +8,7 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config git
           libopenblas-dev libopenblas-openmp-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
           libtomlplusplus-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev zlib1g-dev python3-pil
-          libcurl4-openssl-dev libopenmpi-dev openmpi-bin libpcre2-dev liblzma-dev libcpp-httplib-dev
+          libcurl4-openssl-dev libopenmpi-dev openmpi-bin libpcre2-dev liblzma-dev libcpp-httplib-dev curl
           chromium)  # chromium: the `vlm report` test renders the page headless
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
