@@ -35,6 +35,9 @@ ApiError channel_error(const RequestChannel& ch) {
   return {};
 }
 
+// Set by a generation handler, cleared by the logger that httplib calls on the same thread after the response.
+thread_local bool counted_on_this_thread = false;
+
 std::string endpoint_label(const std::string& path) {
   for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
     if (path == p) return p;
@@ -101,6 +104,10 @@ Server::Server(ServerOptions options, EngineLoop& loop, const ApiPromptBuilder& 
   }));
   h.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics_.count_request(endpoint_label(req.path), res.status);
+    if (counted_on_this_thread) {
+      counted_on_this_thread = false;
+      active_.fetch_sub(1);
+    }
   });
 
   h.Post("/v1/chat/completions",
@@ -149,13 +156,14 @@ void Server::shutdown(double deadline_s) {
   draining_ = true;
   const Clock::time_point until =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(deadline_s));
-  while (loop_.in_flight() > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  if (loop_.in_flight() > 0) {
+  // Handlers, not just engine requests: an answered request is in flight until its last bytes are written.
+  while (active_ > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (active_ > 0) {
     VLM_INFO("serve: cancelling ", loop_.in_flight(), " request(s) still running after ", deadline_s, " s");
     loop_.cancel_all(unavailable("the server is shutting down"));
     // The handlers answer their clients with the error; give them a moment to write it.
     const auto grace = Clock::now() + std::chrono::seconds(2);
-    while (loop_.in_flight() > 0 && Clock::now() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    while (active_ > 0 && Clock::now() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   http_->stop();
 }
@@ -172,6 +180,10 @@ std::string Server::next_id(Endpoint endpoint) {
 }
 
 void Server::handle_generation(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  // Counted until the response is written (streams included): the logger, which httplib calls on this thread once
+  // the response is out, takes it off.
+  active_.fetch_add(1);
+  counted_on_this_thread = true;
   if (draining_) return reply_error(res, unavailable("the server is shutting down"));
   ApiRequest api;
   if (ApiError e = parse_api_request(endpoint, req.body, options_.limits, &api); !e.ok()) return reply_error(res, e);

@@ -76,6 +76,7 @@ class Server {
   std::unique_ptr<httplib::Server> http_;
   int port_ = 0;
   std::atomic<bool> draining_{false};
+  std::atomic<int64_t> active_{0};  // generation requests whose response is not fully written yet
   std::atomic<uint64_t> next_id_{0};
   const uint64_t id_salt_;
 };
