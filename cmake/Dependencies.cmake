@@ -23,6 +23,8 @@ pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET libturbojpeg)
 pkg_check_modules(LIBPNG REQUIRED IMPORTED_TARGET libpng)
 pkg_check_modules(LIBWEBP REQUIRED IMPORTED_TARGET libwebp)
 pkg_check_modules(TOMLPP REQUIRED IMPORTED_TARGET tomlplusplus)
+# cpp-httplib (Debian's compiled build, with its OpenSSL/zlib/Brotli defines): the HTTP server of `vlm serve`.
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 find_package(nlohmann_json 3 REQUIRED)
 
 if(VLM_TESTS)

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz with clang (ASan + UBSan) and runs each for SECONDS (default 600),
 # all at once, one core each; new corpus entries and any crash land in fuzz-out/<target>/.
-# usage: scripts/fuzz.sh [SECONDS] [target ...]     targets: tar image tokenizer_json chat_template safetensors (default: all)
+# usage: scripts/fuzz.sh [SECONDS] [target ...]     targets: tar image tokenizer_json chat_template safetensors
+#                                                       api_request (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-600}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(tar image tokenizer_json chat_template safetensors)
+[ ${#targets[@]} -eq 0 ] && targets=(tar image tokenizer_json chat_template safetensors api_request)
 scripts/install_deps.sh
 for p in clang libomp-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || {
@@ -18,7 +19,8 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo 
 cmake --build build-fuzz -j "${VLM_JOBS:-$(nproc)}" --target "${targets[@]/#/fuzz_}"
 mkdir -p fuzz-out
 declare -A seeds=([tar]="tests/data/fixtures/tar" [image]="tests/fuzz/corpus/image tests/data/fixtures/pipeline"
-                  [tokenizer_json]="tests/fuzz/corpus/tokenizer_json" [chat_template]="tests/fuzz/corpus/chat_template" [safetensors]="tests/fuzz/corpus/safetensors")
+                  [tokenizer_json]="tests/fuzz/corpus/tokenizer_json" [chat_template]="tests/fuzz/corpus/chat_template" [safetensors]="tests/fuzz/corpus/safetensors"
+                  [api_request]="tests/fuzz/corpus/api_request")
 pids=()
 for t in "${targets[@]}"; do
   mkdir -p "fuzz-out/$t/corpus"

@@ -8,7 +8,7 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config git
           libopenblas-dev libopenblas-openmp-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
           libtomlplusplus-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev zlib1g-dev python3-pil
-          libcurl4-openssl-dev libopenmpi-dev openmpi-bin libpcre2-dev liblzma-dev
+          libcurl4-openssl-dev libopenmpi-dev openmpi-bin libpcre2-dev liblzma-dev libcpp-httplib-dev curl
           chromium)  # chromium: the `vlm report` test renders the page headless
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -26,6 +26,14 @@ else
   $SUDO apt-get update -qq
   updated=1
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Node.js and npm: the `vlm serve` test drives the server with the official OpenAI Node client (npm installs it into
+# the build folder). Any Node >= 18 will do; Debian's packages only when none is on PATH.
+if ! command -v npm >/dev/null 2>&1; then
+  echo "[deps] installing nodejs and npm"
+  [ "$updated" = 1 ] || { $SUDO apt-get update -qq; updated=1; }
+  $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
 fi
 
 images=/usr/local/share/vlm/test-images/skimage

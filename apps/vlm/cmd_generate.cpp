@@ -3,48 +3,23 @@
 // finish, with a progress line. A request that fails (bad JSON, unreadable or corrupt image, prompt over the
 // context) gets an error line; the others go on.
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 
 #include "cli.h"
 #include "commands.h"
+#include "inference_model.h"
 #include "infer/engine.h"
 #include "infer/prompt_builder.h"
 #include "infer/request_spec.h"
 #include "track/progress.h"
-#include "train/checkpoint.h"
-#include "train/train_config.h"
 
 namespace vlm::cli {
 namespace {
 
-namespace fs = std::filesystem;
-
 int fail(const Status& s) {
   std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
   return 1;
-}
-
-// A run directory (config.toml + checkpoints/, or + model.safetensors) or a checkpoint folder inside one.
-struct ModelFiles {
-  std::string config, weights;
-};
-
-Expected<ModelFiles> find_model_files(const std::string& model) {
-  const fs::path dir(model);
-  if (!fs::is_directory(dir)) return not_found(model + " is not a directory (a run directory or a checkpoint folder)");
-  if (fs::exists(dir / "config.toml")) {
-    if (fs::exists(dir / "model.safetensors"))
-      return ModelFiles{(dir / "config.toml").string(), (dir / "model.safetensors").string()};
-    VLM_ASSIGN_OR_RETURN(CheckpointInfo latest, newest_valid_checkpoint(model, "generate"));
-    return ModelFiles{(dir / "config.toml").string(), latest.path + "/model.safetensors"};
-  }
-  if (fs::exists(dir / "model.safetensors") && fs::exists(dir / ".." / ".." / "config.toml"))
-    return ModelFiles{(dir / ".." / ".." / "config.toml").string(), (dir / "model.safetensors").string()};
-  return not_found(model +
-                   " holds neither config.toml (a run directory) nor model.safetensors inside a run's "
-                   "checkpoints/ (a checkpoint folder)");
 }
 
 Status parse_float(const std::string& flag, const std::string& text, float* out) {
@@ -54,25 +29,6 @@ Status parse_float(const std::string& flag, const std::string& text, float* out)
   if (end == text.c_str() || *end != '\0') return invalid_argument(flag + " '" + text + "' is not a number");
   *out = v;
   return Status();
-}
-
-// "1073741824", "512M", "2G", "64k" -> bytes.
-Expected<int64_t> parse_bytes(const std::string& text) {
-  if (text.empty()) return int64_t{0};
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  double scale = 1;
-  const std::string unit(end);
-  if (unit == "k" || unit == "K")
-    scale = 1024.0;
-  else if (unit == "m" || unit == "M")
-    scale = 1024.0 * 1024;
-  else if (unit == "g" || unit == "G")
-    scale = 1024.0 * 1024 * 1024;
-  else if (!unit.empty() || end == text.c_str())
-    return invalid_argument("--kv-memory '" + text + "' is not a size (e.g. 4G, 512M)");
-  if (!(v > 0)) return invalid_argument("--kv-memory must be positive");
-  return static_cast<int64_t>(v * scale);
 }
 
 }  // namespace
@@ -86,7 +42,8 @@ int cmd_generate(int argc, char** argv, int first) {
   bool no_prefix_cache = false, quiet = false;
   Flags f("vlm generate MODEL (--prompt TEXT [--image FILE]... | --requests IN.jsonl [--out OUT.jsonl]) [flags]",
           "Generate with a trained model through the paged-KV engine. MODEL is a run directory (its config.toml and "
-          "newest checkpoint) or a checkpoint folder inside one; the run's tokenizer and chat template are used.");
+          "newest checkpoint), a checkpoint folder inside one, or a model folder (Hugging Face or `vlm convert`'s) "
+          "with its tokenizer.json; the run's (or folder's) tokenizer and chat template are used.");
   f.add_string("--prompt", &prompt, "the user's text (one request)");
   f.add_multi("--image", &images, "an image for --prompt (repeatable; placeholders come first, in order)");
   f.add_string("--requests", &requests_path, "JSON lines: {\"id\", \"prompt\", \"images\": [...], sampling keys}");
@@ -140,44 +97,14 @@ int cmd_generate(int argc, char** argv, int first) {
         std::tuple{"--length-penalty", &length_penalty, &defaults.length_penalty}})
     if (Status s = parse_float(flag, *text, target); !s.ok()) return fail(s);
   if (Status s = defaults.validate(); !s.ok()) return fail(s);
-  auto kv_memory = parse_bytes(kv_memory_text);
+  auto kv_memory = parse_bytes("--kv-memory", kv_memory_text);
   if (!kv_memory.ok()) return fail(kv_memory.status());
 
-  auto files = find_model_files(pos[0]);
-  if (!files.ok()) return fail(files.status());
-  auto config = load_run_config(files->config, overrides);
-  if (!config.ok()) return fail(config.status());
-  auto device = parse_device(device_name.empty() ? config->train.device : device_name);
-  if (!device.ok()) return fail(device.status());
-  DType dtype = device->is_cuda() ? DType::bf16 : DType::f32;
-  if (dtype_name == "f32")
-    dtype = DType::f32;
-  else if (dtype_name == "bf16")
-    dtype = DType::bf16;
-  else if (!dtype_name.empty())
-    return fail(invalid_argument("--dtype '" + dtype_name + "' is not f32 or bf16"));
-  if (dtype == DType::bf16 && !device->is_cuda()) return fail(invalid_argument("--dtype bf16 needs a cuda device"));
-  auto tokenizer = Tokenizer::load(config->data.tokenizer);
-  if (!tokenizer.ok()) return fail(tokenizer.status());
-  auto chat = chat_template_by_name(config->data.chat_template);
-  if (!chat.ok()) return fail(chat.status());
-  VlmDataOptions data;  // the held-out preprocessing: center crop, no augmentation
-  data.image_size = config->model.vision.image_size;
-  data.resize = config->data.resize;
-  data.resize_mode = "center_crop";
-  data.max_pixels = static_cast<uint64_t>(config->data.max_pixels);
-  data.dct_scaling = config->data.dct_scaling;
-  for (int i = 0; i < 3; ++i) {
-    data.mean[i] = config->data.image_mean[static_cast<size_t>(i)];
-    data.std[i] = config->data.image_std[static_cast<size_t>(i)];
-  }
-  auto pipeline = image_pipeline_options(data);
-  if (!pipeline.ok()) return fail(pipeline.status());
-  auto builder = infer::PromptBuilder::create(*tokenizer, *chat, config->model.image_tokens(), *pipeline);
-  if (!builder.ok()) return fail(builder.status());
-
-  VlmModel model(config->model, *device, dtype);
-  if (Status s = model.params().load(files->weights); !s.ok()) return fail(s);
+  auto loaded = load_inference_model(pos[0], overrides, device_name, dtype_name);
+  if (!loaded.ok()) return fail(loaded.status());
+  VlmModel& model = *(*loaded)->model;
+  const Tokenizer* tokenizer = &(*loaded)->tokenizer;
+  const infer::PromptBuilder* builder = (*loaded)->prompts.get();
   infer::EngineOptions eo;
   eo.block_size = static_cast<int>(block_size);
   eo.kv_memory = *kv_memory;

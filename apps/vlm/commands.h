@@ -31,6 +31,7 @@ int cmd_forward(int argc, char** argv, int first);
 int cmd_convert(int argc, char** argv, int first);
 int cmd_generate(int argc, char** argv, int first);
 int cmd_launch(int argc, char** argv, int first);
+int cmd_serve(int argc, char** argv, int first);
 
 // `vlm data`'s tools and `vlm bench`'s benchmarks.
 const std::vector<Command>& data_tools();

@@ -23,6 +23,7 @@ const std::vector<Command>& commands() {
        vlm::cli::cmd_convert},
       {"generate", "generate with a trained model (paged-KV engine; --prompt/--image or a JSONL of requests)",
        vlm::cli::cmd_generate},
+      {"serve", "serve a model over the OpenAI API (chat with images, streaming, metrics)", vlm::cli::cmd_serve},
       {"data", "dataset tools", vlm::cli::cmd_data, &vlm::cli::data_tools()},
       {"launch", "run N ranks of a command on this node (torchrun-style), e.g. vlm launch --nproc 8 -- vlm train ...",
        vlm::cli::cmd_launch},

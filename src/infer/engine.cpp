@@ -196,8 +196,19 @@ bool Engine::append_token(Live& live, Sequence& seq, const SampledToken& t) {
   if (sp.logprobs > 0) c.top_logprobs.push_back(t.top);
   c.token_times.push_back(now_seconds() - live.t0);
   ++counters_.generated_tokens;
+  const bool is_stop_id = std::find(sp.stop_ids.begin(), sp.stop_ids.end(), t.id) != sp.stop_ids.end();
+  if (options_.on_token) {
+    TokenEvent e;
+    e.request = live.number;
+    e.completion = seq.child;
+    e.token = t.id;
+    e.logprob = t.logprob;
+    e.top = sp.logprobs > 0 ? &c.top_logprobs.back() : nullptr;
+    e.stop_id = is_stop_id;
+    options_.on_token(e);
+  }
   bool cut = false;
-  if (std::find(sp.stop_ids.begin(), sp.stop_ids.end(), t.id) != sp.stop_ids.end()) {
+  if (is_stop_id) {
     c.finish_reason = "stop";
   } else if (!sp.stop.empty() && options_.detokenize) {
     const std::string text = options_.detokenize(c.tokens);
@@ -394,12 +405,29 @@ std::vector<RequestOutput> Engine::generate(std::vector<Request> requests,
   return out;
 }
 
+bool Engine::cancel(int64_t request) {
+  auto it = live_.find(request);
+  if (it == live_.end()) {
+    const size_t before = done_.size();
+    done_.erase(
+        std::remove_if(done_.begin(), done_.end(), [&](const RequestOutput& o) { return o.request == request; }),
+        done_.end());
+    return done_.size() != before;
+  }
+  for (auto& s : it->second->seqs) scheduler_->remove(s.get());  // finished ones hold nothing: a no-op
+  live_.erase(it);
+  if (options_.check_invariants) scheduler_->check_invariants();
+  return true;
+}
+
 EngineStats Engine::stats() const {
   EngineStats s = counters_;
   const SchedulerStats ss = scheduler_->stats();
   s.preemptions = ss.preemptions;
   s.prefix_hit_tokens = ss.prefix_hit_tokens;
   s.waste_slots = ss.waste_slots;
+  s.waiting_seqs = static_cast<int64_t>(scheduler_->waiting().size());
+  s.running_seqs = static_cast<int64_t>(scheduler_->running().size());
   s.blocks = pool_->stats();
   s.image_cache_hits = image_cache_.hits();
   s.image_cache_misses = image_cache_.misses();

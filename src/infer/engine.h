@@ -24,6 +24,16 @@
 
 namespace vlm::infer {
 
+// One generated token of a running request (EngineOptions::on_token).
+struct TokenEvent {
+  int64_t request = -1;  // Engine::add_request's number
+  int completion = 0;    // which of the request's n completions
+  int32_t token = -1;
+  float logprob = 0.f;                                          // when sampling.logprobs >= 0
+  const std::vector<std::pair<int32_t, float>>* top = nullptr;  // when sampling.logprobs > 0
+  bool stop_id = false;  // the token is one of sampling.stop_ids (it ends the completion and is not text)
+};
+
 struct EngineOptions {
   int block_size = 16;    // tokens per KV block
   int64_t kv_memory = 0;  // KV cache bytes; 0: kv_memory_fraction of free device memory (CPU: 1 GiB)
@@ -38,6 +48,9 @@ struct EngineOptions {
   // Turns output ids into text: needed for stop strings and Completion::text (optional otherwise).
   std::function<std::string(const std::vector<int32_t>&)> detokenize;
   bool check_invariants = false;  // verify scheduler and pool invariants after every step (tests)
+  // Called on the stepping thread with every token a sampled (not beam) completion generates, as it is appended:
+  // what a streaming caller forwards before the request finishes.
+  std::function<void(const TokenEvent&)> on_token;
 };
 
 struct EngineStats {
@@ -52,7 +65,8 @@ struct EngineStats {
   int64_t kv_bytes = 0;  // allocated KV cache
   int64_t block_size = 0;
   BlockPoolStats blocks;
-  int64_t waste_slots = 0;  // slots of held blocks that hold no token right now
+  int64_t waste_slots = 0;                     // slots of held blocks that hold no token right now
+  int64_t waiting_seqs = 0, running_seqs = 0;  // in the scheduler now
 };
 
 class Engine {
@@ -63,6 +77,11 @@ class Engine {
   // Queues a request and returns its number. A request that cannot run is answered by the next step() with an
   // error status.
   int64_t add_request(Request request);
+  // Drops a queued or running request (a client that went away): its sequences leave the scheduler and their
+  // KV blocks return to the pool now; no answer is given for it. False when the number is not pending.
+  bool cancel(int64_t request);
+  // What add_request would reject the request for (Status() when it can run). Lets a caller answer before queuing.
+  Status validate(const Request& r) const;
   bool has_unfinished() const { return !live_.empty() || !done_.empty(); }
   // Runs one scheduling step; returns the requests that finished (or were rejected) in it.
   std::vector<RequestOutput> step();
@@ -79,7 +98,6 @@ class Engine {
 
  private:
   struct Live;
-  Status validate(const Request& r) const;
   void ensure_image_embeddings(Live& live);
   // Samples the next token of `seq` from `logits` (one row, overwritten); returns true when the sequence finished.
   bool sample_and_append(Live& live, Sequence& seq, float* logits);

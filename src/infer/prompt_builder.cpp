@@ -39,17 +39,28 @@ Expected<PromptBuilder> PromptBuilder::create(const Tokenizer& tokenizer, const 
   return b;
 }
 
+Expected<std::vector<int32_t>> PromptBuilder::tokenize(const std::vector<Turn>& turns, int n_images) const {
+  VLM_ASSIGN_OR_RETURN(TokenizedChat chat,
+                       tokenize_chat(*tokenizer_, chat_, turns, n_images, image_tokens_, /*generation_prompt=*/true));
+  return std::move(chat.tokens);
+}
+
+Expected<ImageInput> PromptBuilder::image(std::string_view encoded) const {
+  const int64_t S = pipeline_.size;
+  Tensor pixels = Tensor::empty({3, S, S}, DType::f32);
+  Philox unused(0);
+  VLM_RETURN_IF_ERROR(image_pipeline_run(reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size(), pipeline_,
+                                         &unused, pixels.data<float>()));
+  return ImageInput{pixels, image_key(encoded, preprocessing_)};
+}
+
 Expected<Request> PromptBuilder::build(const RequestSpec& spec) const {
   Request r;
   r.id = spec.id;
   r.sampling = spec.sampling;
   r.sampling.stop_ids.push_back(stop_id_);
   const std::string who = "request '" + spec.id + "': ";
-  VLM_ASSIGN_OR_RETURN(TokenizedChat chat,
-                       tokenize_chat(*tokenizer_, chat_, {{spec.prompt, ""}}, static_cast<int>(spec.images.size()),
-                                     image_tokens_, /*generation_prompt=*/true));
-  r.prompt = std::move(chat.tokens);
-  const int64_t S = pipeline_.size;
+  VLM_ASSIGN_OR_RETURN(r.prompt, tokenize({{spec.prompt, ""}}, static_cast<int>(spec.images.size())));
   for (const std::string& path : spec.images) {
     std::error_code ec;
     const uintmax_t size = std::filesystem::file_size(path, ec);
@@ -58,12 +69,9 @@ Expected<Request> PromptBuilder::build(const RequestSpec& spec) const {
                               std::to_string(kMaxImageFileBytes));
     auto bytes = read_file_bytes(path);
     if (!bytes.ok()) return io_error(who + "image " + path + ": " + bytes.status().message());
-    Tensor pixels = Tensor::empty({3, S, S}, DType::f32);
-    Philox unused(0);
-    if (Status s = image_pipeline_run(bytes->data(), bytes->size(), pipeline_, &unused, pixels.data<float>()); !s.ok())
-      return invalid_argument(who + "image " + path + ": " + s.message());
-    const std::string_view view(reinterpret_cast<const char*>(bytes->data()), bytes->size());
-    r.images.push_back({pixels, image_key(view, preprocessing_)});
+    auto im = image(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+    if (!im.ok()) return invalid_argument(who + "image " + path + ": " + im.status().message());
+    r.images.push_back(std::move(*im));
   }
   return r;
 }

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "data/image/image_pipeline.h"
 #include "data/loader/prompt.h"
@@ -21,6 +23,12 @@ class PromptBuilder {
   static Expected<PromptBuilder> create(const Tokenizer& tokenizer, const ChatTemplate& chat, int image_tokens,
                                         const ImagePipelineOptions& pipeline);
   Expected<Request> build(const RequestSpec& spec) const;
+  // The parts of build() for callers that hold conversations and encoded images rather than files (the server):
+  // the chat's tokens with the generation prompt and `n_images` placeholders in the first user turn, and one
+  // encoded image decoded and preprocessed (errors: the decoder's, or the pixel limit's). Thread-safe.
+  Expected<std::vector<int32_t>> tokenize(const std::vector<Turn>& turns, int n_images) const;
+  Expected<ImageInput> image(std::string_view encoded) const;
+  const ImagePipelineOptions& pipeline() const { return pipeline_; }
   int32_t image_token_id() const { return image_id_; }
   int32_t stop_token_id() const { return stop_id_; }  // the template's end of the assistant turn
   // The settings that change the pixels, as one string (part of every image key).

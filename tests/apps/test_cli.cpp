@@ -47,7 +47,7 @@ TEST(Cli, HelpListsEveryCommandAndEachAnswersHelp) {
   ASSERT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("--help-env"), std::string::npos) << r.out;
   const std::vector<std::string> commands = listed(r.out, "commands");
-  EXPECT_EQ(commands, (std::vector<std::string>{"train", "eval", "forward", "convert", "generate", "data synth",
+  EXPECT_EQ(commands, (std::vector<std::string>{"train", "eval", "forward", "convert", "generate", "serve", "data synth",
                                                 "data build", "data inspect", "data dedup", "data filter",
                                                 "data tokenizer-train", "launch", "bench attention", "bench decode",
                                                 "bench data", "bench train", "report"}))

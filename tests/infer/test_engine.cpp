@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 
 #include "engine_fixture.h"
@@ -311,6 +312,56 @@ TEST(Engine, StopIdsAndStopStringsEndGeneration) {
   EXPECT_EQ(out[1].completions[0].text, std::string(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at)));
   EXPECT_EQ(out[1].completions[0].finish_reason, "stop");
   EXPECT_EQ(out[1].completions[0].tokens.size(), at + 2);
+}
+
+}  // namespace
+}  // namespace vlm::infer
+
+namespace vlm::infer {
+namespace {
+
+// A request cancelled while running (forked, n = 2) or still waiting gives back its KV blocks at once, gets no
+// answer, and leaves the others' greedy outputs exactly as they would be alone; on_token reports every generated
+// token of the survivors in order.
+TEST(Engine, CancelFreesBlocksAndLeavesTheOthersUnchanged) {
+  EngineCase ec = make_engine_case(Device::cpu(), 6);
+  std::map<int64_t, std::vector<int32_t>> streamed;
+  EngineOptions o = base_options();
+  o.max_num_seqs = 3;
+  o.on_token = [&](const TokenEvent& e) {
+    if (e.completion == 0) streamed[e.request].push_back(e.token);
+  };
+  Engine engine(*ec.model, o);
+  Request doomed = ec.requests[1];
+  doomed.sampling.n = 2;
+  doomed.sampling.temperature = 1.f;
+  doomed.sampling.max_tokens = 64;
+  const int64_t keep = engine.add_request(ec.requests[0]);
+  const int64_t running = engine.add_request(doomed);
+  std::vector<int64_t> waiting;
+  for (int i = 0; i < 4; ++i) waiting.push_back(engine.add_request(ec.requests[2]));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(engine.step().empty());
+  EXPECT_GT(engine.stats().blocks.used, 0);
+  const int64_t used_before = engine.stats().blocks.used;
+  EXPECT_TRUE(engine.cancel(running));
+  EXPECT_TRUE(engine.cancel(waiting.back()));
+  EXPECT_FALSE(engine.cancel(running));  // already gone
+  EXPECT_FALSE(engine.cancel(12345));
+  EXPECT_LT(engine.stats().blocks.used, used_before);
+  std::map<int64_t, RequestOutput> answers;
+  while (engine.has_unfinished())
+    for (RequestOutput& r : engine.step()) answers[r.request] = std::move(r);
+  EXPECT_EQ(answers.count(running), 0u);
+  EXPECT_EQ(answers.count(waiting.back()), 0u);
+  ASSERT_EQ(answers.count(keep), 1u);
+  ASSERT_TRUE(answers[keep].status.ok());
+  EXPECT_EQ(answers[keep].completions[0].tokens, ec.expected[0]);
+  EXPECT_EQ(streamed[keep], ec.expected[0]);
+  for (size_t i = 0; i + 1 < waiting.size(); ++i) {
+    ASSERT_EQ(answers.count(waiting[i]), 1u);
+    EXPECT_EQ(answers[waiting[i]].completions[0].tokens, ec.expected[2]);
+  }
+  expect_all_blocks_free(engine);
 }
 
 }  // namespace

@@ -1,0 +1,127 @@
+// Loading a run, checkpoint or model folder for generation and serving.
+#include "inference_model.h"
+
+#include <filesystem>
+
+#include "data/image/image_pipeline.h"
+#include "data/loader/vlm_batch.h"
+#include "model/model_io.h"
+#include "train/checkpoint.h"
+#include "train/train_config.h"
+
+namespace vlm::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A run directory (config.toml + checkpoints/, or + model.safetensors) or a checkpoint folder inside one; empty
+// config when `model` is neither.
+struct RunFiles {
+  std::string config, weights;
+};
+
+Expected<RunFiles> find_run_files(const std::string& model) {
+  const fs::path dir(model);
+  if (!fs::is_directory(dir))
+    return not_found(model + " is not a directory (a run directory, a checkpoint folder or a model folder)");
+  if (fs::exists(dir / "config.toml")) {
+    if (fs::exists(dir / "model.safetensors"))
+      return RunFiles{(dir / "config.toml").string(), (dir / "model.safetensors").string()};
+    VLM_ASSIGN_OR_RETURN(CheckpointInfo latest, newest_valid_checkpoint(model, "generate"));
+    return RunFiles{(dir / "config.toml").string(), latest.path + "/model.safetensors"};
+  }
+  if (fs::exists(dir / "model.safetensors") && fs::exists(dir / ".." / ".." / "config.toml"))
+    return RunFiles{(dir / ".." / ".." / "config.toml").string(), (dir / "model.safetensors").string()};
+  return RunFiles{};
+}
+
+Expected<DType> pick_dtype(const Device& device, const std::string& dtype_name) {
+  DType dtype = device.is_cuda() ? DType::bf16 : DType::f32;
+  if (dtype_name == "f32")
+    dtype = DType::f32;
+  else if (dtype_name == "bf16")
+    dtype = DType::bf16;
+  else if (!dtype_name.empty())
+    return invalid_argument("--dtype '" + dtype_name + "' is not f32 or bf16");
+  if (dtype == DType::bf16 && !device.is_cuda()) return invalid_argument("--dtype bf16 needs a cuda device");
+  return dtype;
+}
+
+}  // namespace
+
+Expected<int64_t> parse_bytes(const std::string& flag, const std::string& text) {
+  if (text.empty()) return int64_t{0};
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  double scale = 1;
+  const std::string unit(end);
+  if (unit == "k" || unit == "K")
+    scale = 1024.0;
+  else if (unit == "m" || unit == "M")
+    scale = 1024.0 * 1024;
+  else if (unit == "g" || unit == "G")
+    scale = 1024.0 * 1024 * 1024;
+  else if (!unit.empty() || end == text.c_str())
+    return invalid_argument(flag + " '" + text + "' is not a size (e.g. 4G, 512M)");
+  if (!(v > 0)) return invalid_argument(flag + " must be positive");
+  return static_cast<int64_t>(v * scale);
+}
+
+Expected<std::unique_ptr<InferenceModel>> load_inference_model(const std::string& path,
+                                                               const std::vector<std::string>& overrides,
+                                                               const std::string& device_name,
+                                                               const std::string& dtype_name) {
+  auto out = std::make_unique<InferenceModel>();
+  out->name = fs::path(path).lexically_normal().filename().string();
+  if (out->name.empty() || out->name == ".") out->name = fs::path(path).lexically_normal().parent_path().filename();
+  VLM_ASSIGN_OR_RETURN(RunFiles files, find_run_files(path));
+  ImagePipelineOptions pipeline;
+  if (!files.config.empty()) {  // a training run
+    VLM_ASSIGN_OR_RETURN(RunConfig config, load_run_config(files.config, overrides));
+    VLM_ASSIGN_OR_RETURN(Device device, parse_device(device_name.empty() ? config.train.device : device_name));
+    VLM_ASSIGN_OR_RETURN(DType dtype, pick_dtype(device, dtype_name));
+    VLM_ASSIGN_OR_RETURN(out->tokenizer, Tokenizer::load(config.data.tokenizer));
+    VLM_ASSIGN_OR_RETURN(out->chat, chat_template_by_name(config.data.chat_template));
+    VlmDataOptions data;  // the held-out preprocessing: center crop, no augmentation
+    data.image_size = config.model.vision.image_size;
+    data.resize = config.data.resize;
+    data.resize_mode = "center_crop";
+    data.max_pixels = static_cast<uint64_t>(config.data.max_pixels);
+    data.dct_scaling = config.data.dct_scaling;
+    for (int i = 0; i < 3; ++i) {
+      data.mean[i] = config.data.image_mean[static_cast<size_t>(i)];
+      data.std[i] = config.data.image_std[static_cast<size_t>(i)];
+    }
+    VLM_ASSIGN_OR_RETURN(pipeline, image_pipeline_options(data));
+    out->model = std::make_unique<VlmModel>(config.model, device, dtype);
+    VLM_RETURN_IF_ERROR(out->model->params().load(files.weights));
+  } else {  // a model folder: config.json (Hugging Face) or model.toml, with its tokenizer.json
+    auto mc = read_model_dir_config(path);
+    if (!mc.ok())
+      return not_found(path +
+                       " is neither a run directory (config.toml), a checkpoint folder in one, nor a model "
+                       "folder: " +
+                       mc.status().message());
+    if (!overrides.empty())
+      return invalid_argument("--set applies to a run's config.toml; " + path + " is a model folder");
+    VLM_ASSIGN_OR_RETURN(Device device, parse_device(device_name.empty() ? "cpu" : device_name));
+    VLM_ASSIGN_OR_RETURN(DType dtype, pick_dtype(device, dtype_name));
+    VLM_ASSIGN_OR_RETURN(out->tokenizer, Tokenizer::load(path));
+    auto chat = chat_template_for("hf", (fs::path(path) / "tokenizer.json").string());
+    if (chat.ok()) {
+      out->chat = std::move(*chat);
+    } else {
+      VLM_ASSIGN_OR_RETURN(out->chat, chat_template_by_name("chat"));
+    }
+    pipeline.size = mc->vision.image_size;
+    VLM_ASSIGN_OR_RETURN(out->model, load_model_dir(path, device, {}, dtype));
+  }
+  VLM_ASSIGN_OR_RETURN(
+      infer::PromptBuilder builder,
+      infer::PromptBuilder::create(out->tokenizer, out->chat, out->model->config().image_tokens(), pipeline));
+  out->prompts = std::make_unique<infer::PromptBuilder>(std::move(builder));
+  return out;
+}
+
+}  // namespace vlm::cli

@@ -1,0 +1,38 @@
+// What `vlm generate` and `vlm serve` load from MODEL: a run directory (its config.toml and newest valid
+// checkpoint, or a model.safetensors beside the config), a checkpoint folder inside a run, or a model folder
+// (Hugging Face or vlm.cpp's own, as `vlm convert` writes: its tokenizer.json and chat template). Gives the model on
+// its device, the tokenizer, the chat template and the held-out image preprocessing (center crop, no augmentation),
+// and the PromptBuilder that combines them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "data/loader/prompt.h"
+#include "data/tokenizer/tokenizer.h"
+#include "infer/prompt_builder.h"
+#include "model/vlm.h"
+
+namespace vlm::cli {
+
+struct InferenceModel {
+  std::string name;  // the folder's name (a run's directory name)
+  Tokenizer tokenizer;
+  ChatTemplate chat;
+  std::unique_ptr<VlmModel> model;
+  std::unique_ptr<infer::PromptBuilder> prompts;  // refers to `tokenizer`: the struct stays where it was built
+};
+
+// `overrides` (--set) apply to a run's config.toml; `device_name` and `dtype_name` may be empty (the run's
+// train.device or cpu; bf16 on cuda, f32 on cpu).
+Expected<std::unique_ptr<InferenceModel>> load_inference_model(const std::string& path,
+                                                               const std::vector<std::string>& overrides,
+                                                               const std::string& device_name,
+                                                               const std::string& dtype_name);
+
+// "1073741824", "512M", "2G", "64k" -> bytes; `flag` names the option in errors. Empty text gives 0.
+Expected<int64_t> parse_bytes(const std::string& flag, const std::string& text);
+
+}  // namespace vlm::cli
