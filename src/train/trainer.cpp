@@ -20,9 +20,11 @@
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/device_batch.h"
+#include "train/fsdp.h"
 #include "train/memory_report.h"
 #include "train/optimizer.h"
 #include "train/run_log.h"
+#include "train/sharded_checkpoint.h"
 #include "train/skip_window.h"
 #include "train/step_log.h"
 #include "train/train_flops.h"
@@ -87,12 +89,15 @@ size_t first_with_samples(const StepBatches& s, size_t from) {
   return from;
 }
 
-Status write_checkpoint(CheckpointManager& ckpt, VlmModel& model, AdamW& opt, const TrainerState& st,
+// Every rank writes its model and optimizer files (sharded_checkpoint.h) into the checkpoint's staging folder, rank
+// 0 also the trainer state; rank 0 renames the folder into place only after a barrier that every rank reaches once
+// its files are written, so the checkpoint appears whole or not at all.
+Status write_checkpoint(CheckpointManager& ckpt, Fsdp& fsdp, AdamW& opt, const TrainerState& st,
                         const std::string& resolved_toml) {
-  return ckpt.save(st.step, [&](const std::string& dir) -> Status {
-    VLM_RETURN_IF_ERROR(model.params().save(dir + "/model.safetensors",
-                                            {{"format", "pt"}, {"step", std::to_string(st.step)}}));
-    VLM_RETURN_IF_ERROR(opt.save(dir + "/optimizer.safetensors"));
+  dist::Communicator& comm = fsdp.comm();
+  auto contents = [&](const std::string& dir) -> Status {
+    VLM_RETURN_IF_ERROR(write_model_and_optimizer(dir, fsdp, opt));
+    if (comm.rank() != 0) return Status();
     nlohmann::json j;
     j["step"] = st.step;
     j["loader_state"] = nlohmann::json::parse(st.loader_state);
@@ -103,10 +108,21 @@ Status write_checkpoint(CheckpointManager& ckpt, VlmModel& model, AdamW& opt, co
     }
     j["samples_seen"] = st.samples_seen;
     j["tokens_seen"] = st.tokens_seen;
+    j["fsdp"] = fsdp_strategy_name(fsdp.strategy());
     j["config_toml"] = resolved_toml;
     const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     return write_file_atomic(dir + "/trainer_state.json", text.data(), text.size());
-  });
+  };
+  if (comm.rank() == 0) {
+    return ckpt.save(st.step, [&](const std::string& dir) -> Status {
+      VLM_RETURN_IF_ERROR(comm.barrier().with_context("checkpoint: staging folder created"));
+      VLM_RETURN_IF_ERROR(contents(dir));
+      return comm.barrier().with_context("checkpoint: every rank's files written");
+    });
+  }
+  VLM_RETURN_IF_ERROR(comm.barrier().with_context("checkpoint: staging folder created"));
+  VLM_RETURN_IF_ERROR(contents(ckpt.staging_dir(st.step)));
+  return comm.barrier().with_context("checkpoint: every rank's files written");
 }
 
 Expected<TrainerState> read_trainer_state(const std::string& dir) {
@@ -226,10 +242,17 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     for (auto& p : model.params().all())
       if (p.group == g) p.trainable = false;
   }
-  AdamW opt(model.params(), c.train.adamw,
+  const int64_t n_params = model.params().numel(), n_trainable = model.params().numel(true);
+  // The ranks share the model as train.fsdp says (a world of one: the model itself, no collectives).
+  VLM_ASSIGN_OR_RETURN(const FsdpStrategy strategy, parse_fsdp_strategy(c.train.fsdp));
+  const FsdpOptions fsdp_options{strategy, c.train.fsdp_prefetch,
+                                 c.train.fsdp_reduce_dtype == "bf16" ? DType::bf16 : DType::f32};
+  VLM_ASSIGN_OR_RETURN(std::unique_ptr<Fsdp> fsdp, Fsdp::create(model, dp.comm(), fsdp_options));
+  AdamW opt(fsdp->optimizer_params(), c.train.adamw,
             {{ParamGroup::vision, c.train.lr_scale_vision},
              {ParamGroup::projector, c.train.lr_scale_projector},
              {ParamGroup::text, c.train.lr_scale_text}});
+  if (fsdp->sharded()) opt.set_norm_reduction([&](Tensor& norm_sq) { return fsdp->reduce_norm(norm_sq); });
 
   VLM_ASSIGN_OR_RETURN(VlmDataOptions train_data, make_data_options(c, c.data.train_shards, false));
   train_data.rank = dp.rank();
@@ -240,8 +263,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
   if (resume_from) {
     VLM_ASSIGN_OR_RETURN(st, read_trainer_state(resume_from->path));
     VLM_RETURN_IF_ERROR(pick_rank_state(st, dp, resume_from->path));
-    VLM_RETURN_IF_ERROR(model.params().load(resume_from->path + "/model.safetensors"));
-    VLM_RETURN_IF_ERROR(opt.load(resume_from->path + "/optimizer.safetensors"));
+    VLM_RETURN_IF_ERROR(load_model_and_optimizer(resume_from->path, *fsdp, opt));
     VLM_RETURN_IF_ERROR(loader->restore(st.loader_state).with_context(resume_from->path));
     VLM_INFO("resumed from ", resume_from->path, " at step ", st.step);
   }
@@ -252,10 +274,12 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
         sinks, {o.run_dir, o.resolved_toml, st.step, resume_from.has_value(), c.train.steps, !o.quiet}));
   SessionEnd session_end(sinks);
 
-  VLM_INFO("model: ", model.params().numel(), " parameters (", model.params().numel(true), " trainable), ",
+  VLM_INFO("model: ", n_params, " parameters (", n_trainable, " trainable), ",
            c.model.image_tokens(), " image tokens per image; training steps ", st.step + 1, "..", c.train.steps,
            " on ", device.to_string(), " in ", c.train.precision,
-           *recompute == Recompute::blocks ? ", recomputing block activations" : "", "; run dir ", o.run_dir);
+           *recompute == Recompute::blocks ? ", recomputing block activations" : "",
+           dp.distributed() ? str("; ", dp.size(), " ranks, fsdp ", c.train.fsdp) : std::string(), "; run dir ",
+           o.run_dir);
 
   std::optional<VlmDataOptions> val_data;
   if (!c.data.val_shards.empty()) {
@@ -308,7 +332,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     const bool more_steps = step < c.train.steps && (o.stop_after_step < 0 || step < o.stop_after_step);
     const bool measure_memory = step == start_step + 1;
     if (measure_memory && dp.lead()) memory_meter.begin();
-    model.params().zero_grads();
+    fsdp->zero_grads();
     StepBatches cur = std::move(next);
     next = StepBatches();
     if (!cur.error.ok()) {
@@ -323,14 +347,27 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     // The gradient is the mean over the step's target tokens on every rank.
     VLM_ASSIGN_OR_RETURN(const int64_t step_tokens, dp.global_tokens(cur.target_tokens));
     const float grad_scale = step_tokens > 0 ? 1.f / static_cast<float>(step_tokens) : 0.f;
+    // Every rank runs every micro-batch's collectives (Fsdp), also for the micro-batches it has no samples in.
+    size_t fsdp_done = 0;
+    auto fsdp_skip_to = [&](size_t upto) -> Status {
+      for (; fsdp_done < upto; ++fsdp_done) {
+        fsdp->begin_micro_batch(fsdp_done + 1 == cur.micro.size());
+        VLM_RETURN_IF_ERROR(fsdp->end_micro_batch());
+      }
+      return Status();
+    };
     size_t i = first_with_samples(cur, 0);
     if (i == cur.micro.size() && more_steps) read_next_step();
     while (i < cur.micro.size()) {
       const PackedBatch& b = cur.micro[i];
       if (!up) up = start_upload(b);
+      VLM_RETURN_IF_ERROR(fsdp_skip_to(i));
       const double t_compute = now_seconds();
       uploader.acquire(*up);
+      fsdp->begin_micro_batch(i + 1 == cur.micro.size());
       losses.push_back(model.forward_backward(up->inputs, grad_scale));
+      VLM_RETURN_IF_ERROR(fsdp->end_micro_batch());
+      fsdp_done = i + 1;
       uploader.release(*up);
       window.compute += now_seconds() - t_compute;
       up.reset();
@@ -346,6 +383,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
         read_next_step();
       }
     }
+    VLM_RETURN_IF_ERROR(fsdp_skip_to(cur.micro.size()));
     if (step_tokens == 0) {
       // Nothing to learn from (every sample of the step was skipped): not an optimizer step, and not counted.
       skips.count_empty_step();
@@ -359,8 +397,8 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     }
     const float lr = lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.adamw.lr, c.train.min_lr_ratio);
     const double t_opt = now_seconds();
-    VLM_RETURN_IF_ERROR(dp.sum_gradients(model.params()));  // data parallel: every rank's share, before clipping
-    GradNorm grad_norm = opt.step(lr);
+    GradNorm grad_norm = opt.step(lr);  // the gradients were reduced over the ranks as each unit's backward ended
+    VLM_RETURN_IF_ERROR(opt.status());
     window.compute += now_seconds() - t_opt;
     // The previous step's values, now that this one is queued: reading them at once would leave the device idle
     // while the host queued this step.
@@ -384,39 +422,47 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     const bool ckpt_now = last || (c.train.ckpt_every > 0 && step % c.train.ckpt_every == 0);
     // This step's values now, so that nothing is saved or evaluated before its loss was checked.
     if (last || stop || eval_step || ckpt_now) VLM_RETURN_IF_ERROR(step_log.finish(device));
-    if (eval_now) {
-      VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate(model, tokenizer, *val_data, eo));
-      sinks.write(eval_record(step, r));
-      sinks.write(eval_samples_record(step, r.examples, *val_data));
-      VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "step_" + std::to_string(step), r));
+    if (eval_step) {
+      VLM_RETURN_IF_ERROR(fsdp->begin_full_weights());  // sharded: every rank gathers, rank 0 evaluates
+      if (eval_now) {
+        VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate(model, tokenizer, *val_data, eo));
+        sinks.write(eval_record(step, r));
+        sinks.write(eval_samples_record(step, r.examples, *val_data));
+        VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "step_" + std::to_string(step), r));
+      }
+      fsdp->end_full_weights();
     }
     if (ckpt_now) {
-      if (dp.distributed()) VLM_RETURN_IF_ERROR(dp.check_replicas(model.params()).status());
+      if (dp.distributed() && !fsdp->sharded()) VLM_RETURN_IF_ERROR(dp.check_replicas(model.params()).status());
       VLM_ASSIGN_OR_RETURN(st.rank_states, dp.loader_states(st.loader_state));  // every rank takes part
-      if (dp.lead()) {
-        sinks.write(param_norms_record(step, model.params()));
-        VLM_RETURN_IF_ERROR(write_checkpoint(ckpt, model, opt, st, o.resolved_toml));
-      }
+      std::vector<double> weight_sq, grad_sq;
+      VLM_RETURN_IF_ERROR(fsdp->param_sums_of_squares(weight_sq, grad_sq));
+      if (dp.lead()) sinks.write(param_norms_record(step, model.params(), weight_sq, grad_sq));
+      VLM_RETURN_IF_ERROR(write_checkpoint(ckpt, *fsdp, opt, st, o.resolved_toml));
       VLM_RETURN_IF_ERROR(dp.comm().barrier());  // no rank runs ahead of a checkpoint it may resume from
     }
     if (stop) break;
   }
   VLM_RETURN_IF_ERROR(step_log.finish(device));
-  if (dp.distributed()) {
+  if (dp.distributed() && !fsdp->sharded()) {
     VLM_ASSIGN_OR_RETURN(const uint64_t checksum, dp.check_replicas(model.params()));
     if (dp.lead()) VLM_INFO("data parallel: the ", dp.size(), " ranks' weights agree (checksum ", checksum, ")");
   }
   sinks.flush();
   result.final_step = st.step;
   result.final_loss = step_log.last_loss();
-  if (dp.lead() && val_data && st.step == c.train.steps && st.step > start_step) {
-    VLM_INFO("evaluating on ", c.eval.samples, " held-out images ...");
-    VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate(model, tokenizer, *val_data, eo));
-    sinks.write(eval_record(st.step, r));
-    sinks.write(eval_samples_record(st.step, r.examples, *val_data));
-    VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "final", r));
-    result.has_eval = true;
-    result.eval = r;
+  if (val_data && st.step == c.train.steps && st.step > start_step) {
+    VLM_RETURN_IF_ERROR(fsdp->begin_full_weights());  // sharded: every rank gathers, rank 0 evaluates
+    if (dp.lead()) {
+      VLM_INFO("evaluating on ", c.eval.samples, " held-out images ...");
+      VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate(model, tokenizer, *val_data, eo));
+      sinks.write(eval_record(st.step, r));
+      sinks.write(eval_samples_record(st.step, r.examples, *val_data));
+      VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "final", r));
+      result.has_eval = true;
+      result.eval = r;
+    }
+    fsdp->end_full_weights();
   }
   sinks.flush();
   session_end.success();
