@@ -61,6 +61,25 @@ Status write_model_and_optimizer(const std::string& dir, Fsdp& fsdp, const AdamW
   return write_file_atomic(dir + "/" + kFsdpIndexFile, text.data(), text.size());
 }
 
+Status save_checkpoint_all_ranks(CheckpointManager& ckpt, int64_t step, Fsdp& fsdp, const AdamW& opt,
+                                 const std::function<Status(const std::string& dir)>& lead_files) {
+  dist::Communicator& comm = fsdp.comm();
+  auto contents = [&](const std::string& dir) -> Status {
+    VLM_RETURN_IF_ERROR(write_model_and_optimizer(dir, fsdp, opt));
+    return comm.rank() == 0 ? lead_files(dir) : Status();
+  };
+  if (comm.rank() == 0) {
+    return ckpt.save(step, [&](const std::string& dir) -> Status {
+      VLM_RETURN_IF_ERROR(comm.barrier().with_context("checkpoint: staging folder created"));
+      VLM_RETURN_IF_ERROR(contents(dir));
+      return comm.barrier().with_context("checkpoint: every rank's files written");
+    });
+  }
+  VLM_RETURN_IF_ERROR(comm.barrier().with_context("checkpoint: staging folder created"));
+  VLM_RETURN_IF_ERROR(contents(ckpt.staging_dir(step)));
+  return comm.barrier().with_context("checkpoint: every rank's files written");
+}
+
 Expected<CheckpointTensors> CheckpointTensors::open(const std::string& dir) {
   CheckpointTensors t;
   t.dir_ = dir;
@@ -183,6 +202,21 @@ Status load_model_and_optimizer(const std::string& dir, Fsdp& fsdp, AdamW& opt) 
         return ckpt.read(p.name, ".exp_avg_sq", begin, fv);
       },
       ckpt.optimizer_step());
+}
+
+Status load_checkpoint_weights(const std::string& dir, ParameterStore& params) {
+  VLM_ASSIGN_OR_RETURN(CheckpointTensors ckpt, CheckpointTensors::open(dir));
+  for (Param& p : params.all()) {
+    const Shape* shape = ckpt.shape(p.name);
+    if (shape == nullptr) return not_found(str(dir, ": the checkpoint holds no parameter ", p.name));
+    if (*shape != p.value.shape())
+      return invalid_argument(str(dir, ": ", p.name, " has shape ", shape->to_string(), " in the checkpoint, ",
+                                  p.value.shape().to_string(), " in the model"));
+    Tensor flat = p.value.view({p.value.numel()});
+    VLM_RETURN_IF_ERROR(ckpt.read(p.name, "", 0, flat));
+  }
+  params.sync_compute();
+  return Status();
 }
 
 }  // namespace vlm

@@ -12,12 +12,14 @@
 // its own pieces under its own layout.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/safetensors.h"
+#include "train/checkpoint.h"
 #include "train/fsdp.h"
 #include "train/optimizer.h"
 
@@ -27,6 +29,13 @@ inline constexpr const char* kFsdpIndexFile = "fsdp_index.json";
 
 // This rank's files of the checkpoint in `dir` (every rank calls it; under no_shard only rank 0 writes).
 Status write_model_and_optimizer(const std::string& dir, Fsdp& fsdp, const AdamW& opt);
+
+// Writes the checkpoint of `step` with every rank (all call it): each rank's model and optimizer files go into the
+// staging folder rank 0 created, and `lead_files(dir)` adds rank 0's other files; rank 0 renames the folder into
+// place only after a barrier every rank reaches once its files are written, so the checkpoint appears whole or not
+// at all (a rank dying midway leaves only the staging folder, removed by the next start).
+Status save_checkpoint_all_ranks(CheckpointManager& ckpt, int64_t step, Fsdp& fsdp, const AdamW& opt,
+                                 const std::function<Status(const std::string& dir)>& lead_files);
 
 // Parameter values and optimizer moments of a checkpoint folder, in either layout.
 class CheckpointTensors {
@@ -64,5 +73,9 @@ class CheckpointTensors {
 // Loads the checkpoint in `dir` (either layout, any world size) into this rank's parameters and moments: its shard
 // of every unit (or the whole model under no_shard) and the optimizer's step count.
 Status load_model_and_optimizer(const std::string& dir, Fsdp& fsdp, AdamW& opt);
+
+// Every parameter of `params` whole from the checkpoint in `dir` (either layout), on one process: `vlm convert` and
+// the other commands that read a run. An error names the missing or mis-shaped tensor.
+Status load_checkpoint_weights(const std::string& dir, ParameterStore& params);
 
 }  // namespace vlm

@@ -89,15 +89,10 @@ size_t first_with_samples(const StepBatches& s, size_t from) {
   return from;
 }
 
-// Every rank writes its model and optimizer files (sharded_checkpoint.h) into the checkpoint's staging folder, rank
-// 0 also the trainer state; rank 0 renames the folder into place only after a barrier that every rank reaches once
-// its files are written, so the checkpoint appears whole or not at all.
+// Every rank writes its model and optimizer files (sharded_checkpoint.h), rank 0 also the trainer state.
 Status write_checkpoint(CheckpointManager& ckpt, Fsdp& fsdp, AdamW& opt, const TrainerState& st,
                         const std::string& resolved_toml) {
-  dist::Communicator& comm = fsdp.comm();
-  auto contents = [&](const std::string& dir) -> Status {
-    VLM_RETURN_IF_ERROR(write_model_and_optimizer(dir, fsdp, opt));
-    if (comm.rank() != 0) return Status();
+  return save_checkpoint_all_ranks(ckpt, st.step, fsdp, opt, [&](const std::string& dir) -> Status {
     nlohmann::json j;
     j["step"] = st.step;
     j["loader_state"] = nlohmann::json::parse(st.loader_state);
@@ -112,17 +107,7 @@ Status write_checkpoint(CheckpointManager& ckpt, Fsdp& fsdp, AdamW& opt, const T
     j["config_toml"] = resolved_toml;
     const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     return write_file_atomic(dir + "/trainer_state.json", text.data(), text.size());
-  };
-  if (comm.rank() == 0) {
-    return ckpt.save(st.step, [&](const std::string& dir) -> Status {
-      VLM_RETURN_IF_ERROR(comm.barrier().with_context("checkpoint: staging folder created"));
-      VLM_RETURN_IF_ERROR(contents(dir));
-      return comm.barrier().with_context("checkpoint: every rank's files written");
-    });
-  }
-  VLM_RETURN_IF_ERROR(comm.barrier().with_context("checkpoint: staging folder created"));
-  VLM_RETURN_IF_ERROR(contents(ckpt.staging_dir(st.step)));
-  return comm.barrier().with_context("checkpoint: every rank's files written");
+  });
 }
 
 Expected<TrainerState> read_trainer_state(const std::string& dir) {
