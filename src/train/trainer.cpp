@@ -19,6 +19,7 @@
 #include "track/run_dir.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
+#include "train/data_streams.h"
 #include "train/device_batch.h"
 #include "train/fsdp.h"
 #include "train/memory_report.h"
@@ -52,36 +53,13 @@ namespace {
 
 struct TrainerState {
   int64_t step = 0;
-  std::string loader_state;              // this rank's
-  std::vector<std::string> rank_states;  // every rank's, in rank order, when the run has several (checkpoints)
-  double samples_seen = 0, tokens_seen = 0;
+  std::vector<std::string> hosted_states;  // this rank's data streams' loader states (DataStreams::hosted order)
+  std::vector<std::string> stream_states;  // every stream's, in stream order (checkpoints)
+  double samples_seen = 0, tokens_seen = 0;  // over every rank, as of the last checkpoint
+  double rank_samples = 0, rank_tokens = 0;  // this rank's since then (summed into the above at checkpoints)
 };
 
-// The micro-batches of one optimizer step, read before the step needs them, with the loader's state and counters
-// right after the last of them: what a checkpoint of this step records, however far the trainer has read since.
-struct StepBatches {
-  std::vector<PackedBatch> micro;
-  int64_t target_tokens = 0;  // loss rows over all micro-batches (the step's gradient is their mean)
-  std::string loader_state;
-  LoaderCounters counters;
-  Status error;  // a loader error, returned when the step that needs these batches starts (as without read-ahead)
-};
-
-StepBatches read_step_batches(VlmBatchLoader& loader, const OptimConfig& t) {
-  StepBatches s;
-  for (int m = 0; m < t.grad_accum; ++m) {
-    Expected<PackedBatch> b = loader.next_batch(t.batch_size);
-    if (!b.ok()) {
-      s.error = b.status();
-      return s;
-    }
-    s.target_tokens += static_cast<int64_t>(b->loss_rows.size());
-    s.micro.push_back(std::move(*b));
-  }
-  s.loader_state = loader.state();
-  s.counters = loader.counters();
-  return s;
-}
+using StepBatches = StreamStepBatches;
 
 // Index of the first micro-batch at or after `from` that has samples (micro.size() when none).
 size_t first_with_samples(const StepBatches& s, size_t from) {
@@ -95,12 +73,11 @@ Status write_checkpoint(CheckpointManager& ckpt, Fsdp& fsdp, AdamW& opt, const T
   return save_checkpoint_all_ranks(ckpt, st.step, fsdp, opt, [&](const std::string& dir) -> Status {
     nlohmann::json j;
     j["step"] = st.step;
-    j["loader_state"] = nlohmann::json::parse(st.loader_state);
-    if (st.rank_states.size() > 1) {  // data parallel: each rank's position (rank 0's is also loader_state)
-      j["world_size"] = st.rank_states.size();
-      j["rank_loader_states"] = nlohmann::json::array();
-      for (const std::string& r : st.rank_states) j["rank_loader_states"].push_back(nlohmann::json::parse(r));
-    }
+    j["loader_state"] = nlohmann::json::parse(st.stream_states.at(0));  // stream 0's (a run of one stream: all)
+    j["data_streams"] = st.stream_states.size();  // each stream's position (train/data_streams.h)
+    j["stream_loader_states"] = nlohmann::json::array();
+    for (const std::string& r : st.stream_states) j["stream_loader_states"].push_back(nlohmann::json::parse(r));
+    j["world_size"] = fsdp.world();
     j["samples_seen"] = st.samples_seen;
     j["tokens_seen"] = st.tokens_seen;
     j["fsdp"] = fsdp_strategy_name(fsdp.strategy());
@@ -117,26 +94,19 @@ Expected<TrainerState> read_trainer_state(const std::string& dir) {
     return parse_error(dir + "/trainer_state.json: not a trainer state (needs step, loader_state)");
   TrainerState st;
   st.step = j["step"].get<int64_t>();
-  st.loader_state = j["loader_state"].dump();
   st.samples_seen = j.value("samples_seen", 0.0);
   st.tokens_seen = j.value("tokens_seen", 0.0);
-  if (j.contains("rank_loader_states")) {
-    const auto& all = j["rank_loader_states"];
-    if (!all.is_array() || all.size() != j.value("world_size", size_t{0}))
-      return parse_error(dir + "/trainer_state.json: rank_loader_states does not hold world_size entries");
-    for (const auto& r : all) st.rank_states.push_back(r.dump());
+  // Data streams; earlier checkpoints kept one state per rank (rank_loader_states: the rank's stream) or one.
+  const char* key = j.contains("stream_loader_states") ? "stream_loader_states" : "rank_loader_states";
+  if (j.contains(key)) {
+    const auto& all = j[key];
+    if (!all.is_array() || all.empty())
+      return parse_error(str(dir, "/trainer_state.json: ", key, " is not a non-empty array"));
+    for (const auto& r : all) st.stream_states.push_back(r.dump());
+  } else {
+    st.stream_states.push_back(j["loader_state"].dump());
   }
   return st;
-}
-
-// This rank's loader state from a checkpoint written by a run of `rank_states.size()` ranks (1: loader_state).
-Status pick_rank_state(TrainerState& st, const DataParallel& dp, const std::string& dir) {
-  const size_t saved_world = std::max<size_t>(st.rank_states.size(), 1);
-  if (saved_world != static_cast<size_t>(dp.size()))
-    return invalid_argument(str(dir, " was written by a run of ", saved_world, " rank(s); this launch has ", dp.size(),
-                                ": resume with the same number of ranks (the data loader's shares differ)"));
-  if (!st.rank_states.empty()) st.loader_state = st.rank_states[static_cast<size_t>(dp.rank())];
-  return Status();
 }
 
 Status write_eval(const std::string& run_dir, const std::string& name, const EvalResult& r) {
@@ -239,18 +209,23 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
              {ParamGroup::text, c.train.lr_scale_text}});
   if (fsdp->sharded()) opt.set_norm_reduction([&](Tensor& norm_sq) { return fsdp->reduce_norm(norm_sq); });
 
-  VLM_ASSIGN_OR_RETURN(VlmDataOptions train_data, make_data_options(c, c.data.train_shards, false));
-  train_data.rank = dp.rank();
-  train_data.world = dp.size();
-  VLM_ASSIGN_OR_RETURN(auto loader, VlmBatchLoader::open(train_data, tokenizer));
-
   TrainerState st;
   if (resume_from) {
     VLM_ASSIGN_OR_RETURN(st, read_trainer_state(resume_from->path));
-    VLM_RETURN_IF_ERROR(pick_rank_state(st, dp, resume_from->path));
+  }
+  // The data streams: the checkpoint's count when resuming (on any world size), else train.data_streams.
+  const int n_streams = resume_from ? static_cast<int>(st.stream_states.size())
+                                    : c.train.data_streams > 0 ? c.train.data_streams : dp.size();
+  if (n_streams % dp.size() != 0)
+    VLM_WARN(n_streams, " data streams on ", dp.size(), " ranks: some ranks host more streams than others and the "
+             "others wait for them (choose a world size that divides ", n_streams, ")");
+  VLM_ASSIGN_OR_RETURN(VlmDataOptions train_data, make_data_options(c, c.data.train_shards, false));
+  VLM_ASSIGN_OR_RETURN(DataStreams data, DataStreams::open(train_data, tokenizer, n_streams, dp.rank(), dp.size()));
+  if (resume_from) {
     VLM_RETURN_IF_ERROR(load_model_and_optimizer(resume_from->path, *fsdp, opt));
-    VLM_RETURN_IF_ERROR(loader->restore(st.loader_state).with_context(resume_from->path));
-    VLM_INFO("resumed from ", resume_from->path, " at step ", st.step);
+    VLM_RETURN_IF_ERROR(data.restore(st.stream_states).with_context(resume_from->path));
+    VLM_INFO("resumed from ", resume_from->path, " at step ", st.step, " (", n_streams, " data streams on ",
+             dp.size(), " rank(s))");
   }
 
   MultiSink sinks;  // rank 0's: the other ranks log nothing of their own
@@ -289,7 +264,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
   BatchUploader uploader(device);
   auto read_ahead = [&] {
     const double t = now_seconds();
-    StepBatches s = read_step_batches(*loader, c.train);
+    StepBatches s = data.read_step(c.train.batch_size, c.train.grad_accum);
     window.data_wait += now_seconds() - t;
     return s;
   };
@@ -307,7 +282,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     if (next.error.ok() && f < next.micro.size()) next_up = start_upload(next.micro[f]);
   };
   // Bad samples are skipped, but a run made mostly of them stops (data.max_skip_fraction) rather than "succeed".
-  SkipWindow skips(c.data.max_skip_fraction, c.data.skip_window, loader->counters());
+  SkipWindow skips(c.data.max_skip_fraction, c.data.skip_window, data.counters());
   int64_t empty_steps_warned = 0;
   if (st.step < c.train.steps) read_next_step();
 
@@ -359,8 +334,8 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
       window.samples += b.n_samples;
       window.tokens += static_cast<double>(b.tokens.size());
       window.model_flops += train_flops_of_batch(c.model, b);
-      st.samples_seen += b.n_samples;
-      st.tokens_seen += static_cast<double>(b.tokens.size());
+      st.rank_samples += b.n_samples;
+      st.rank_tokens += static_cast<double>(b.tokens.size());
       i = first_with_samples(cur, i + 1);
       if (i < cur.micro.size()) {
         up = start_upload(cur.micro[i]);
@@ -395,7 +370,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
       VLM_RETURN_IF_ERROR(write_file_atomic(o.run_dir + "/memory.json", text.data(), text.size()));
     }
     st.step = step;
-    st.loader_state = cur.loader_state;  // after this step's last batch, not after the read-ahead
+    st.hosted_states = cur.states;  // after this step's last batch, not after the read-ahead
 
     step_log.queued(step, std::move(losses), std::move(grad_norm), step_tokens, lr,
                     step % c.train.log_every == 0 || step == c.train.steps, cur.counters);
@@ -419,7 +394,14 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     }
     if (ckpt_now) {
       if (dp.distributed() && !fsdp->sharded()) VLM_RETURN_IF_ERROR(dp.check_replicas(model.params()).status());
-      VLM_ASSIGN_OR_RETURN(st.rank_states, dp.loader_states(st.loader_state));  // every rank takes part
+      VLM_ASSIGN_OR_RETURN(const std::vector<std::string> per_rank,
+                           dp.loader_states(DataStreams::join(st.hosted_states)));  // every rank takes part
+      st.stream_states = data.assemble(per_rank);
+      for (auto [global, mine] : {std::pair{&st.samples_seen, &st.rank_samples}, {&st.tokens_seen, &st.rank_tokens}}) {
+        VLM_ASSIGN_OR_RETURN(const double sum, dist::all_reduce_value(dp.comm(), *mine, dist::ReduceOp::sum));
+        *global += sum;
+        *mine = 0;
+      }
       std::vector<double> weight_sq, grad_sq;
       VLM_RETURN_IF_ERROR(fsdp->param_sums_of_squares(weight_sq, grad_sq));
       if (dp.lead()) sinks.write(param_norms_record(step, model.params(), weight_sq, grad_sq));
