@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "core/logging.h"
 #include "kernels/ops.h"
@@ -449,30 +450,102 @@ Status Fsdp::param_sums_of_squares(std::vector<double>& weights, std::vector<dou
   return Status();
 }
 
-FsdpMemory Fsdp::memory() const {
+std::string FsdpMemory::to_json() const {
+  nlohmann::json j;
+  j["parameters"] = parameters;
+  j["compute_copies"] = compute_copies;
+  j["gradients"] = gradients;
+  j["optimizer"] = optimizer;
+  j["gathered_weights_peak"] = gathered_peak;
+  j["gradient_buffers_peak"] = grad_buffers_peak;
+  j["communication_buffers_peak"] = comm_buffers_peak;
+  j["total"] = total();
+  return j.dump();
+}
+
+FsdpMemory Fsdp::memory(uint64_t optimizer_bytes) const {
   FsdpMemory m;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const FsdpUnitLayout& l = units_[u];
-    m.largest_unit_elements = std::max<uint64_t>(m.largest_unit_elements, static_cast<uint64_t>(l.padded));
-    m.padded_elements += static_cast<uint64_t>(l.padded);
-    if (l.trainable) m.trainable_padded_elements += static_cast<uint64_t>(l.padded);
-    if (!sharded()) continue;
-    const UnitState& s = state_[u];
-    m.master_shard_bytes += s.shard_value.nbytes();
-    m.compute_shard_bytes += s.shard_compute.defined() ? s.shard_compute.nbytes() : 0;
-    m.gradient_shard_bytes += s.shard_grad.defined() ? s.shard_grad.nbytes() : 0;
-  }
+  m.optimizer = optimizer_bytes;
   if (!sharded()) {
     for (const Param& p : model_.params().all()) {
-      m.master_shard_bytes += p.value.nbytes();
-      m.compute_shard_bytes += p.compute.defined() && p.pack == nullptr ? p.compute.nbytes() : 0;
+      m.parameters += p.value.nbytes();
+      m.compute_copies += p.compute.defined() ? p.compute.nbytes() : 0;
     }
-    m.gradient_shard_bytes = model_.params().grad_bytes();
+    m.gradients = model_.params().grad_bytes();
+    return m;
   }
-  m.gathered_peak_bytes = gathered_peak_;
-  m.grad_buffer_peak_bytes = grad_buffers_peak_;
-  m.comm_buffer_peak_bytes = staging_peak_;
+  for (const UnitState& s : state_) {
+    m.parameters += s.shard_value.nbytes();
+    m.compute_copies += s.shard_compute.defined() ? s.shard_compute.nbytes() : 0;
+    m.gradients += s.shard_grad.defined() ? s.shard_grad.nbytes() : 0;
+  }
+  m.gathered_peak = gathered_peak_;
+  m.grad_buffers_peak = grad_buffers_peak_;
+  m.comm_buffers_peak = staging_peak_;
   return m;
+}
+
+FsdpMemory Fsdp::memory_formula(int grad_accum) const {
+  FsdpMemory m;
+  const bool bf16 = model_.params().compute_dtype() == DType::bf16;
+  if (!sharded()) {
+    for (const FsdpUnitLayout& u : units_) {
+      const uint64_t n = static_cast<uint64_t>(u.numel);
+      m.parameters += 4 * n;
+      m.compute_copies += bf16 ? 2 * n : 0;
+      m.gradients += 4 * n;
+      m.optimizer += u.trainable ? 8 * n : 0;
+    }
+    return m;
+  }
+  uint64_t largest = 0, largest_trainable = 0, largest_shard = 0, sum_padded = 0;
+  for (const FsdpUnitLayout& u : units_) {
+    const uint64_t p = static_cast<uint64_t>(u.padded), s = static_cast<uint64_t>(u.shard);
+    m.parameters += 4 * s;
+    m.compute_copies += bf16 ? 2 * s : 0;
+    if (u.trainable) {
+      m.gradients += 4 * s;
+      m.optimizer += 8 * s;
+      largest_trainable = std::max(largest_trainable, p);
+      largest_shard = std::max(largest_shard, s);
+    }
+    largest = std::max(largest, p);
+    sum_padded += p;
+  }
+  const uint64_t b = bf16 ? 2 : 4;
+  if (options_.strategy == FsdpStrategy::shard_grad_op) {
+    m.gathered_peak = b * sum_padded;
+  } else if (!options_.prefetch) {
+    m.gathered_peak = b * largest;
+  } else {
+    // Consecutive units whose weights the schedule reads (the forward, then the backward).
+    std::vector<int> order;
+    for (const UnitEvent& e : schedule_)
+      if (e.acquire && e.use != UnitUse::gradients && (order.empty() || order.back() != e.unit)) order.push_back(e.unit);
+    for (size_t i = 0; i + 1 < order.size(); ++i)
+      m.gathered_peak = std::max<uint64_t>(
+          m.gathered_peak, b * static_cast<uint64_t>(units_[static_cast<size_t>(order[i])].padded +
+                                                     units_[static_cast<size_t>(order[i + 1])].padded));
+  }
+  m.grad_buffers_peak = 4 * largest_trainable;
+  if (options_.reduce_dtype == DType::bf16) {
+    m.comm_buffers_peak = 2 * largest_trainable + 6 * (largest_trainable / static_cast<uint64_t>(world()));
+  } else if (grad_accum > 1) {
+    m.comm_buffers_peak = 4 * largest_shard;
+  }
+  return m;
+}
+
+std::string Fsdp::layout_json() const {
+  nlohmann::json j;
+  j["strategy"] = fsdp_strategy_name(options_.strategy);
+  j["world_size"] = world();
+  j["prefetch"] = options_.prefetch;
+  j["reduce_dtype"] = dtype_name(options_.reduce_dtype);
+  j["units"] = nlohmann::json::array();
+  for (const FsdpUnitLayout& u : units_)
+    j["units"].push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}, {"trainable", u.trainable}});
+  return j.dump();
 }
 
 void Fsdp::reset_peaks() {

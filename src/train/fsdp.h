@@ -41,18 +41,20 @@ struct FsdpOptions {
   DType reduce_dtype = DType::f32;  // gradients on the wire: f32, or bf16 (summed in f32, accumulated in f32)
 };
 
-// Bytes this rank holds for training, by category (memory.json); the *_peak values are the largest totals of
-// transient buffers seen since the last reset_peaks().
+// Bytes this rank holds for training, by category (memory.json): measured from the buffers it holds (the peaks:
+// the largest totals of transient buffers alive at once since reset_peaks()), or predicted by the formula.
 struct FsdpMemory {
-  uint64_t master_shard_bytes = 0;     // f32 weights this rank keeps (all of them under no_shard)
-  uint64_t compute_shard_bytes = 0;    // bf16 copies of them (bf16 mode)
-  uint64_t gradient_shard_bytes = 0;   // f32 gradients this rank keeps
-  uint64_t gathered_peak_bytes = 0;    // full unit weights gathered at once (the compute copies FSDP makes)
-  uint64_t grad_buffer_peak_bytes = 0; // full unit gradients alive at once
-  uint64_t comm_buffer_peak_bytes = 0; // reduce-scatter staging (bf16 or accumulation scratch)
-  uint64_t largest_unit_elements = 0;  // padded elements of the largest unit
-  uint64_t padded_elements = 0;        // padded elements of all units
-  uint64_t trainable_padded_elements = 0;
+  uint64_t parameters = 0;          // f32 master weights kept (this rank's shards; all of them under no_shard)
+  uint64_t compute_copies = 0;      // bf16 copies of them (bf16 mode)
+  uint64_t gradients = 0;           // f32 gradients kept (shards; all under no_shard)
+  uint64_t optimizer = 0;           // AdamW's m and v of the trainable elements kept
+  uint64_t gathered_peak = 0;       // full unit weights gathered at once (the compute copies FSDP makes)
+  uint64_t grad_buffers_peak = 0;   // full unit gradients alive at once (before their reduce-scatter)
+  uint64_t comm_buffers_peak = 0;   // reduce-scatter staging (bf16 wire buffers, the accumulation scratch)
+  uint64_t total() const {
+    return parameters + compute_copies + gradients + optimizer + gathered_peak + grad_buffers_peak + comm_buffers_peak;
+  }
+  std::string to_json() const;  // {"parameters": ..., ..., "total": ...}
 };
 
 // One unit's flat layout: where each parameter (and pack) lies in its flat buffer.
@@ -117,7 +119,17 @@ class Fsdp final : public UnitHooks {
   // Per-parameter sums of squares of the trainable weights and gradients over all ranks (a collective), in the
   // store's order, for the norms histograms.
   Status param_sums_of_squares(std::vector<double>& weights, std::vector<double>& grads);
-  FsdpMemory memory() const;
+  // Measured: `optimizer_bytes` is AdamW::state_bytes().
+  FsdpMemory memory(uint64_t optimizer_bytes) const;
+  // The formula, from the units' sizes alone (docs/fsdp.md): with P_u a unit's padded elements, S_u = P_u / W, b the
+  // gathered dtype's bytes: parameters 4 sum S_u, gradients 4 sum_trainable S_u, optimizer 8 sum_trainable S_u,
+  // gathered peak b max(P_u + P_next) over consecutive units of the forward and of the backward (b max P_u without
+  // prefetch; b sum P_u under shard_grad_op: the whole forward stays gathered), gradient buffers 4 max_trainable P_u,
+  // staging 4 max S_u with grad_accum > 1 (fp32) or 2 P_u + 6 S_u of the largest unit (bf16); no_shard: the model's
+  // own tensors (4 N each for weights and gradients, 8 N_trainable for the optimizer), nothing gathered or staged.
+  FsdpMemory memory_formula(int grad_accum) const;
+  // {"strategy", "world_size", "units": [{"name", "numel", "padded", "trainable"}]}
+  std::string layout_json() const;
   void reset_peaks();
 
   // UnitHooks.

@@ -292,6 +292,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     const bool more_steps = step < c.train.steps && (o.stop_after_step < 0 || step < o.stop_after_step);
     const bool measure_memory = step == start_step + 1;
     if (measure_memory && dp.lead()) memory_meter.begin();
+    if (measure_memory) fsdp->reset_peaks();
     fsdp->zero_grads();
     StepBatches cur = std::move(next);
     next = StepBatches();
@@ -363,11 +364,27 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     // The previous step's values, now that this one is queued: reading them at once would leave the device idle
     // while the host queued this step.
     VLM_RETURN_IF_ERROR(step_log.finish(device));
-    if (measure_memory && dp.lead()) {
-      const MemoryReport mem = memory_meter.end(model.params(), opt.state_bytes(), c.train.precision);
+    if (measure_memory) {
+      // Every rank's accounting (a collective) into rank 0's memory.json.
+      const FsdpMemory measured = fsdp->memory(opt.state_bytes());
+      VLM_ASSIGN_OR_RETURN(const std::vector<std::string> ranks,
+                           dp.loader_states(str("{\"rank\": ", dp.rank(), ", \"measured\": ", measured.to_json(),
+                                                ", \"formula\": ", fsdp->memory_formula(c.train.grad_accum).to_json(),
+                                                "}")));
+      if (dp.lead()) {
+      MemoryReport mem = memory_meter.end(model.params(), opt.state_bytes(), c.train.precision);
+      mem.master_weight_bytes = measured.parameters;  // this rank's, whatever the strategy keeps of them
+      mem.compute_copy_bytes = measured.compute_copies;
+      mem.gradient_bytes = measured.gradients;
+      std::string layout = fsdp->layout_json();
+      layout.pop_back();  // the ranks' records join the layout's object
+      layout += ", \"ranks\": [";
+      for (size_t r = 0; r < ranks.size(); ++r) layout += (r ? ", " : "") + ranks[r];
+      mem.fsdp_json = layout + "]}";
       VLM_INFO(mem.summary());
       const std::string text = mem.to_json();
       VLM_RETURN_IF_ERROR(write_file_atomic(o.run_dir + "/memory.json", text.data(), text.size()));
+      }
     }
     st.step = step;
     st.hosted_states = cur.states;  // after this step's last batch, not after the read-ahead

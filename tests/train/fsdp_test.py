@@ -102,6 +102,56 @@ compare("-np 2 full_shard, bf16 gradient reduction", losses(train(2, "bf16", "fu
 frozen = [losses(train(2, f"frozen_{s}", s, 10, 1, "freeze=vision", "recompute")) for s in ("no_shard", "full_shard")]
 compare("-np 2 full_shard with vision frozen and blocks recomputed, against no_shard", frozen[1], frozen[0], 0)
 
+# Memory per rank (memory.json, first step): every category measured from the buffers the rank holds, against the
+# formula computed here from the units' sizes alone (docs/fsdp.md), within 10%.
+def memory_formula(units, strategy, world, accum, bf16_reduce):
+    cats = dict.fromkeys(["parameters", "compute_copies", "gradients", "optimizer", "gathered_weights_peak",
+                          "gradient_buffers_peak", "communication_buffers_peak"], 0)
+    if strategy == "no_shard":
+        n = sum(u["numel"] for u in units)
+        cats.update(parameters=4 * n, gradients=4 * n, optimizer=8 * sum(u["numel"] for u in units if u["trainable"]))
+        return cats
+    shard = {u["name"]: u["padded"] // world for u in units}
+    trainable = [u for u in units if u["trainable"]]
+    cats["parameters"] = 4 * sum(shard.values())
+    cats["gradients"] = 4 * sum(shard[u["name"]] for u in trainable)
+    cats["optimizer"] = 8 * sum(shard[u["name"]] for u in trainable)
+    padded = {u["name"]: u["padded"] for u in units}
+    if strategy == "shard_grad_op":
+        cats["gathered_weights_peak"] = 4 * sum(padded.values())
+    else:  # full_shard with prefetch: a unit and the next one the forward or the backward reads
+        names = [u["name"] for u in units]
+        order = names + [n for n in reversed(names) if n not in ("text.lm_head", "text.embed_tokens")]
+        cats["gathered_weights_peak"] = 4 * max(padded[a] + padded[b] for a, b in zip(order, order[1:]))
+    largest = max(u["padded"] for u in trainable)
+    cats["gradient_buffers_peak"] = 4 * largest
+    if bf16_reduce:
+        cats["communication_buffers_peak"] = 2 * largest + 6 * (largest // world)
+    elif accum > 1:
+        cats["communication_buffers_peak"] = 4 * max(shard[u["name"]] for u in trainable)
+    return cats
+
+
+def check_memory(name, strategy, world, accum=1, bf16_reduce=False):
+    mem = json.load(open(os.path.join(tmp, name, "memory.json")))["fsdp"]
+    if len(mem["ranks"]) != world:
+        fail(f"{name}/memory.json: {len(mem['ranks'])} ranks")
+    want = memory_formula(mem["units"], strategy, world, accum, bf16_reduce)
+    for rank in mem["ranks"]:
+        for cat, f in want.items():
+            m = rank["measured"][cat]
+            if abs(m - f) > 0.1 * f:
+                fail(f"{name}/memory.json rank {rank['rank']}: {cat} {m} bytes, the formula {f}")
+    return sum(want.values())
+
+
+for np in (2, 4):
+    totals = {s: check_memory(f"p{np}_{s}", s, np) for s in STRATEGIES}
+    print(f"-np {np} memory per rank within 10% of the formula: " +
+          ", ".join(f"{s} {t / 1024:.0f} KiB" for s, t in totals.items()))
+check_memory("accum", "full_shard", 2, accum=2)
+check_memory("bf16", "full_shard", 2, bf16_reduce=True)
+
 # Resharding: the 4-rank full_shard run's final checkpoint through 4 -> 2 -> 3 -> 1, bit for bit.
 def dump(ckpt):
     return subprocess.run([driver, "dump", ckpt], capture_output=True, text=True, check=True).stdout
