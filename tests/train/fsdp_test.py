@@ -243,5 +243,10 @@ for name in sorted(os.listdir(ckdir)):
 if complete < 3:
     fail(f"only {complete} checkpoints were written before the kill")
 print("every checkpoint folder left is complete (the interrupted one, if any, is a .tmp folder)")
+newest = max(int(n[5:]) for n in os.listdir(ckdir) if n.startswith("step_") and "." not in n)
+train(3, "killed", "full_shard", 400, 1, "ckpt=1", "resume", f"stop={newest + 1}")
+if any(n.endswith(".tmp") for n in os.listdir(ckdir)):
+    fail("a staging folder survived the next start")
+print(f"the run resumes from step {newest} on the same ranks; the interrupted write's staging folder is gone")
 print(f"PASS: FSDP parity, resharding, convert, resume and kill ({time.time() - t0:.0f} s)")
 shutil.rmtree(tmp)
