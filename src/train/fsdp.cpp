@@ -329,7 +329,9 @@ void Fsdp::gather(int unit) {
   UnitState& s = state_[static_cast<size_t>(unit)];
   const Tensor& shard = s.shard_compute.defined() ? s.shard_compute : s.shard_value;
   s.full_weights = Tensor::empty({u.padded}, shard.dtype(), shard.device());
-  if (error_.ok()) {
+  if (world() == 1) {
+    s.full_weights.copy_from(shard);  // a world of one gathers its own shard: a device copy, any device
+  } else if (error_.ok()) {
     record(comm_.all_gather(s.full_weights, shard).with_context("fsdp: gathering unit " + u.name));
   } else {
     s.full_weights.zero_();  // a collective failed before: compute on zeros until the step reports the error
@@ -378,7 +380,11 @@ void Fsdp::reduce_grads(int unit) {
     const int64_t staged = static_cast<int64_t>(wire.nbytes() + mine.nbytes() + f32.nbytes());
     track(staging_, staging_peak_, staged);
     ops::cast(wire, s.full_grads);
-    if (error_.ok()) record(comm_.reduce_scatter(mine, wire, dist::ReduceOp::sum).with_context(what));
+    if (world() == 1) {
+      mine.copy_from(wire);
+    } else if (error_.ok()) {
+      record(comm_.reduce_scatter(mine, wire, dist::ReduceOp::sum).with_context(what));
+    }
     ops::cast(f32, mine);
     if (s.grad_written) {
       ops::add_inplace(s.shard_grad, f32);
@@ -387,11 +393,19 @@ void Fsdp::reduce_grads(int unit) {
     }
     track(staging_, staging_peak_, -staged);
   } else if (!s.grad_written) {
-    if (error_.ok()) record(comm_.reduce_scatter(s.shard_grad, s.full_grads, dist::ReduceOp::sum).with_context(what));
+    if (world() == 1) {
+      s.shard_grad.copy_from(s.full_grads);
+    } else if (error_.ok()) {
+      record(comm_.reduce_scatter(s.shard_grad, s.full_grads, dist::ReduceOp::sum).with_context(what));
+    }
   } else {
     Tensor mine = Tensor::empty({u.shard}, DType::f32, s.full_grads.device());
     track(staging_, staging_peak_, static_cast<int64_t>(mine.nbytes()));
-    if (error_.ok()) record(comm_.reduce_scatter(mine, s.full_grads, dist::ReduceOp::sum).with_context(what));
+    if (world() == 1) {
+      mine.copy_from(s.full_grads);
+    } else if (error_.ok()) {
+      record(comm_.reduce_scatter(mine, s.full_grads, dist::ReduceOp::sum).with_context(what));
+    }
     ops::add_inplace(s.shard_grad, mine);
     track(staging_, staging_peak_, -static_cast<int64_t>(mine.nbytes()));
   }
