@@ -85,10 +85,11 @@ std::vector<std::string> DataStreams::assemble(const std::vector<std::string>& r
 
 Status DataStreams::restore(const std::vector<std::string>& all_states) {
   if (all_states.size() != static_cast<size_t>(streams_))
-    return invalid_argument(str("the checkpoint holds ", all_states.size(), " data stream states, the run has ",
-                                streams_, " streams"));
+    return invalid_argument(
+        str("the checkpoint holds ", all_states.size(), " data stream states, the run has ", streams_, " streams"));
   for (size_t k = 0; k < hosted_.size(); ++k)
-    VLM_RETURN_IF_ERROR(loaders_[k]->restore(all_states[static_cast<size_t>(hosted_[k])])
+    VLM_RETURN_IF_ERROR(loaders_[k]
+                            ->restore(all_states[static_cast<size_t>(hosted_[k])])
                             .with_context(str("data stream ", hosted_[k])));
   return Status();
 }

@@ -21,7 +21,7 @@ namespace vlm {
 // states and counters right after the last of them: what a checkpoint of this step records.
 struct StreamStepBatches {
   std::vector<PackedBatch> micro;
-  int64_t target_tokens = 0;  // loss rows over all micro-batches
+  int64_t target_tokens = 0;        // loss rows over all micro-batches
   std::vector<std::string> states;  // each hosted stream's, in hosted order
   LoaderCounters counters;          // summed over the hosted streams
   Status error;  // a loader error, returned when the step that needs these batches starts (as without read-ahead)

@@ -20,9 +20,12 @@ Expected<FsdpStrategy> parse_fsdp_strategy(const std::string& name) {
 
 const char* fsdp_strategy_name(FsdpStrategy strategy) {
   switch (strategy) {
-    case FsdpStrategy::no_shard: return "no_shard";
-    case FsdpStrategy::shard_grad_op: return "shard_grad_op";
-    case FsdpStrategy::full_shard: return "full_shard";
+    case FsdpStrategy::no_shard:
+      return "no_shard";
+    case FsdpStrategy::shard_grad_op:
+      return "shard_grad_op";
+    case FsdpStrategy::full_shard:
+      return "full_shard";
   }
   return "?";
 }
@@ -263,14 +266,12 @@ void Fsdp::run_acquire(int unit, UnitUse use) {
       }
     }
   }
-  if (use != UnitUse::forward && units_[static_cast<size_t>(unit)].trainable && s.grad_refs++ == 0)
-    alloc_grads(unit);
+  if (use != UnitUse::forward && units_[static_cast<size_t>(unit)].trainable && s.grad_refs++ == 0) alloc_grads(unit);
 }
 
 void Fsdp::run_release(int unit, UnitUse use) {
   UnitState& s = state_[static_cast<size_t>(unit)];
-  if (use != UnitUse::forward && units_[static_cast<size_t>(unit)].trainable && --s.grad_refs == 0)
-    reduce_grads(unit);
+  if (use != UnitUse::forward && units_[static_cast<size_t>(unit)].trainable && --s.grad_refs == 0) reduce_grads(unit);
   if (use == UnitUse::gradients) {
     // The unit's backward is over (the embedding's): weights kept since the forward (shard_grad_op) go too.
     if (sharded() && s.weight_refs == 0) free_weights(unit);
@@ -303,8 +304,8 @@ void Fsdp::point_weights(int unit, const Tensor& full) {
       continue;
     }
     int64_t n = 0;
-    for (const Param* part : pack->parts) n += u.shapes[static_cast<size_t>(
-        std::find(u.params.begin(), u.params.end(), part) - u.params.begin())].numel();
+    for (const Param* part : pack->parts)
+      n += u.shapes[static_cast<size_t>(std::find(u.params.begin(), u.params.end(), part) - u.params.begin())].numel();
     Tensor view = full.slice(0, u.pack_offsets[i], u.pack_offsets[i] + n);
     pack->value = view;
     pack->compute = bf16 ? view : Tensor();
@@ -535,11 +536,12 @@ FsdpMemory Fsdp::memory_formula(int grad_accum) const {
     // Consecutive units whose weights the schedule reads (the forward, then the backward).
     std::vector<int> order;
     for (const UnitEvent& e : schedule_)
-      if (e.acquire && e.use != UnitUse::gradients && (order.empty() || order.back() != e.unit)) order.push_back(e.unit);
+      if (e.acquire && e.use != UnitUse::gradients && (order.empty() || order.back() != e.unit))
+        order.push_back(e.unit);
     for (size_t i = 0; i + 1 < order.size(); ++i)
-      m.gathered_peak = std::max<uint64_t>(
-          m.gathered_peak, b * static_cast<uint64_t>(units_[static_cast<size_t>(order[i])].padded +
-                                                     units_[static_cast<size_t>(order[i + 1])].padded));
+      m.gathered_peak = std::max<uint64_t>(m.gathered_peak,
+                                           b * static_cast<uint64_t>(units_[static_cast<size_t>(order[i])].padded +
+                                                                     units_[static_cast<size_t>(order[i + 1])].padded));
   }
   m.grad_buffers_peak = 4 * largest_trainable;
   if (options_.reduce_dtype == DType::bf16) {

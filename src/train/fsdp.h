@@ -44,13 +44,13 @@ struct FsdpOptions {
 // Bytes this rank holds for training, by category (memory.json): measured from the buffers it holds (the peaks:
 // the largest totals of transient buffers alive at once since reset_peaks()), or predicted by the formula.
 struct FsdpMemory {
-  uint64_t parameters = 0;          // f32 master weights kept (this rank's shards; all of them under no_shard)
-  uint64_t compute_copies = 0;      // bf16 copies of them (bf16 mode)
-  uint64_t gradients = 0;           // f32 gradients kept (shards; all under no_shard)
-  uint64_t optimizer = 0;           // AdamW's m and v of the trainable elements kept
-  uint64_t gathered_peak = 0;       // full unit weights gathered at once (the compute copies FSDP makes)
-  uint64_t grad_buffers_peak = 0;   // full unit gradients alive at once (before their reduce-scatter)
-  uint64_t comm_buffers_peak = 0;   // reduce-scatter staging (bf16 wire buffers, the accumulation scratch)
+  uint64_t parameters = 0;         // f32 master weights kept (this rank's shards; all of them under no_shard)
+  uint64_t compute_copies = 0;     // bf16 copies of them (bf16 mode)
+  uint64_t gradients = 0;          // f32 gradients kept (shards; all under no_shard)
+  uint64_t optimizer = 0;          // AdamW's m and v of the trainable elements kept
+  uint64_t gathered_peak = 0;      // full unit weights gathered at once (the compute copies FSDP makes)
+  uint64_t grad_buffers_peak = 0;  // full unit gradients alive at once (before their reduce-scatter)
+  uint64_t comm_buffers_peak = 0;  // reduce-scatter staging (bf16 wire buffers, the accumulation scratch)
   uint64_t total() const {
     return parameters + compute_copies + gradients + optimizer + gathered_peak + grad_buffers_peak + comm_buffers_peak;
   }
@@ -139,7 +139,7 @@ class Fsdp final : public UnitHooks {
  private:
   struct UnitState {
     Tensor shard_value, shard_grad, shard_compute;  // [shard] this rank's f32 masters, f32 gradients, bf16 copies
-    Tensor full_weights, full_grads;                 // [padded] while gathered / while its backward runs
+    Tensor full_weights, full_grads;                // [padded] while gathered / while its backward runs
     int weight_refs = 0, grad_refs = 0;
     bool resident = false;
     bool grad_written = false;  // this step's first reduction overwrites the shard, later ones add
@@ -169,7 +169,7 @@ class Fsdp final : public UnitHooks {
   FsdpOptions options_;
   std::vector<FsdpUnitLayout> units_;
   std::vector<UnitState> state_;
-  std::deque<Param> segments_;    // optimizer_params() of the sharded strategies
+  std::deque<Param> segments_;  // optimizer_params() of the sharded strategies
   std::vector<Segment> segment_info_;
   std::vector<UnitEvent> schedule_;
   size_t cursor_ = 0;

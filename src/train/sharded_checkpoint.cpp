@@ -121,8 +121,8 @@ Expected<CheckpointTensors> CheckpointTensors::open(const std::string& dir) {
         t.pieces_[name].push_back(p);
       }
       if (covered != t.shapes_[name].numel())
-        return parse_error(str(where, ": ", name, ": pieces hold ", covered, " of ", t.shapes_[name].numel(),
-                               " elements"));
+        return parse_error(
+            str(where, ": ", name, ": pieces hold ", covered, " of ", t.shapes_[name].numel(), " elements"));
     }
   } catch (const nlohmann::json::exception& e) {
     return parse_error(where + ": " + e.what());
@@ -138,8 +138,10 @@ const Shape* CheckpointTensors::shape(const std::string& name) const {
 Expected<const SafetensorsFile*> CheckpointTensors::file(bool optimizer, int rank) {
   auto& slot = files_[{optimizer, rank}];
   if (!slot) {
-    const std::string path =
-        dir_ + "/" + (sharded_ ? shard_file(optimizer, rank) : optimizer ? "optimizer.safetensors" : "model.safetensors");
+    const std::string path = dir_ + "/" +
+                             (sharded_    ? shard_file(optimizer, rank)
+                              : optimizer ? "optimizer.safetensors"
+                                          : "model.safetensors");
     VLM_ASSIGN_OR_RETURN(SafetensorsFile f, safetensors_load(path));
     slot = std::make_shared<SafetensorsFile>(std::move(f));
   }
@@ -162,10 +164,11 @@ Status CheckpointTensors::read(const std::string& name, const std::string& suffi
     VLM_ASSIGN_OR_RETURN(const SafetensorsFile* f, file(optimizer, p.rank));
     auto t = f->tensors.find(name + suffix);
     if (t == f->tensors.end())
-      return not_found(str(dir_, ": ", sharded_ ? shard_file(optimizer, p.rank) : "", " holds no tensor ", name, suffix));
+      return not_found(
+          str(dir_, ": ", sharded_ ? shard_file(optimizer, p.rank) : "", " holds no tensor ", name, suffix));
     if (t->second.dtype() != DType::f32 || t->second.numel() != p.numel)
-      return parse_error(str(dir_, ": ", name, suffix, " of rank ", p.rank, " is ", t->second.describe(), ", expected f32 of ",
-                             p.numel, " elements"));
+      return parse_error(str(dir_, ": ", name, suffix, " of rank ", p.rank, " is ", t->second.describe(),
+                             ", expected f32 of ", p.numel, " elements"));
     const float* src = t->second.data<float>();
     std::copy(src + (from - p.begin), src + (to - p.begin), dst + (from - begin));
   }
@@ -188,8 +191,8 @@ Status load_model_and_optimizer(const std::string& dir, Fsdp& fsdp, AdamW& opt) 
       return n;
     }() : p->value.numel();
     if (shape->numel() != want)
-      return invalid_argument(str(dir, ": ", full.name, " has shape ", shape->to_string(), " in the checkpoint, ",
-                                  want, " elements in the model"));
+      return invalid_argument(str(dir, ": ", full.name, " has shape ", shape->to_string(), " in the checkpoint, ", want,
+                                  " elements in the model"));
     Tensor flat = p->value.view({p->value.numel()});
     VLM_RETURN_IF_ERROR(ckpt.read(full.name, "", fsdp.segment_begin(*p), flat));
   }

@@ -6,14 +6,14 @@
 //   fsdp_driver reference DATA WORLD STEPS ACCUM      prints "step loss" for every step: one process reading the
 //                                                     WORLD ranks' shares (rank order) and summing the ranks'
 //                                                     gradients in rank order, as the collectives do
-//   fsdp_driver reshard DATA SRC_CHECKPOINT DST_RUN_DIR STRATEGY   loads a checkpoint (any layout and world size) onto this
+//   fsdp_driver reshard DATA SRC_CHECKPOINT DST_RUN_DIR STRATEGY   loads a checkpoint (any layout and world size) onto
+//   this
 //                                                     launch's ranks under STRATEGY and saves it again
 //   fsdp_driver dump CHECKPOINT                       one line per full tensor (weights, moments): name and an
 //                                                     FNV-1a hash of its bytes, then the optimizer step
 // train prints "rank r: step S loss L" at the end; exit status 1 on an error (printed).
 #include <cblas.h>
 #include <omp.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,8 +27,8 @@
 #include "kernels/ops.h"
 #include "train/data_parallel.h"
 #include "train/device_batch.h"
-#include "train/sharded_checkpoint.h"
 #include "train/optimizer.h"
+#include "train/sharded_checkpoint.h"
 #include "train/trainer.h"
 #include "train_fixture.h"
 
@@ -119,11 +119,12 @@ int reshard(const std::string& data, const std::string& src, const std::string& 
   vlm::AdamW opt((*fsdp)->optimizer_params(), c.train.adamw);
   if (vlm::Status s = vlm::load_model_and_optimizer(src, **fsdp, opt); !s.ok()) return fail(s);
   vlm::CheckpointManager ckpt(dst + "/checkpoints", 3);
-  const vlm::Status s = vlm::save_checkpoint_all_ranks(ckpt, opt.steps_taken(), **fsdp, opt, [&](const std::string& dir) {
-    auto bytes = vlm::read_file_bytes(src + "/trainer_state.json");
-    if (!bytes.ok()) return bytes.status();
-    return vlm::write_file_atomic(dir + "/trainer_state.json", bytes->data(), bytes->size());
-  });
+  const vlm::Status s =
+      vlm::save_checkpoint_all_ranks(ckpt, opt.steps_taken(), **fsdp, opt, [&](const std::string& dir) {
+        auto bytes = vlm::read_file_bytes(src + "/trainer_state.json");
+        if (!bytes.ok()) return bytes.status();
+        return vlm::write_file_atomic(dir + "/trainer_state.json", bytes->data(), bytes->size());
+      });
   if (!s.ok()) return fail(s);
   std::printf("rank %d: resharded onto %d rank(s), %s\n", dp->rank(), dp->size(), strategy_name.c_str());
   return 0;
@@ -157,10 +158,12 @@ int main(int argc, char** argv) {
   }
   if (mode == "reshard" && argc > 5) return reshard(argv[2], argv[3], argv[4], argv[5]);
   if (mode == "dump" && argc > 2) return dump(argv[2]);
-  if (mode == "reference" && argc > 5) return reference(argv[2], std::stoi(argv[3]), std::stoll(argv[4]), std::stoi(argv[5]));
+  if (mode == "reference" && argc > 5)
+    return reference(argv[2], std::stoi(argv[3]), std::stoll(argv[4]), std::stoi(argv[5]));
   if (mode != "train" || argc < 7) {
-    std::fprintf(stderr, "usage: fsdp_driver prepare DATA | train DATA RUN_DIR STRATEGY STEPS ACCUM [options] | "
-                         "reference DATA WORLD STEPS ACCUM\n");
+    std::fprintf(stderr,
+                 "usage: fsdp_driver prepare DATA | train DATA RUN_DIR STRATEGY STEPS ACCUM [options] | "
+                 "reference DATA WORLD STEPS ACCUM\n");
     return 2;
   }
   vlm::TrainerOptions o;
@@ -191,7 +194,6 @@ int main(int argc, char** argv) {
     std::printf("rank %d: error: %s\n", vlm::log_rank(), r.status().message().c_str());
     return 1;
   }
-  std::printf("rank %d: step %lld loss %.17g\n", vlm::log_rank(), static_cast<long long>(r->final_step),
-              r->final_loss);
+  std::printf("rank %d: step %lld loss %.17g\n", vlm::log_rank(), static_cast<long long>(r->final_step), r->final_loss);
   return 0;
 }

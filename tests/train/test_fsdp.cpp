@@ -104,14 +104,17 @@ TEST(Fsdp, StrategyNamesAndBadIndexesAreClearErrors) {
   };
   write("{not json");
   EXPECT_NE(error_of().find("not a sharded checkpoint index"), std::string::npos) << error_of();
-  write(R"({"world_size": 2, "params": [{"name": "w", "shape": [4], "pieces": [{"rank": 0, "begin": 0, "numel": 2}]}]})");
+  write(
+      R"({"world_size": 2, "params": [{"name": "w", "shape": [4], "pieces": [{"rank": 0, "begin": 0, "numel": 2}]}]})");
   EXPECT_NE(error_of().find("w: pieces hold 2 of 4 elements"), std::string::npos) << error_of();
-  write(R"({"world_size": 2, "params": [{"name": "w", "shape": [4], "pieces": [{"rank": 5, "begin": 0, "numel": 4}]}]})");
+  write(
+      R"({"world_size": 2, "params": [{"name": "w", "shape": [4], "pieces": [{"rank": 5, "begin": 0, "numel": 4}]}]})");
   EXPECT_NE(error_of().find("do not tile"), std::string::npos) << error_of();
   write(R"({"world_size": 2, "params": [{"name": "w", "shape": "four", "pieces": []}]})");
   EXPECT_NE(error_of().find(kFsdpIndexFile), std::string::npos) << error_of();
   // A valid index whose shard file is missing: the read names the file.
-  write(R"({"world_size": 1, "params": [{"name": "w", "shape": [4], "pieces": [{"rank": 0, "begin": 0, "numel": 4}]}]})");
+  write(
+      R"({"world_size": 1, "params": [{"name": "w", "shape": [4], "pieces": [{"rank": 0, "begin": 0, "numel": 4}]}]})");
   Expected<CheckpointTensors> t = CheckpointTensors::open(dir);
   ASSERT_TRUE(t.ok());
   Tensor out = Tensor::empty({4}, DType::f32);
