@@ -1,7 +1,7 @@
 // FSDP training under mpirun, for fsdp_test.sh: the test fixture's tiny model trained by every rank of the launch
 // with a train.fsdp strategy, and the losses one process computes for the same samples.
 //   fsdp_driver prepare DATA                          writes the dataset and tokenizer once (before the ranks start)
-//   fsdp_driver train DATA RUN_DIR STRATEGY STEPS ACCUM [stop=N] [resume] [reduce=bf16] [ckpt=N] [freeze=PART]
+//   fsdp_driver train DATA RUN_DIR STRATEGY STEPS ACCUM [stop=N] [resume] [reduce=bf16] [ckpt=N] [freeze=PART] [tied]
 //                                                     [recompute]
 //   fsdp_driver reference DATA WORLD STEPS ACCUM      prints "step loss" for every step: one process reading the
 //                                                     WORLD ranks' shares (rank order) and summing the ranks'
@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
     if (a.rfind("ckpt=", 0) == 0) o.config.train.ckpt_every = std::stoll(a.substr(5));
     if (a.rfind("freeze=", 0) == 0) o.config.train.freeze.push_back(a.substr(7));
     if (a == "recompute") o.config.train.recompute = "blocks";
+    if (a == "tied") o.config.model.text.tie_embeddings = true;  // the LM head shares the embeddings' unit
   }
   if (const char* pid_dir = std::getenv("FSDP_TEST_PID_DIR")) {  // the kill test finds each rank's process here
     const vlm::Expected<vlm::dist::LaunchInfo> info = vlm::dist::launch_info_from_env();

@@ -101,6 +101,8 @@ compare("-np 2 full_shard, bf16 gradient reduction", losses(train(2, "bf16", "fu
         reference(2, 20, 1), 1e-3)
 frozen = [losses(train(2, f"frozen_{s}", s, 10, 1, "freeze=vision", "recompute")) for s in ("no_shard", "full_shard")]
 compare("-np 2 full_shard with vision frozen and blocks recomputed, against no_shard", frozen[1], frozen[0], 0)
+tied = [losses(train(2, f"tied_{s}", s, 10, 1, "tied")) for s in ("no_shard", "full_shard")]
+compare("-np 2 full_shard with the LM head tied to the embeddings, against no_shard", tied[1], tied[0], 0)
 
 # Memory per rank (memory.json, first step): every category measured from the buffers the rank holds, against the
 # formula computed here from the units' sizes alone (docs/fsdp.md), within 10%.
