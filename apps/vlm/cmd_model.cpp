@@ -16,6 +16,7 @@
 #include "model/model_forward.h"
 #include "model/model_io.h"
 #include "train/checkpoint.h"
+#include "train/sharded_checkpoint.h"
 #include "train/train_config.h"
 
 namespace vlm::cli {
@@ -118,7 +119,7 @@ Expected<AnyModel> load_any_model(const std::string& path) {
   }
   VLM_ASSIGN_OR_RETURN(RunConfig config, load_run_config(run_dir + "/config.toml", {}));
   out.model = std::make_unique<VlmModel>(config.model, Device::cpu());
-  VLM_RETURN_IF_ERROR(out.model->params().load(checkpoint + "/model.safetensors"));
+  VLM_RETURN_IF_ERROR(load_checkpoint_weights(checkpoint, out.model->params()));  // replicated or sharded layout
   out.tokenizer = config.data.tokenizer;
   out.chat_template = config.data.chat_template;
   return out;

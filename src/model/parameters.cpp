@@ -23,6 +23,20 @@ Expected<ParamGroup> parse_param_group(const std::string& name) {
   return invalid_argument("unknown model part '" + name + "' (vision, projector, text)");
 }
 
+const char* unit_use_name(UnitUse use) {
+  switch (use) {
+    case UnitUse::forward: return "forward";
+    case UnitUse::backward: return "backward";
+    case UnitUse::gradients: return "gradients";
+  }
+  return "?";
+}
+
+int ParameterStore::begin_unit(const std::string& name) {
+  unit_names_.push_back(name);
+  return static_cast<int>(unit_names_.size()) - 1;
+}
+
 void Param::sync_compute() {
   if (compute.defined()) ops::cast(compute, value);
 }
@@ -81,6 +95,7 @@ std::vector<ParamPack*> ParameterStore::add_packed(const std::vector<PackPart>& 
     ParamPack* pack = packs[static_cast<size_t>(part.pack)];
     Param p{part.name, group, Tensor(), Tensor(), part.decay, true, Tensor()};
     p.pack = pack;
+    p.unit = unit_names_.empty() ? -1 : static_cast<int>(unit_names_.size()) - 1;
     p.pack_offset = offsets[static_cast<size_t>(part.pack)];
     offsets[static_cast<size_t>(part.pack)] += part.shape.numel();
     p.value = pack->value.slice(0, p.pack_offset, p.pack_offset + part.shape.numel()).view(part.shape);
@@ -98,6 +113,7 @@ Param* ParameterStore::add(const std::string& name, ParamGroup group, const Shap
   params_.push_back(Param{name, group, Tensor::zeros(shape, DType::f32, device), Tensor::zeros(shape, DType::f32, device),
                           decay, true, Tensor()});
   Param* p = &params_.back();
+  p->unit = unit_names_.empty() ? -1 : static_cast<int>(unit_names_.size()) - 1;
   if (compute_dtype_ != DType::f32) p->compute = Tensor::zeros(shape, compute_dtype_, device);
   by_name_[name] = p;
   return p;

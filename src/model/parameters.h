@@ -29,6 +29,7 @@ struct Param {
   Tensor compute;     // bf16 copy of `value` in bf16 mode; undefined in fp32 mode
   struct ParamPack* pack = nullptr;  // when packed: the buffers value/grad/compute are views into
   int64_t pack_offset = 0;           // ... starting at this element
+  int unit = -1;                     // the sharding unit it belongs to (ParameterStore::begin_unit); -1: none
 
   // The weights the ops read: the compute copy when there is one, else the master weights.
   const Tensor& weight() const { return compute.defined() ? compute : value; }
@@ -56,6 +57,27 @@ struct PackPart {
 
 struct LoadPolicy;  // model/hf_weights.h
 
+// Sharded training (FSDP, src/train) keeps each unit's weights (a transformer block, the embeddings, ...) gathered
+// only while they are used and reduces its gradients as soon as they are complete. The model's parts declare the
+// units (ParameterStore::begin_unit) and bracket every use of a unit with UnitScope, which calls the store's hooks
+// when a trainer set them and does nothing otherwise.
+enum class UnitUse {
+  forward,    // reads the weights
+  backward,   // reads the weights and accumulates (+=) into the gradients of its trainable parameters
+  gradients,  // accumulates into the gradients only (the embedding's backward)
+};
+const char* unit_use_name(UnitUse use);
+
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  // Before the use: the unit's Param::value (and compute) hold its full weights, and for backward / gradients its
+  // trainable parameters' Param::grad hold full-size buffers to accumulate into.
+  virtual void acquire(int unit, UnitUse use) = 0;
+  // After it: the weights may be freed, and the gradients (once the last use that writes them ends) reduced.
+  virtual void release(int unit, UnitUse use) = 0;
+};
+
 class ParameterStore {
  public:
   // f32 (default) or bf16: the dtype of the weights the ops read, and so of every activation of the model. bf16
@@ -71,6 +93,13 @@ class ParameterStore {
   // the `num_packs` packs (pointers stay valid for the store's lifetime).
   std::vector<ParamPack*> add_packed(const std::vector<PackPart>& parts, int num_packs, ParamGroup group,
                                      Device device);
+  // Parameters added from now on belong to unit `name` (the next unit id, returned).
+  int begin_unit(const std::string& name);
+  const std::vector<std::string>& unit_names() const { return unit_names_; }
+  // Hooks called by UnitScope (null: none). Not owned.
+  void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
+  UnitHooks* unit_hooks() const { return hooks_; }
+
   Param* find(const std::string& name);
   const Param* find(const std::string& name) const;
   std::deque<Param>& all() { return params_; }
@@ -96,6 +125,28 @@ class ParameterStore {
   std::deque<ParamPack> packs_;
   std::map<std::string, Param*> by_name_;
   DType compute_dtype_ = DType::f32;
+  std::vector<std::string> unit_names_;
+  UnitHooks* hooks_ = nullptr;
+};
+
+// Brackets one use of a unit (see UnitHooks): acquire now, release at the end of the scope (or at release()).
+class UnitScope {
+ public:
+  UnitScope(const ParameterStore& store, int unit, UnitUse use) : hooks_(store.unit_hooks()), unit_(unit), use_(use) {
+    if (hooks_) hooks_->acquire(unit_, use_);
+  }
+  ~UnitScope() { release(); }
+  void release() {
+    if (hooks_) hooks_->release(unit_, use_);
+    hooks_ = nullptr;
+  }
+  UnitScope(const UnitScope&) = delete;
+  UnitScope& operator=(const UnitScope&) = delete;
+
+ private:
+  UnitHooks* hooks_;
+  int unit_;
+  UnitUse use_;
 };
 
 }  // namespace vlm

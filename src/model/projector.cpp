@@ -6,7 +6,9 @@
 namespace vlm {
 
 Projector::Projector(ParameterStore& store, const ModelConfig& c, Device device)
-    : factor_(c.projector.pixel_shuffle),
+    : store_(&store),
+      unit_(store.begin_unit("projector")),
+      factor_(c.projector.pixel_shuffle),
       n_patches_(c.vision.n_patches()),
       vision_hidden_(c.vision.hidden),
       mlp_(c.projector.mlp_hidden > 0) {
@@ -22,6 +24,7 @@ Projector::Projector(ParameterStore& store, const ModelConfig& c, Device device)
 }
 
 Tensor Projector::forward(const Tensor& features, Saved& s) const {
+  const UnitScope unit(*store_, unit_, UnitUse::forward);
   const int64_t N = features.dim(0) / n_patches_;
   const int64_t tokens = n_patches_ / (factor_ * factor_);
   const int64_t width = static_cast<int64_t>(vision_hidden_) * factor_ * factor_;
@@ -37,6 +40,7 @@ Tensor Projector::forward(const Tensor& features, Saved& s) const {
 
 Tensor Projector::backward(const Tensor& dtokens, const Saved& s, bool need_dx) const {
   Tensor dshuffled;
+  UnitScope unit(*store_, unit_, UnitUse::backward);
   if (!mlp_) {
     dshuffled = proj_.backward(dtokens, s.shuffled, need_dx);
   } else {
@@ -45,6 +49,7 @@ Tensor Projector::backward(const Tensor& dtokens, const Saved& s, bool need_dx) 
     ops::gelu_tanh_backward(d_fc1, d_act, s.fc1_out);
     dshuffled = fc1_.backward(d_fc1, s.shuffled, need_dx);
   }
+  unit.release();
   if (!need_dx) return Tensor();
   const int64_t tokens = n_patches_ / (factor_ * factor_);
   const int64_t N = s.shuffled.dim(0) / tokens;

@@ -18,8 +18,11 @@ class Projector {
   Tensor forward(const Tensor& features, Saved& saved) const;
   // Returns dfeatures [N * P, Dv] (when need_dx); accumulates parameter grads.
   Tensor backward(const Tensor& dtokens, const Saved& saved, bool need_dx) const;
+  int unit() const { return unit_; }  // the projector is one sharding unit
 
  private:
+  const ParameterStore* store_;  // its unit hooks (UnitScope)
+  int unit_ = -1;                // the projector is one sharding unit
   int factor_, n_patches_, vision_hidden_;
   bool mlp_;
   Linear proj_, fc1_, fc2_;

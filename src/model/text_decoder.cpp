@@ -5,14 +5,16 @@
 
 namespace vlm {
 
-TextDecoder::TextDecoder(ParameterStore& store, const TextConfig& c, Device device) : config_(c) {
+TextDecoder::TextDecoder(ParameterStore& store, const TextConfig& c, Device device) : config_(c), store_(&store) {
   const std::string root = "model.text_model.";
   const ParamGroup g = ParamGroup::text;
+  embed_unit_ = store.begin_unit("text.embed_tokens");
   embed_ = store.add(root + "embed_tokens.weight", g, {c.vocab_size, c.hidden}, false, device);
   AttentionShape shape{c.heads, c.kv_heads, c.head_dim(), /*causal=*/true, /*rope=*/true, c.rope_theta};
   for (int i = 0; i < c.layers; ++i) {
     const std::string p = root + "layers." + std::to_string(i) + ".";
     Block b;
+    b.unit = store.begin_unit("text.layers." + std::to_string(i));
     b.n1 = RMSNorm::create(store, p + "input_layernorm", g, c.hidden, c.rms_eps, device);
     b.attn = SelfAttention::create(store, p + "self_attn", "o_proj", g, c.hidden, shape, c.qkv_bias, false, device);
     b.n2 = RMSNorm::create(store, p + "post_attention_layernorm", g, c.hidden, c.rms_eps, device);
@@ -21,21 +23,32 @@ TextDecoder::TextDecoder(ParameterStore& store, const TextConfig& c, Device devi
     b.down = Linear::create(store, p + "mlp.down_proj", g, c.intermediate, c.hidden, false, device);
     blocks_.push_back(b);
   }
+  norm_unit_ = store.begin_unit("text.norm");
   final_norm_ = RMSNorm::create(store, root + "norm", g, c.hidden, c.rms_eps, device);
   if (c.tie_embeddings) {
     lm_head_.w = embed_;
+    lm_head_unit_ = embed_unit_;
   } else {
+    lm_head_unit_ = store.begin_unit("text.lm_head");
     lm_head_ = Linear::create(store, "lm_head", g, c.hidden, c.vocab_size, false, device);
   }
 }
 
+std::vector<int> TextDecoder::block_units() const {
+  std::vector<int> units;
+  for (const Block& b : blocks_) units.push_back(b.unit);
+  return units;
+}
+
 Tensor TextDecoder::embed(const Tensor& tokens) const {
+  const UnitScope unit(*store_, embed_unit_, UnitUse::forward);
   Tensor x = new_like({tokens.dim(0), config_.hidden}, embed_->weight());
   ops::embedding_forward(x, embed_->weight(), tokens);
   return x;
 }
 
 void TextDecoder::embed_backward(const Tensor& dx0, const Tensor& tokens) const {
+  const UnitScope unit(*store_, embed_unit_, UnitUse::gradients);
   if (embed_->trainable) ops::embedding_backward(embed_->grad, dx0, tokens);
 }
 
@@ -44,6 +57,7 @@ Tensor TextDecoder::forward(const Tensor& x0, const SeqInfo& seq, Saved& s) cons
   s.blocks.assign(blocks_.size(), {});
   s.recompute = recompute_blocks_;
   for (size_t i = 0; i < blocks_.size(); ++i) {
+    const UnitScope unit(*store_, blocks_[i].unit, UnitUse::forward);
     if (s.recompute) {
       BlockSaved full;  // freed at the end of the block: only the input stays
       x = block_forward(blocks_[i], x, seq, full, true);
@@ -53,6 +67,7 @@ Tensor TextDecoder::forward(const Tensor& x0, const SeqInfo& seq, Saved& s) cons
     }
   }
   s.pre_final = x;
+  const UnitScope unit(*store_, norm_unit_, UnitUse::forward);
   return final_norm_.forward(x, s.final_norm);
 }
 
@@ -70,9 +85,14 @@ Tensor TextDecoder::block_forward(const Block& b, const Tensor& x, const SeqInfo
 }
 
 Tensor TextDecoder::backward(const Tensor& dhidden, const SeqInfo& seq, const Saved& s) const {
-  Tensor dx = final_norm_.backward(dhidden, s.pre_final, s.final_norm);
+  Tensor dx;
+  {
+    const UnitScope unit(*store_, norm_unit_, UnitUse::backward);
+    dx = final_norm_.backward(dhidden, s.pre_final, s.final_norm);
+  }
   for (size_t i = blocks_.size(); i-- > 0;) {
     const Block& b = blocks_[i];
+    const UnitScope unit(*store_, b.unit, UnitUse::backward);  // released after the overlap below joined
     BlockSaved redone;
     if (s.recompute) block_forward(b, s.blocks[i].x, seq, redone, false);
     const BlockSaved& bs = s.recompute ? redone : s.blocks[i];

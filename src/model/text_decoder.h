@@ -63,6 +63,11 @@ class TextDecoder {
   // its sequence's cached context (ops::paged_attention). The same parameters and ops as training; nothing saved.
   Tensor forward_paged(const Tensor& x0, const PagedStep& step, PagedKvCaches& caches, const Tensor& logit_rows) const;
   const Linear& lm_head() const { return lm_head_; }
+  // The sharding unit holding the LM head's weight: its own, or the embeddings' when tied.
+  int lm_head_unit() const { return lm_head_unit_; }
+  int embed_unit() const { return embed_unit_; }
+  std::vector<int> block_units() const;
+  int norm_unit() const { return norm_unit_; }
   const TextConfig& config() const { return config_; }
 
  private:
@@ -71,6 +76,7 @@ class TextDecoder {
     SelfAttention attn;
     PackedLinear gate_up;  // parts mlp.gate_proj, mlp.up_proj: one GEMM
     Linear down;
+    int unit = -1;
   };
   // One block on x [T, hidden]: fills `saved` (saved.x = x) and returns the block's output; with need_output false
   // (recomputation before the backward) stops after the last activation the backward reads.
@@ -78,6 +84,8 @@ class TextDecoder {
                        bool need_output) const;
 
   TextConfig config_;
+  const ParameterStore* store_;  // its unit hooks (UnitScope)
+  int embed_unit_ = -1, norm_unit_ = -1, lm_head_unit_ = -1;  // sharding units besides the blocks'
   bool recompute_blocks_ = false;
   Param* embed_ = nullptr;  // [V, hidden]
   std::vector<Block> blocks_;

@@ -7,9 +7,11 @@
 
 namespace vlm {
 
-VisionTransformer::VisionTransformer(ParameterStore& store, const VisionConfig& c, Device device) : config_(c) {
+VisionTransformer::VisionTransformer(ParameterStore& store, const VisionConfig& c, Device device)
+    : config_(c), store_(&store) {
   const std::string root = "model.vision_model.";
   const ParamGroup g = ParamGroup::vision;
+  stem_unit_ = store.begin_unit("vision.embeddings");
   patch_w_ = store.add(root + "embeddings.patch_embedding.weight", g, {c.hidden, c.channels, c.patch_size, c.patch_size},
                        true, device);
   patch_b_ = store.add(root + "embeddings.patch_embedding.bias", g, {c.hidden}, false, device);
@@ -18,6 +20,7 @@ VisionTransformer::VisionTransformer(ParameterStore& store, const VisionConfig& 
   for (int i = 0; i < c.layers; ++i) {
     const std::string p = root + "encoder.layers." + std::to_string(i) + ".";
     Block b;
+    b.unit = store.begin_unit("vision.layers." + std::to_string(i));
     b.ln1 = LayerNorm::create(store, p + "layer_norm1", g, c.hidden, c.ln_eps, device);
     b.attn = SelfAttention::create(store, p + "self_attn", "out_proj", g, c.hidden, shape, true, true, device);
     b.ln2 = LayerNorm::create(store, p + "layer_norm2", g, c.hidden, c.ln_eps, device);
@@ -25,11 +28,13 @@ VisionTransformer::VisionTransformer(ParameterStore& store, const VisionConfig& 
     b.fc2 = Linear::create(store, p + "mlp.fc2", g, c.mlp_hidden, c.hidden, true, device);
     blocks_.push_back(b);
   }
+  post_unit_ = store.begin_unit("vision.post_layernorm");
   post_ln_ = LayerNorm::create(store, root + "post_layernorm", g, c.hidden, c.ln_eps, device);
 }
 
 Tensor VisionTransformer::forward(const Tensor& images_in, Saved& s) const {
   // Images arrive f32 (loader, eval); in bf16 mode they are cast once, on the device, to the compute dtype.
+  UnitScope stem(*store_, stem_unit_, UnitUse::forward);
   const DType dt = patch_w_->weight().dtype();
   Tensor images = images_in;
   if (images.dtype() != dt) {
@@ -45,6 +50,7 @@ Tensor VisionTransformer::forward(const Tensor& images_in, Saved& s) const {
   Tensor x = new_like({T, D}, images);
   ops::linear_forward(x, s.patches, patch_w_->weight().view({D, K}), patch_b_->weight());
   ops::add_rows_broadcast(x, pos_->weight());
+  stem.release();
 
   // Every image is one sequence of P patches.
   std::vector<int32_t> cu(static_cast<size_t>(N + 1));
@@ -56,6 +62,7 @@ Tensor VisionTransformer::forward(const Tensor& images_in, Saved& s) const {
   s.blocks.assign(blocks_.size(), {});
   s.recompute = recompute_blocks_;
   for (size_t i = 0; i < blocks_.size(); ++i) {
+    const UnitScope unit(*store_, blocks_[i].unit, UnitUse::forward);
     if (s.recompute) {
       BlockSaved full;  // freed at the end of the block: only the input stays
       x = block_forward(blocks_[i], x, s.seq, full, true);
@@ -65,6 +72,7 @@ Tensor VisionTransformer::forward(const Tensor& images_in, Saved& s) const {
     }
   }
   s.pre_final = x;
+  const UnitScope post(*store_, post_unit_, UnitUse::forward);
   return post_ln_.forward(x, s.final_ln);
 }
 
@@ -82,9 +90,14 @@ Tensor VisionTransformer::block_forward(const Block& b, const Tensor& x, const S
 }
 
 void VisionTransformer::backward(const Tensor& dfeatures, const Saved& s) const {
-  Tensor dx = post_ln_.backward(dfeatures, s.pre_final, s.final_ln);
+  Tensor dx;
+  {
+    const UnitScope post(*store_, post_unit_, UnitUse::backward);
+    dx = post_ln_.backward(dfeatures, s.pre_final, s.final_ln);
+  }
   for (size_t i = blocks_.size(); i-- > 0;) {
     const Block& b = blocks_[i];
+    const UnitScope unit(*store_, b.unit, UnitUse::backward);  // released after the overlap below joined
     BlockSaved redone;
     if (s.recompute) block_forward(b, s.blocks[i].x, s.seq, redone, false);
     const BlockSaved& bs = s.recompute ? redone : s.blocks[i];
@@ -101,6 +114,7 @@ void VisionTransformer::backward(const Tensor& dfeatures, const Saved& s) const 
     dx = b.ln1.backward_add(d_ln1, dh, bs.x, bs.ln1);
   }
   // x0 = patches @ W^T + b + pos
+  const UnitScope stem(*store_, stem_unit_, UnitUse::backward);
   if (pos_->trainable) ops::add_rows_broadcast_backward(pos_->grad, dx);
   const int D = config_.hidden;
   const int64_t K = s.patches.dim(1);
@@ -108,6 +122,12 @@ void VisionTransformer::backward(const Tensor& dfeatures, const Saved& s) const 
   Tensor dw = patch_w_->trainable ? patch_w_->grad.view({D, K}) : Tensor();
   Tensor db = patch_b_->trainable ? patch_b_->grad : Tensor();
   ops::linear_backward(no_dx, dw, db, dx, s.patches, patch_w_->weight().view({D, K}));
+}
+
+std::vector<int> VisionTransformer::block_units() const {
+  std::vector<int> units;
+  for (const Block& b : blocks_) units.push_back(b.unit);
+  return units;
 }
 
 void VisionTransformer::init_position_embedding_sincos(float scale) {

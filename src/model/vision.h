@@ -42,12 +42,17 @@ class VisionTransformer {
   // Sets the (trainable) position embeddings to 2-D sine-cosine values of rms `scale` (MAE-style): patches start
   // out knowing their row and column, so spatial features need not be learned from nothing.
   void init_position_embedding_sincos(float scale);
+  // Sharding units: the embeddings (stem), the blocks in order, the final LayerNorm.
+  int stem_unit() const { return stem_unit_; }
+  std::vector<int> block_units() const;
+  int post_unit() const { return post_unit_; }
 
  private:
   struct Block {
     LayerNorm ln1, ln2;
     SelfAttention attn;
     Linear fc1, fc2;
+    int unit = -1;
   };
   // One block on x [T, D]: fills `saved` (saved.x = x) and returns the block's output; with need_output false
   // (recomputation before the backward) stops after the last activation the backward reads.
@@ -55,6 +60,8 @@ class VisionTransformer {
                        bool need_output) const;
 
   VisionConfig config_;
+  const ParameterStore* store_;  // its unit hooks (UnitScope)
+  int stem_unit_ = -1, post_unit_ = -1;  // sharding units: the patch and position embeddings; the final LayerNorm
   bool recompute_blocks_ = false;
   Param* patch_w_ = nullptr;  // [D, C, p, p]
   Param* patch_b_ = nullptr;  // [D]

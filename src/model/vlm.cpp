@@ -2,6 +2,7 @@
 #include "model/vlm.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "kernels/op_profile.h"
 #include "kernels/ops.h"
@@ -156,8 +157,12 @@ StepLoss VlmModel::forward_backward(const VlmInputs& in, float grad_scale) {
   }
 
   Tensor dhidden;  // the LM head's backward runs inside the chunked loss
+  // The LM head's unit; tied to the embeddings it stays acquired until the embedding's backward added its part, so
+  // the shared gradient is reduced once.
+  std::optional<UnitScope> head(std::in_place, params_, text_->lm_head_unit(), UnitUse::backward);
   const StepLoss out = loss_at_targets(hidden, in, grad_scale, &dhidden);
   if (out.tokens() == 0) return out;
+  if (!config_.text.tie_embeddings) head.reset();
 
   Tensor dx0;
   {
@@ -173,12 +178,51 @@ StepLoss VlmModel::forward_backward(const VlmInputs& in, float grad_scale) {
     ops::scatter_rows(dx0, zeros, in.image_rows);
   }
   text_->embed_backward(dx0, in.tokens);
+  head.reset();
   if (has_images && (train_projector || train_vision)) {
     const ops::profile::ProfileScope scope("vision_bwd");
     Tensor dfeatures = projector_->backward(dimage, ps, train_vision);
     if (train_vision) vision_->backward(dfeatures, vs);
   }
   return out;
+}
+
+std::vector<UnitEvent> VlmModel::unit_schedule() const {
+  std::vector<UnitEvent> events;
+  auto use = [&](int unit, UnitUse u) {
+    events.push_back({unit, u, true});
+    events.push_back({unit, u, false});
+  };
+  if (!text_) return events;
+  const bool vlm = projector_ != nullptr;
+  if (vlm) {
+    use(vision_->stem_unit(), UnitUse::forward);
+    for (int u : vision_->block_units()) use(u, UnitUse::forward);
+    use(vision_->post_unit(), UnitUse::forward);
+    use(projector_->unit(), UnitUse::forward);
+  }
+  use(text_->embed_unit(), UnitUse::forward);
+  for (int u : text_->block_units()) use(u, UnitUse::forward);
+  use(text_->norm_unit(), UnitUse::forward);
+  const bool tied = config_.text.tie_embeddings;
+  events.push_back({text_->lm_head_unit(), UnitUse::backward, true});
+  if (!tied) events.push_back({text_->lm_head_unit(), UnitUse::backward, false});
+  use(text_->norm_unit(), UnitUse::backward);
+  const std::vector<int> text_blocks = text_->block_units();
+  for (auto it = text_blocks.rbegin(); it != text_blocks.rend(); ++it) use(*it, UnitUse::backward);
+  use(text_->embed_unit(), UnitUse::gradients);
+  if (tied) events.push_back({text_->lm_head_unit(), UnitUse::backward, false});
+  const bool train_vision = group_trainable(params_, ParamGroup::vision);
+  if (vlm && (train_vision || group_trainable(params_, ParamGroup::projector))) {
+    use(projector_->unit(), UnitUse::backward);
+    if (train_vision) {
+      use(vision_->post_unit(), UnitUse::backward);
+      const std::vector<int> blocks = vision_->block_units();
+      for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) use(*it, UnitUse::backward);
+      use(vision_->stem_unit(), UnitUse::backward);
+    }
+  }
+  return events;
 }
 
 Tensor VlmModel::logits_at_rows(const VlmInputs& in, const Tensor& image_tokens, const Tensor& rows) {

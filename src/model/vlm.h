@@ -55,6 +55,14 @@ class StepLoss {
   int64_t tokens_ = 0;
 };
 
+// One step of the sequence of unit uses forward_backward brackets (UnitHooks): acquire or release of `unit`.
+struct UnitEvent {
+  int unit = -1;
+  UnitUse use = UnitUse::forward;
+  bool acquire = true;
+  bool operator==(const UnitEvent& o) const = default;
+};
+
 class VlmModel {
  public:
   // compute_dtype: f32 (default) or bf16 (CUDA only: the CPU backend computes in f32 and aborts on bf16).
@@ -78,6 +86,10 @@ class VlmModel {
   StepLoss forward_backward(const VlmInputs& in, float grad_scale);
   // Forward only.
   StepLoss forward_loss(const VlmInputs& in);
+  // The acquire/release events of forward_backward on a batch with images and target tokens, with the current
+  // trainable flags, in order. A batch without images or targets skips some of them: a sharded trainer runs the
+  // skipped ones' collectives anyway (without compute), so every rank issues the same collectives in the same order.
+  std::vector<UnitEvent> unit_schedule() const;
 
   // Image tokens for generation: images [N, C, H, W] -> [N * image_tokens, text hidden] in the compute dtype.
   Tensor encode_images(const Tensor& images);

@@ -20,7 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kManifest = "manifest.json";
-constexpr const char* kRequiredFiles[] = {"model.safetensors", "optimizer.safetensors", "trainer_state.json"};
 
 std::string step_name(int64_t step) {
   char buf[32];
@@ -73,12 +72,14 @@ Status write_manifest(const std::string& dir) {
 
 CheckpointManager::CheckpointManager(std::string dir, int keep_last) : dir_(std::move(dir)), keep_last_(keep_last) {}
 
+std::string CheckpointManager::staging_dir(int64_t step) const { return dir_ + "/" + step_name(step) + ".tmp"; }
+
 Status CheckpointManager::save(int64_t step, const std::function<Status(const std::string&)>& write_contents) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return io_error(dir_ + ": " + ec.message());
   const std::string final_dir = dir_ + "/" + step_name(step);
-  const std::string tmp_dir = final_dir + ".tmp";
+  const std::string tmp_dir = staging_dir(step);
   fs::remove_all(tmp_dir, ec);
   fs::create_directories(tmp_dir, ec);
   if (ec) return io_error(tmp_dir + ": " + ec.message());
@@ -167,8 +168,23 @@ Expected<CheckpointInfo> newest_valid_checkpoint(const std::string& run_dir, con
 Status CheckpointManager::verify(const CheckpointInfo& c) const {
   const std::string& d = c.path;
   std::error_code ec;
-  for (const char* f : kRequiredFiles)
+  // A sharded checkpoint lists its files in fsdp_index.json (train/sharded_checkpoint.h).
+  std::vector<std::string> weights = {"model.safetensors", "optimizer.safetensors"};
+  if (fs::is_regular_file(d + "/fsdp_index.json", ec)) {
+    Expected<std::vector<uint8_t>> index = read_file_bytes(d + "/fsdp_index.json");
+    if (!index.ok()) return index.status();
+    auto j = nlohmann::json::parse(index->begin(), index->end(), nullptr, false);
+    if (j.is_discarded() || !j.contains("files") || !j["files"].is_array())
+      return parse_error(str(d, "/fsdp_index.json: not a sharded checkpoint index (needs a \"files\" array)"));
+    weights.clear();
+    for (const auto& f : j["files"]) {
+      if (!f.is_string()) return parse_error(str(d, "/fsdp_index.json: a file name is not a string"));
+      weights.push_back(f.get<std::string>());
+    }
+  }
+  for (const std::string& f : weights)
     if (!fs::is_regular_file(d + "/" + f, ec)) return not_found(str(d, ": ", f, " is missing"));
+  if (!fs::is_regular_file(d + "/trainer_state.json", ec)) return not_found(str(d, ": trainer_state.json is missing"));
   if (fs::exists(d + "/" + kManifest, ec)) {
     Expected<std::vector<uint8_t>> bytes = read_file_bytes(d + "/" + kManifest);
     if (!bytes.ok()) return bytes.status();
@@ -185,7 +201,7 @@ Status CheckpointManager::verify(const CheckpointInfo& c) const {
                                have < want ? " (truncated)" : ""));
     }
   }
-  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+  for (const std::string& f : weights) {
     Expected<SafetensorsFile> st = safetensors_load(d + "/" + f);
     if (!st.ok()) return st.status();
   }

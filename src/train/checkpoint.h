@@ -1,5 +1,6 @@
 // Checkpoint folders: run_dir/checkpoints/step_00000200/{model.safetensors, optimizer.safetensors,
-// trainer_state.json, manifest.json}. A checkpoint is written into "step_XXXXXXXX.tmp" and renamed into place only
+// trainer_state.json, manifest.json}, or for sharded training {fsdp_index.json, model_shard_RRRRR.safetensors,
+// optimizer_shard_RRRRR.safetensors per rank, trainer_state.json, manifest.json} (train/sharded_checkpoint.h). A checkpoint is written into "step_XXXXXXXX.tmp" and renamed into place only
 // when complete (manifest.json, written last, records every file's size), then the `latest` file is replaced
 // atomically and all but the newest `keep_last` are pruned: each is first renamed to "step_XXXXXXXX.pruning", out of
 // the checkpoint namespace, then deleted, so a kill mid-delete never leaves a half-deleted folder that looks like a
@@ -35,8 +36,11 @@ class CheckpointManager {
  public:
   CheckpointManager(std::string dir, int keep_last);
 
-  // Writes the checkpoint of `step`: `write_contents` fills the temporary folder it is given.
+  // Writes the checkpoint of `step`: `write_contents` fills the temporary folder it is given (staging_dir(step)),
+  // created empty first. Several ranks write one checkpoint: rank 0 calls save() and, inside write_contents, waits
+  // at a barrier until the others wrote their files into staging_dir(step), so the rename covers all of them.
   Status save(int64_t step, const std::function<Status(const std::string& dir)>& write_contents);
+  std::string staging_dir(int64_t step) const;
   // Complete checkpoints, oldest first (temporary, pruning and damaged folders are ignored).
   std::vector<CheckpointInfo> list() const;
   // The newest complete checkpoint, or nullopt when there is none.

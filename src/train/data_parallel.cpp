@@ -1,8 +1,6 @@
 // Data-parallel training's collectives (see data_parallel.h).
 #include "train/data_parallel.h"
 
-#include <set>
-
 #include "core/logging.h"
 
 namespace vlm {
@@ -23,21 +21,6 @@ Expected<int64_t> DataParallel::global_tokens(int64_t mine) {
   Expected<int64_t> total = dist::all_reduce_value(*comm_, mine, dist::ReduceOp::sum);
   if (!total.ok()) return total.status().with_context("data parallel: target tokens");
   return *total;
-}
-
-Status DataParallel::sum_gradients(ParameterStore& params) {
-  if (!distributed()) return Status();
-  std::set<const ParamPack*> done;
-  for (Param& p : params.all()) {
-    if (!p.trainable) continue;
-    if (p.pack != nullptr) {
-      if (!done.insert(p.pack).second) continue;
-      VLM_RETURN_IF_ERROR(comm_->all_reduce(p.pack->grad, dist::ReduceOp::sum).with_context(p.name));
-    } else {
-      VLM_RETURN_IF_ERROR(comm_->all_reduce(p.grad, dist::ReduceOp::sum).with_context(p.name));
-    }
-  }
-  return Status();
 }
 
 Expected<std::vector<std::string>> DataParallel::loader_states(const std::string& mine) {

@@ -1,10 +1,10 @@
-// Data parallelism over the ranks of a launch (mpirun / srun / torchrun-style; src/dist): every rank holds the whole
-// model, reads its own share of each epoch (VlmDataOptions rank/world), and runs forward/backward on it; the
-// gradients are then summed over ranks and scaled by the step's target tokens over all ranks, so each rank takes the
-// same optimizer step, as one process with the union of the ranks' batches would. Rank 0 ("lead") writes the run
-// directory, metrics, evals and checkpoints; a checkpoint keeps every rank's loader state, so a resumed run (same
-// world size) reads exactly the samples the uninterrupted one would. CPU tensors over MPI for now: several ranks on
-// CUDA are refused until the NCCL backend lands.
+// The ranks of a launch (mpirun / srun / torchrun-style; src/dist) for training: the communicator, the step's
+// global target tokens, every rank's loader state for checkpoints, and the replica check of no_shard. How the ranks
+// share the model and its gradients is train/fsdp.h. Every rank reads its own share of each epoch (VlmDataOptions
+// rank/world); gradients are summed over ranks and scaled by the step's target tokens over all ranks, so each rank
+// takes the same optimizer step, as one process with the union of the ranks' batches would. Rank 0 ("lead") writes
+// the run directory, metrics and evals. CPU tensors over MPI for now: several ranks on CUDA are refused until the
+// NCCL backend lands.
 #pragma once
 
 #include <memory>
@@ -32,8 +32,6 @@ class DataParallel {
   // The collectives of a step, called by every rank in the same order:
   // the step's target tokens summed over ranks (mine when not distributed);
   Expected<int64_t> global_tokens(int64_t mine);
-  // every trainable parameter's gradient summed over ranks, in place (a packed buffer once);
-  Status sum_gradients(ParameterStore& params);
   // every rank's loader state, in rank order (checkpoints);
   Expected<std::vector<std::string>> loader_states(const std::string& mine);
   // an error naming the ranks whose weights (the f32 masters, bit for bit) differ from rank 0's: the replicas must

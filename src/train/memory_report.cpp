@@ -31,6 +31,7 @@ std::string MemoryReport::to_json() const {
   j["step_start_bytes"] = step_start_bytes;
   j["step_peak_bytes"] = step_peak_bytes;
   j["reserved_bytes"] = reserved_bytes;
+  if (!fsdp_json.empty()) j["fsdp"] = nlohmann::json::parse(fsdp_json);
   j["source"] = device == "cpu" ? "cpu allocator counters (process-wide: include the data loader's buffers)"
                                 : "device caching allocator counters over the first step";
   return j.dump(2) + "\n";

@@ -24,6 +24,9 @@ struct MemoryReport {
   uint64_t step_peak_bytes = 0;      // allocator peak bytes in use during the step
   uint64_t activation_peak_bytes = 0;  // step_peak_bytes - step_start_bytes
   uint64_t reserved_bytes = 0;       // held from the system after the step (caching allocator: incl. its cache)
+  // Every rank's sharded-training accounting, measured and by the formula (a JSON object; empty: none):
+  // {"strategy", "world_size", "units": [...], "ranks": [{"rank", "measured": {...}, "formula": {...}}]}.
+  std::string fsdp_json;
 
   uint64_t parameter_bytes() const { return master_weight_bytes + compute_copy_bytes; }
   std::string to_json() const;

@@ -10,12 +10,30 @@
 
 namespace vlm {
 
+namespace {
+std::vector<Param*> all_params(ParameterStore& store) {
+  std::vector<Param*> out;
+  for (Param& p : store.all()) out.push_back(&p);
+  return out;
+}
+}  // namespace
+
 AdamW::AdamW(ParameterStore& params, const ops::AdamWSettings& settings, LrScales lr_scale)
-    : params_(params), settings_(settings), lr_scale_(std::move(lr_scale)) {
-  for (auto& p : params.all()) {
-    if (!p.trainable) continue;
-    states_.push_back({&p, Tensor::zeros(p.value.shape(), DType::f32, p.value.device()),
-                       Tensor::zeros(p.value.shape(), DType::f32, p.value.device())});
+    : settings_(settings), lr_scale_(std::move(lr_scale)) {
+  init(all_params(params));
+}
+
+AdamW::AdamW(const std::vector<Param*>& params, const ops::AdamWSettings& settings, LrScales lr_scale)
+    : settings_(settings), lr_scale_(std::move(lr_scale)) {
+  init(params);
+}
+
+void AdamW::init(const std::vector<Param*>& params) {
+  for (Param* p : params) {
+    device_ = p->value.device();
+    if (!p->trainable) continue;
+    states_.push_back({p, Tensor::zeros(p->value.shape(), DType::f32, p->value.device()),
+                       Tensor::zeros(p->value.shape(), DType::f32, p->value.device())});
   }
   for (const State& s : states_) {
     auto set = std::find_if(update_sets_.begin(), update_sets_.end(), [&](const UpdateSet& u) {
@@ -42,9 +60,17 @@ double GradNorm::value() const {
 
 GradNorm AdamW::step(float lr) {
   ++step_;
-  if (states_.empty()) return GradNorm();  // nothing trainable
-  Tensor norm_sq = Tensor::empty(Shape{1}, DType::f64, states_.front().param->value.device());
-  ops::sum_of_squares(norm_sq, grads_);
+  if (states_.empty() && !reduce_norm_) return GradNorm();  // nothing trainable
+  Tensor norm_sq = Tensor::empty(Shape{1}, DType::f64, device_);
+  if (grads_.empty()) {
+    norm_sq.zero_();
+  } else {
+    ops::sum_of_squares(norm_sq, grads_);
+  }
+  if (reduce_norm_) {
+    status_ = reduce_norm_(norm_sq);
+    if (!status_.ok()) return GradNorm();
+  }
   for (const UpdateSet& set : update_sets_) {
     auto it = lr_scale_.find(set.group);
     const float scale = it == lr_scale_.end() ? 1.f : it->second;
@@ -80,6 +106,12 @@ Status AdamW::load(const std::string& path) {
     }
   }
   step_ = std::stoll(step_it->second);
+  return Status();
+}
+
+Status AdamW::load_from(const std::function<Status(const Param&, Tensor&, Tensor&)>& read, int64_t step) {
+  for (auto& s : states_) VLM_RETURN_IF_ERROR(read(*s.param, s.m, s.v));
+  step_ = step;
   return Status();
 }
 

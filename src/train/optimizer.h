@@ -5,6 +5,7 @@
 // The clipping factor is computed and applied on the device, so a step never waits for the device.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -33,6 +34,13 @@ class AdamW {
  public:
   // settings.lr (the schedule's peak) is not read: step() takes each step's learning rate.
   AdamW(ParameterStore& params, const ops::AdamWSettings& settings, LrScales lr_scale = {});
+  // Over a list of parameters (the trainable ones are updated): sharded training passes this rank's pieces.
+  AdamW(const std::vector<Param*>& params, const ops::AdamWSettings& settings, LrScales lr_scale = {});
+  // Sharded training: sums the gradients' sum of squares (f64 [1]) over the ranks before it sets the clipping factor.
+  // Called on every step, also by a rank that holds no trainable piece. An error ends step() early (returned by
+  // status()).
+  void set_norm_reduction(std::function<Status(Tensor& norm_sq)> reduce) { reduce_norm_ = std::move(reduce); }
+  Status status() const { return status_; }
 
   // Global L2 norm of the trainable gradients (computed in double; synchronizes).
   double grad_norm() const;
@@ -46,13 +54,22 @@ class AdamW {
   // Moments as safetensors ("<param>.exp_avg", "<param>.exp_avg_sq") with the step count in the metadata.
   Status save(const std::string& path) const;
   Status load(const std::string& path);
+  // Sets every trainable parameter's moments from `read(param, m, v)` (which fills m and v, f32 of the parameter's
+  // shape) and the step count: loading from checkpoints of another layout.
+  Status load_from(const std::function<Status(const Param& param, Tensor& m, Tensor& v)>& read, int64_t step);
+  // The moments of each trainable parameter, in order.
+  template <class F>
+  void for_each_moment(F f) const {
+    for (const auto& s : states_) f(*s.param, s.m, s.v);
+  }
 
  private:
   struct State {
     Param* param;
     Tensor m, v;
   };
-  ParameterStore& params_;
+  void init(const std::vector<Param*>& params);
+
   ops::AdamWSettings settings_;
   LrScales lr_scale_;
   std::vector<State> states_;  // trainable params only
@@ -65,6 +82,9 @@ class AdamW {
   std::vector<UpdateSet> update_sets_;
   std::vector<Tensor> grads_;  // the trainable gradients, in states_ order
   int64_t step_ = 0;
+  Device device_ = Device::cpu();
+  std::function<Status(Tensor&)> reduce_norm_;
+  Status status_;
 };
 
 // Linear warm-up from 0 to `peak` over `warmup` steps, then cosine decay to peak * min_ratio at `total`.

@@ -53,14 +53,18 @@ Status open_run_sinks(MultiSink& sinks, const RunSinkOptions& o) {
   return Status();
 }
 
-MetricRecord param_norms_record(int64_t step, const ParameterStore& params) {
+MetricRecord param_norms_record(int64_t step, const ParameterStore& params, const std::vector<double>& weight_sq,
+                                const std::vector<double>& grad_sq) {
   MetricRecord rec;
   rec.step = step;
   MetricHistogram weights{"norms/weights", {}}, grads{"norms/grads", {}};
+  size_t i = 0;
   for (const Param& p : params.all()) {
-    if (!p.trainable) continue;
-    weights.values.push_back(std::sqrt(ops::sum_of_squares({p.value})));
-    grads.values.push_back(std::sqrt(ops::sum_of_squares({p.grad})));
+    if (p.trainable && i < weight_sq.size() && i < grad_sq.size()) {
+      weights.values.push_back(std::sqrt(weight_sq[i]));
+      grads.values.push_back(std::sqrt(grad_sq[i]));
+    }
+    ++i;
   }
   rec.histograms = {std::move(weights), std::move(grads)};
   return rec;

@@ -34,9 +34,10 @@ MetricRecord eval_samples_record(int64_t step, const std::vector<EvalExample>& e
                                  int max_images = 4);
 
 // Histograms "norms/weights" and "norms/grads": the L2 norm of every trainable parameter tensor (each module's
-// weight, bias, norm scale) and of its gradient from the last step. One device synchronization per tensor: for
-// steps that synchronize anyway (checkpoints), not every log step.
-MetricRecord param_norms_record(int64_t step, const ParameterStore& params);
+// weight, bias, norm scale) and of its gradient from the last step, from their sums of squares in the store's order
+// (Fsdp::param_sums_of_squares: over the ranks' shards). For steps that synchronize anyway (checkpoints).
+MetricRecord param_norms_record(int64_t step, const ParameterStore& params, const std::vector<double>& weight_sq,
+                                const std::vector<double>& grad_sq);
 
 // Ends the sinks' session when it goes out of scope: a failure unless success() was called first.
 class SessionEnd {

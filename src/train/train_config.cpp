@@ -53,6 +53,25 @@ void add_run_options(OptionSet& o, RunConfig& c) {
         non_negative<double>());
   o.add("train.ckpt_every", &t.ckpt_every, "steps between checkpoints (0 = final only)", non_negative<int64_t>());
   o.add("train.keep_last", &t.keep_last, "checkpoints kept", positive<int>());
+  o.add("train.data_streams", &t.data_streams,
+        "data streams the training samples are read as, each step taking grad_accum batches of batch_size from each: "
+        "fixed for the run (kept by checkpoints), so a run resumed on another number of ranks reads the same "
+        "samples; 0 = the first launch's number of ranks. Ranks host streams round-robin: choose a multiple of the "
+        "world sizes you will use (12 for 1, 2, 3, 4, 6)",
+        non_negative<int>());
+  o.add("train.fsdp", &t.fsdp,
+        "how the ranks of a launch share the model: no_shard (data parallel: full replicas, gradients all-reduced), "
+        "shard_grad_op (ZeRO-2: gradients and optimizer state sharded, weights gathered from a unit's forward to its "
+        "backward), full_shard (ZeRO-3: weights sharded too, gathered before each unit's forward and again before "
+        "its backward); docs/fsdp.md",
+        one_of({"no_shard", "shard_grad_op", "full_shard"}));
+  o.add("train.fsdp_prefetch", &t.fsdp_prefetch,
+        "sharded strategies: gather the next unit's weights before the current unit computes (one more unit "
+        "gathered at a time)");
+  o.add("train.fsdp_reduce_dtype", &t.fsdp_reduce_dtype,
+        "sharded strategies: dtype of the gradients on the wire: fp32, or bf16 (half the traffic; summed in fp32 and "
+        "accumulated into fp32 shards)",
+        one_of({"fp32", "bf16"}));
   o.add("train.init_from", &t.init_from,
         "weights to start from: a Hugging Face model folder (its config.json sets the model.* shape), a vlm model "
         "folder (vlm convert) or a safetensors file with vlm's names; loading is strict");

@@ -36,6 +36,10 @@ struct OptimConfig {
   double peak_tflops = 0;                 // the device's peak, for the mfu metric (0 = from the GPU's name)
   int64_t ckpt_every = 200;               // 0 disables periodic checkpoints (a final one is always written)
   int keep_last = 3;
+  int data_streams = 0;                   // data streams (0: the first launch's world size); train/data_streams.h
+  std::string fsdp = "no_shard";          // no_shard (DDP) | shard_grad_op (ZeRO-2) | full_shard (ZeRO-3)
+  bool fsdp_prefetch = true;              // gather the next unit's weights before this unit computes
+  std::string fsdp_reduce_dtype = "fp32"; // fp32 | bf16 gradients on the wire (accumulated in fp32)
   std::string init_from;                  // weights to start from: a model folder (HF or vlm) or a safetensors file
   std::vector<std::string> init_allow_missing;  // parts or tensor names init_from may lack (strict otherwise)
 };

@@ -19,10 +19,13 @@
 #include "track/run_dir.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
+#include "train/data_streams.h"
 #include "train/device_batch.h"
+#include "train/fsdp.h"
 #include "train/memory_report.h"
 #include "train/optimizer.h"
 #include "train/run_log.h"
+#include "train/sharded_checkpoint.h"
 #include "train/skip_window.h"
 #include "train/step_log.h"
 #include "train/train_flops.h"
@@ -50,36 +53,13 @@ namespace {
 
 struct TrainerState {
   int64_t step = 0;
-  std::string loader_state;              // this rank's
-  std::vector<std::string> rank_states;  // every rank's, in rank order, when the run has several (checkpoints)
-  double samples_seen = 0, tokens_seen = 0;
+  std::vector<std::string> hosted_states;  // this rank's data streams' loader states (DataStreams::hosted order)
+  std::vector<std::string> stream_states;  // every stream's, in stream order (checkpoints)
+  double samples_seen = 0, tokens_seen = 0;  // over every rank, as of the last checkpoint
+  double rank_samples = 0, rank_tokens = 0;  // this rank's since then (summed into the above at checkpoints)
 };
 
-// The micro-batches of one optimizer step, read before the step needs them, with the loader's state and counters
-// right after the last of them: what a checkpoint of this step records, however far the trainer has read since.
-struct StepBatches {
-  std::vector<PackedBatch> micro;
-  int64_t target_tokens = 0;  // loss rows over all micro-batches (the step's gradient is their mean)
-  std::string loader_state;
-  LoaderCounters counters;
-  Status error;  // a loader error, returned when the step that needs these batches starts (as without read-ahead)
-};
-
-StepBatches read_step_batches(VlmBatchLoader& loader, const OptimConfig& t) {
-  StepBatches s;
-  for (int m = 0; m < t.grad_accum; ++m) {
-    Expected<PackedBatch> b = loader.next_batch(t.batch_size);
-    if (!b.ok()) {
-      s.error = b.status();
-      return s;
-    }
-    s.target_tokens += static_cast<int64_t>(b->loss_rows.size());
-    s.micro.push_back(std::move(*b));
-  }
-  s.loader_state = loader.state();
-  s.counters = loader.counters();
-  return s;
-}
+using StepBatches = StreamStepBatches;
 
 // Index of the first micro-batch at or after `from` that has samples (micro.size() when none).
 size_t first_with_samples(const StepBatches& s, size_t from) {
@@ -87,22 +67,20 @@ size_t first_with_samples(const StepBatches& s, size_t from) {
   return from;
 }
 
-Status write_checkpoint(CheckpointManager& ckpt, VlmModel& model, AdamW& opt, const TrainerState& st,
+// Every rank writes its model and optimizer files (sharded_checkpoint.h), rank 0 also the trainer state.
+Status write_checkpoint(CheckpointManager& ckpt, Fsdp& fsdp, AdamW& opt, const TrainerState& st,
                         const std::string& resolved_toml) {
-  return ckpt.save(st.step, [&](const std::string& dir) -> Status {
-    VLM_RETURN_IF_ERROR(model.params().save(dir + "/model.safetensors",
-                                            {{"format", "pt"}, {"step", std::to_string(st.step)}}));
-    VLM_RETURN_IF_ERROR(opt.save(dir + "/optimizer.safetensors"));
+  return save_checkpoint_all_ranks(ckpt, st.step, fsdp, opt, [&](const std::string& dir) -> Status {
     nlohmann::json j;
     j["step"] = st.step;
-    j["loader_state"] = nlohmann::json::parse(st.loader_state);
-    if (st.rank_states.size() > 1) {  // data parallel: each rank's position (rank 0's is also loader_state)
-      j["world_size"] = st.rank_states.size();
-      j["rank_loader_states"] = nlohmann::json::array();
-      for (const std::string& r : st.rank_states) j["rank_loader_states"].push_back(nlohmann::json::parse(r));
-    }
+    j["loader_state"] = nlohmann::json::parse(st.stream_states.at(0));  // stream 0's (a run of one stream: all)
+    j["data_streams"] = st.stream_states.size();  // each stream's position (train/data_streams.h)
+    j["stream_loader_states"] = nlohmann::json::array();
+    for (const std::string& r : st.stream_states) j["stream_loader_states"].push_back(nlohmann::json::parse(r));
+    j["world_size"] = fsdp.world();
     j["samples_seen"] = st.samples_seen;
     j["tokens_seen"] = st.tokens_seen;
+    j["fsdp"] = fsdp_strategy_name(fsdp.strategy());
     j["config_toml"] = resolved_toml;
     const std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     return write_file_atomic(dir + "/trainer_state.json", text.data(), text.size());
@@ -116,26 +94,19 @@ Expected<TrainerState> read_trainer_state(const std::string& dir) {
     return parse_error(dir + "/trainer_state.json: not a trainer state (needs step, loader_state)");
   TrainerState st;
   st.step = j["step"].get<int64_t>();
-  st.loader_state = j["loader_state"].dump();
   st.samples_seen = j.value("samples_seen", 0.0);
   st.tokens_seen = j.value("tokens_seen", 0.0);
-  if (j.contains("rank_loader_states")) {
-    const auto& all = j["rank_loader_states"];
-    if (!all.is_array() || all.size() != j.value("world_size", size_t{0}))
-      return parse_error(dir + "/trainer_state.json: rank_loader_states does not hold world_size entries");
-    for (const auto& r : all) st.rank_states.push_back(r.dump());
+  // Data streams; earlier checkpoints kept one state per rank (rank_loader_states: the rank's stream) or one.
+  const char* key = j.contains("stream_loader_states") ? "stream_loader_states" : "rank_loader_states";
+  if (j.contains(key)) {
+    const auto& all = j[key];
+    if (!all.is_array() || all.empty())
+      return parse_error(str(dir, "/trainer_state.json: ", key, " is not a non-empty array"));
+    for (const auto& r : all) st.stream_states.push_back(r.dump());
+  } else {
+    st.stream_states.push_back(j["loader_state"].dump());
   }
   return st;
-}
-
-// This rank's loader state from a checkpoint written by a run of `rank_states.size()` ranks (1: loader_state).
-Status pick_rank_state(TrainerState& st, const DataParallel& dp, const std::string& dir) {
-  const size_t saved_world = std::max<size_t>(st.rank_states.size(), 1);
-  if (saved_world != static_cast<size_t>(dp.size()))
-    return invalid_argument(str(dir, " was written by a run of ", saved_world, " rank(s); this launch has ", dp.size(),
-                                ": resume with the same number of ranks (the data loader's shares differ)"));
-  if (!st.rank_states.empty()) st.loader_state = st.rank_states[static_cast<size_t>(dp.rank())];
-  return Status();
 }
 
 Status write_eval(const std::string& run_dir, const std::string& name, const EvalResult& r) {
@@ -226,24 +197,35 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     for (auto& p : model.params().all())
       if (p.group == g) p.trainable = false;
   }
-  AdamW opt(model.params(), c.train.adamw,
+  const int64_t n_params = model.params().numel(), n_trainable = model.params().numel(true);
+  // The ranks share the model as train.fsdp says (a world of one: the model itself, no collectives).
+  VLM_ASSIGN_OR_RETURN(const FsdpStrategy strategy, parse_fsdp_strategy(c.train.fsdp));
+  const FsdpOptions fsdp_options{strategy, c.train.fsdp_prefetch,
+                                 c.train.fsdp_reduce_dtype == "bf16" ? DType::bf16 : DType::f32};
+  VLM_ASSIGN_OR_RETURN(std::unique_ptr<Fsdp> fsdp, Fsdp::create(model, dp.comm(), fsdp_options));
+  AdamW opt(fsdp->optimizer_params(), c.train.adamw,
             {{ParamGroup::vision, c.train.lr_scale_vision},
              {ParamGroup::projector, c.train.lr_scale_projector},
              {ParamGroup::text, c.train.lr_scale_text}});
-
-  VLM_ASSIGN_OR_RETURN(VlmDataOptions train_data, make_data_options(c, c.data.train_shards, false));
-  train_data.rank = dp.rank();
-  train_data.world = dp.size();
-  VLM_ASSIGN_OR_RETURN(auto loader, VlmBatchLoader::open(train_data, tokenizer));
+  if (fsdp->sharded()) opt.set_norm_reduction([&](Tensor& norm_sq) { return fsdp->reduce_norm(norm_sq); });
 
   TrainerState st;
   if (resume_from) {
     VLM_ASSIGN_OR_RETURN(st, read_trainer_state(resume_from->path));
-    VLM_RETURN_IF_ERROR(pick_rank_state(st, dp, resume_from->path));
-    VLM_RETURN_IF_ERROR(model.params().load(resume_from->path + "/model.safetensors"));
-    VLM_RETURN_IF_ERROR(opt.load(resume_from->path + "/optimizer.safetensors"));
-    VLM_RETURN_IF_ERROR(loader->restore(st.loader_state).with_context(resume_from->path));
-    VLM_INFO("resumed from ", resume_from->path, " at step ", st.step);
+  }
+  // The data streams: the checkpoint's count when resuming (on any world size), else train.data_streams.
+  const int n_streams = resume_from ? static_cast<int>(st.stream_states.size())
+                                    : c.train.data_streams > 0 ? c.train.data_streams : dp.size();
+  if (n_streams % dp.size() != 0)
+    VLM_WARN(n_streams, " data streams on ", dp.size(), " ranks: some ranks host more streams than others and the "
+             "others wait for them (choose a world size that divides ", n_streams, ")");
+  VLM_ASSIGN_OR_RETURN(VlmDataOptions train_data, make_data_options(c, c.data.train_shards, false));
+  VLM_ASSIGN_OR_RETURN(DataStreams data, DataStreams::open(train_data, tokenizer, n_streams, dp.rank(), dp.size()));
+  if (resume_from) {
+    VLM_RETURN_IF_ERROR(load_model_and_optimizer(resume_from->path, *fsdp, opt));
+    VLM_RETURN_IF_ERROR(data.restore(st.stream_states).with_context(resume_from->path));
+    VLM_INFO("resumed from ", resume_from->path, " at step ", st.step, " (", n_streams, " data streams on ",
+             dp.size(), " rank(s))");
   }
 
   MultiSink sinks;  // rank 0's: the other ranks log nothing of their own
@@ -252,10 +234,12 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
         sinks, {o.run_dir, o.resolved_toml, st.step, resume_from.has_value(), c.train.steps, !o.quiet}));
   SessionEnd session_end(sinks);
 
-  VLM_INFO("model: ", model.params().numel(), " parameters (", model.params().numel(true), " trainable), ",
+  VLM_INFO("model: ", n_params, " parameters (", n_trainable, " trainable), ",
            c.model.image_tokens(), " image tokens per image; training steps ", st.step + 1, "..", c.train.steps,
            " on ", device.to_string(), " in ", c.train.precision,
-           *recompute == Recompute::blocks ? ", recomputing block activations" : "", "; run dir ", o.run_dir);
+           *recompute == Recompute::blocks ? ", recomputing block activations" : "",
+           dp.distributed() ? str("; ", dp.size(), " ranks, fsdp ", c.train.fsdp) : std::string(), "; run dir ",
+           o.run_dir);
 
   std::optional<VlmDataOptions> val_data;
   if (!c.data.val_shards.empty()) {
@@ -280,7 +264,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
   BatchUploader uploader(device);
   auto read_ahead = [&] {
     const double t = now_seconds();
-    StepBatches s = read_step_batches(*loader, c.train);
+    StepBatches s = data.read_step(c.train.batch_size, c.train.grad_accum);
     window.data_wait += now_seconds() - t;
     return s;
   };
@@ -298,7 +282,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     if (next.error.ok() && f < next.micro.size()) next_up = start_upload(next.micro[f]);
   };
   // Bad samples are skipped, but a run made mostly of them stops (data.max_skip_fraction) rather than "succeed".
-  SkipWindow skips(c.data.max_skip_fraction, c.data.skip_window, loader->counters());
+  SkipWindow skips(c.data.max_skip_fraction, c.data.skip_window, data.counters());
   int64_t empty_steps_warned = 0;
   if (st.step < c.train.steps) read_next_step();
 
@@ -308,7 +292,8 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     const bool more_steps = step < c.train.steps && (o.stop_after_step < 0 || step < o.stop_after_step);
     const bool measure_memory = step == start_step + 1;
     if (measure_memory && dp.lead()) memory_meter.begin();
-    model.params().zero_grads();
+    if (measure_memory) fsdp->reset_peaks();
+    fsdp->zero_grads();
     StepBatches cur = std::move(next);
     next = StepBatches();
     if (!cur.error.ok()) {
@@ -323,22 +308,35 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     // The gradient is the mean over the step's target tokens on every rank.
     VLM_ASSIGN_OR_RETURN(const int64_t step_tokens, dp.global_tokens(cur.target_tokens));
     const float grad_scale = step_tokens > 0 ? 1.f / static_cast<float>(step_tokens) : 0.f;
+    // Every rank runs every micro-batch's collectives (Fsdp), also for the micro-batches it has no samples in.
+    size_t fsdp_done = 0;
+    auto fsdp_skip_to = [&](size_t upto) -> Status {
+      for (; fsdp_done < upto; ++fsdp_done) {
+        fsdp->begin_micro_batch(fsdp_done + 1 == cur.micro.size());
+        VLM_RETURN_IF_ERROR(fsdp->end_micro_batch());
+      }
+      return Status();
+    };
     size_t i = first_with_samples(cur, 0);
     if (i == cur.micro.size() && more_steps) read_next_step();
     while (i < cur.micro.size()) {
       const PackedBatch& b = cur.micro[i];
       if (!up) up = start_upload(b);
+      VLM_RETURN_IF_ERROR(fsdp_skip_to(i));
       const double t_compute = now_seconds();
       uploader.acquire(*up);
+      fsdp->begin_micro_batch(i + 1 == cur.micro.size());
       losses.push_back(model.forward_backward(up->inputs, grad_scale));
+      VLM_RETURN_IF_ERROR(fsdp->end_micro_batch());
+      fsdp_done = i + 1;
       uploader.release(*up);
       window.compute += now_seconds() - t_compute;
       up.reset();
       window.samples += b.n_samples;
       window.tokens += static_cast<double>(b.tokens.size());
       window.model_flops += train_flops_of_batch(c.model, b);
-      st.samples_seen += b.n_samples;
-      st.tokens_seen += static_cast<double>(b.tokens.size());
+      st.rank_samples += b.n_samples;
+      st.rank_tokens += static_cast<double>(b.tokens.size());
       i = first_with_samples(cur, i + 1);
       if (i < cur.micro.size()) {
         up = start_upload(cur.micro[i]);
@@ -346,6 +344,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
         read_next_step();
       }
     }
+    VLM_RETURN_IF_ERROR(fsdp_skip_to(cur.micro.size()));
     if (step_tokens == 0) {
       // Nothing to learn from (every sample of the step was skipped): not an optimizer step, and not counted.
       skips.count_empty_step();
@@ -359,20 +358,36 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     }
     const float lr = lr_at_step(step, c.train.steps, c.train.warmup_steps, c.train.adamw.lr, c.train.min_lr_ratio);
     const double t_opt = now_seconds();
-    VLM_RETURN_IF_ERROR(dp.sum_gradients(model.params()));  // data parallel: every rank's share, before clipping
-    GradNorm grad_norm = opt.step(lr);
+    GradNorm grad_norm = opt.step(lr);  // the gradients were reduced over the ranks as each unit's backward ended
+    VLM_RETURN_IF_ERROR(opt.status());
     window.compute += now_seconds() - t_opt;
     // The previous step's values, now that this one is queued: reading them at once would leave the device idle
     // while the host queued this step.
     VLM_RETURN_IF_ERROR(step_log.finish(device));
-    if (measure_memory && dp.lead()) {
-      const MemoryReport mem = memory_meter.end(model.params(), opt.state_bytes(), c.train.precision);
+    if (measure_memory) {
+      // Every rank's accounting (a collective) into rank 0's memory.json.
+      const FsdpMemory measured = fsdp->memory(opt.state_bytes());
+      VLM_ASSIGN_OR_RETURN(const std::vector<std::string> ranks,
+                           dp.loader_states(str("{\"rank\": ", dp.rank(), ", \"measured\": ", measured.to_json(),
+                                                ", \"formula\": ", fsdp->memory_formula(c.train.grad_accum).to_json(),
+                                                "}")));
+      if (dp.lead()) {
+      MemoryReport mem = memory_meter.end(model.params(), opt.state_bytes(), c.train.precision);
+      mem.master_weight_bytes = measured.parameters;  // this rank's, whatever the strategy keeps of them
+      mem.compute_copy_bytes = measured.compute_copies;
+      mem.gradient_bytes = measured.gradients;
+      std::string layout = fsdp->layout_json();
+      layout.pop_back();  // the ranks' records join the layout's object
+      layout += ", \"ranks\": [";
+      for (size_t r = 0; r < ranks.size(); ++r) layout += (r ? ", " : "") + ranks[r];
+      mem.fsdp_json = layout + "]}";
       VLM_INFO(mem.summary());
       const std::string text = mem.to_json();
       VLM_RETURN_IF_ERROR(write_file_atomic(o.run_dir + "/memory.json", text.data(), text.size()));
+      }
     }
     st.step = step;
-    st.loader_state = cur.loader_state;  // after this step's last batch, not after the read-ahead
+    st.hosted_states = cur.states;  // after this step's last batch, not after the read-ahead
 
     step_log.queued(step, std::move(losses), std::move(grad_norm), step_tokens, lr,
                     step % c.train.log_every == 0 || step == c.train.steps, cur.counters);
@@ -384,39 +399,54 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
     const bool ckpt_now = last || (c.train.ckpt_every > 0 && step % c.train.ckpt_every == 0);
     // This step's values now, so that nothing is saved or evaluated before its loss was checked.
     if (last || stop || eval_step || ckpt_now) VLM_RETURN_IF_ERROR(step_log.finish(device));
-    if (eval_now) {
-      VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate(model, tokenizer, *val_data, eo));
-      sinks.write(eval_record(step, r));
-      sinks.write(eval_samples_record(step, r.examples, *val_data));
-      VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "step_" + std::to_string(step), r));
+    if (eval_step) {
+      VLM_RETURN_IF_ERROR(fsdp->begin_full_weights());  // sharded: every rank gathers, rank 0 evaluates
+      if (eval_now) {
+        VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate(model, tokenizer, *val_data, eo));
+        sinks.write(eval_record(step, r));
+        sinks.write(eval_samples_record(step, r.examples, *val_data));
+        VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "step_" + std::to_string(step), r));
+      }
+      fsdp->end_full_weights();
     }
     if (ckpt_now) {
-      if (dp.distributed()) VLM_RETURN_IF_ERROR(dp.check_replicas(model.params()).status());
-      VLM_ASSIGN_OR_RETURN(st.rank_states, dp.loader_states(st.loader_state));  // every rank takes part
-      if (dp.lead()) {
-        sinks.write(param_norms_record(step, model.params()));
-        VLM_RETURN_IF_ERROR(write_checkpoint(ckpt, model, opt, st, o.resolved_toml));
+      if (dp.distributed() && !fsdp->sharded()) VLM_RETURN_IF_ERROR(dp.check_replicas(model.params()).status());
+      VLM_ASSIGN_OR_RETURN(const std::vector<std::string> per_rank,
+                           dp.loader_states(DataStreams::join(st.hosted_states)));  // every rank takes part
+      st.stream_states = data.assemble(per_rank);
+      for (auto [global, mine] : {std::pair{&st.samples_seen, &st.rank_samples}, {&st.tokens_seen, &st.rank_tokens}}) {
+        VLM_ASSIGN_OR_RETURN(const double sum, dist::all_reduce_value(dp.comm(), *mine, dist::ReduceOp::sum));
+        *global += sum;
+        *mine = 0;
       }
+      std::vector<double> weight_sq, grad_sq;
+      VLM_RETURN_IF_ERROR(fsdp->param_sums_of_squares(weight_sq, grad_sq));
+      if (dp.lead()) sinks.write(param_norms_record(step, model.params(), weight_sq, grad_sq));
+      VLM_RETURN_IF_ERROR(write_checkpoint(ckpt, *fsdp, opt, st, o.resolved_toml));
       VLM_RETURN_IF_ERROR(dp.comm().barrier());  // no rank runs ahead of a checkpoint it may resume from
     }
     if (stop) break;
   }
   VLM_RETURN_IF_ERROR(step_log.finish(device));
-  if (dp.distributed()) {
+  if (dp.distributed() && !fsdp->sharded()) {
     VLM_ASSIGN_OR_RETURN(const uint64_t checksum, dp.check_replicas(model.params()));
     if (dp.lead()) VLM_INFO("data parallel: the ", dp.size(), " ranks' weights agree (checksum ", checksum, ")");
   }
   sinks.flush();
   result.final_step = st.step;
   result.final_loss = step_log.last_loss();
-  if (dp.lead() && val_data && st.step == c.train.steps && st.step > start_step) {
-    VLM_INFO("evaluating on ", c.eval.samples, " held-out images ...");
-    VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate(model, tokenizer, *val_data, eo));
-    sinks.write(eval_record(st.step, r));
-    sinks.write(eval_samples_record(st.step, r.examples, *val_data));
-    VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "final", r));
-    result.has_eval = true;
-    result.eval = r;
+  if (val_data && st.step == c.train.steps && st.step > start_step) {
+    VLM_RETURN_IF_ERROR(fsdp->begin_full_weights());  // sharded: every rank gathers, rank 0 evaluates
+    if (dp.lead()) {
+      VLM_INFO("evaluating on ", c.eval.samples, " held-out images ...");
+      VLM_ASSIGN_OR_RETURN(EvalResult r, evaluate(model, tokenizer, *val_data, eo));
+      sinks.write(eval_record(st.step, r));
+      sinks.write(eval_samples_record(st.step, r.examples, *val_data));
+      VLM_RETURN_IF_ERROR(write_eval(o.run_dir, "final", r));
+      result.has_eval = true;
+      result.eval = r;
+    }
+    fsdp->end_full_weights();
   }
   sinks.flush();
   session_end.success();

@@ -8,6 +8,8 @@
 //     with train.recompute = "blocks" gives the same losses as without, bit for bit (deterministic kernels: fixed
 //     reduction orders, no float atomics, cuBLASLt algorithms cached per shape; recomputation repeats the same
 //     kernels on the same inputs).
+//   * FSDP on one GPU: full_shard and shard_grad_op train no_shard's losses bit for bit, in fp32 and in bf16 (the
+//     gathered bf16 shards are the same roundings of the same masters; one micro-batch a step keeps the sums' order).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -185,6 +187,31 @@ TEST(TrainerGpu, Bf16RecomputeBlocksGivesTheSameLosses) {
   auto wb = read_file_bytes(root + "/blocks/checkpoints/step_00000006/model.safetensors");
   ASSERT_TRUE(wa.ok() && wb.ok());
   EXPECT_TRUE(*wa == *wb) << "final weights differ";
+}
+
+TEST(FsdpGpu, ShardedStrategiesEqualNoShardOnOneGpuInFp32AndBf16) {
+  SKIP_WITHOUT_CUDA();
+  for (const char* precision : {"fp32", "bf16"}) {
+    RunConfig c = testing::tiny_run_config(data_dir());
+    c.data.val_shards = "";
+    c.train.device = "cuda:0";
+    c.train.precision = precision;
+    c.train.deterministic = true;
+    c.train.steps = 6;
+    c.train.grad_accum = 1;
+    c.train.ckpt_every = 3;
+    const std::string root = testing::scratch_dir(std::string("fsdp_gpu_") + precision);
+    std::vector<double> base;
+    for (const char* s : {"no_shard", "shard_grad_op", "full_shard"}) {
+      c.train.fsdp = s;
+      auto r = run_training(options_for(c, root + "/" + s));
+      ASSERT_TRUE(r.ok()) << precision << " " << s << ": " << r.status().to_string();
+      const std::vector<double> got = losses(root + "/" + s);
+      ASSERT_EQ(got.size(), 6u) << s;
+      if (base.empty()) base = got;
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], base[i]) << precision << " " << s << " step " << i + 1;
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,573 @@
+// Fsdp: unit layout, the event-driven gather / free / reduce state machine, and the shard views AdamW updates
+// (see fsdp.h).
+#include "train/fsdp.h"
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/logging.h"
+#include "kernels/ops.h"
+
+namespace vlm {
+
+Expected<FsdpStrategy> parse_fsdp_strategy(const std::string& name) {
+  if (name == "no_shard") return FsdpStrategy::no_shard;
+  if (name == "shard_grad_op") return FsdpStrategy::shard_grad_op;
+  if (name == "full_shard") return FsdpStrategy::full_shard;
+  return invalid_argument("'" + name + "' is not one of no_shard, shard_grad_op, full_shard");
+}
+
+const char* fsdp_strategy_name(FsdpStrategy strategy) {
+  switch (strategy) {
+    case FsdpStrategy::no_shard:
+      return "no_shard";
+    case FsdpStrategy::shard_grad_op:
+      return "shard_grad_op";
+    case FsdpStrategy::full_shard:
+      return "full_shard";
+  }
+  return "?";
+}
+
+Fsdp::Fsdp(VlmModel& model, dist::Communicator& comm, const FsdpOptions& options)
+    : model_(model), comm_(comm), options_(options) {}
+
+Fsdp::~Fsdp() {
+  if (model_.params().unit_hooks() == this) model_.params().set_unit_hooks(nullptr);
+}
+
+Expected<std::unique_ptr<Fsdp>> Fsdp::create(VlmModel& model, dist::Communicator& comm, const FsdpOptions& options) {
+  if (options.reduce_dtype != DType::f32 && options.reduce_dtype != DType::bf16)
+    return invalid_argument(str("fsdp: gradients are reduced in f32 or bf16, not ", dtype_name(options.reduce_dtype)));
+  std::unique_ptr<Fsdp> f(new Fsdp(model, comm, options));
+  VLM_RETURN_IF_ERROR(f->build());
+  model.params().set_unit_hooks(f.get());
+  return f;
+}
+
+Status Fsdp::build() {
+  ParameterStore& store = model_.params();
+  const int64_t W = world();
+  const std::vector<std::string>& names = store.unit_names();
+  units_.resize(names.size());
+  state_.resize(names.size());
+  for (size_t u = 0; u < names.size(); ++u) units_[u].name = names[u];
+  for (Param& p : store.all()) {
+    if (p.unit < 0 || p.unit >= static_cast<int>(units_.size()))
+      return internal_error(str("fsdp: parameter ", p.name, " belongs to no sharding unit"));
+    units_[static_cast<size_t>(p.unit)].params.push_back(&p);
+  }
+  for (FsdpUnitLayout& u : units_) {
+    // Flat layout: parameters in the store's order, a pack's parts together where its first part lies.
+    std::map<const Param*, int64_t> offset;
+    int64_t at = 0;
+    for (Param* p : u.params) {
+      if (p->pack == nullptr) {
+        offset[p] = at;
+        at += p->value.numel();
+      } else if (!offset.count(p)) {
+        u.packs.push_back(p->pack);
+        u.pack_offsets.push_back(at);
+        for (Param* part : p->pack->parts) {
+          if (part->unit != p->unit)
+            return internal_error(str("fsdp: pack of ", p->name, " spans units ", u.name, " and ",
+                                      units_[static_cast<size_t>(part->unit)].name));
+          offset[part] = at + part->pack_offset;
+        }
+        at += p->pack->numel();
+      }
+    }
+    bool any = false, all = true;
+    for (Param* p : u.params) {
+      u.param_offsets.push_back(offset[p]);
+      u.shapes.push_back(p->value.shape());
+      any = any || p->trainable;
+      all = all && p->trainable;
+    }
+    if (any != all)
+      return invalid_argument(str("fsdp: unit ", u.name, " mixes trainable and frozen parameters; freeze whole parts"));
+    u.trainable = all && !u.params.empty();
+    u.numel = at;
+    u.padded = (at + W - 1) / W * W;
+    u.shard = u.padded / W;
+  }
+  schedule_ = model_.unit_schedule();
+  if (!sharded()) return Status();
+
+  const bool bf16 = store.compute_dtype() == DType::bf16;
+  const int64_t r = rank();
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    FsdpUnitLayout& u = units_[ui];
+    UnitState& s = state_[ui];
+    const Device dev = model_.device();
+    s.shard_value = Tensor::zeros({u.shard}, DType::f32, dev);
+    if (u.trainable) s.shard_grad = Tensor::zeros({u.shard}, DType::f32, dev);
+    const int64_t lo = r * u.shard, hi = lo + u.shard;
+    for (size_t i = 0; i < u.params.size(); ++i) {
+      Param* p = u.params[i];
+      const int64_t a = u.param_offsets[i], n = p->value.numel();
+      const int64_t from = std::max(a, lo), to = std::min(a + n, hi);
+      if (from >= to) continue;
+      Tensor dst = s.shard_value.slice(0, from - lo, to - lo);
+      dst.copy_from(p->value.view({n}).slice(0, from - a, to - a));
+    }
+    if (bf16) {
+      s.shard_compute = Tensor::empty({u.shard}, DType::bf16, dev);
+      ops::cast(s.shard_compute, s.shard_value);
+    }
+  }
+  // This rank's pieces of the parameters, in the store's order: what AdamW updates.
+  for (Param& p : store.all()) {
+    const FsdpUnitLayout& u = units_[static_cast<size_t>(p.unit)];
+    const UnitState& s = state_[static_cast<size_t>(p.unit)];
+    const size_t i = static_cast<size_t>(std::find(u.params.begin(), u.params.end(), &p) - u.params.begin());
+    const int64_t a = u.param_offsets[i], n = p.value.numel(), lo = r * u.shard, hi = lo + u.shard;
+    const int64_t from = std::max(a, lo), to = std::min(a + n, hi);
+    if (from >= to) continue;
+    Param seg{p.name, p.group, s.shard_value.slice(0, from - lo, to - lo), Tensor(), p.decay, p.trainable, Tensor()};
+    if (s.shard_grad.defined()) seg.grad = s.shard_grad.slice(0, from - lo, to - lo);
+    if (s.shard_compute.defined()) seg.compute = s.shard_compute.slice(0, from - lo, to - lo);
+    seg.unit = p.unit;
+    segments_.push_back(std::move(seg));
+    segment_info_.push_back({p.unit, &p, from - a});
+  }
+  // The full buffers go: from now on a unit's weights exist in full only while gathered.
+  for (Param& p : store.all()) {
+    p.value = Tensor();
+    p.grad = Tensor();
+    p.compute = Tensor();
+    if (p.pack) p.pack->value = p.pack->grad = p.pack->compute = Tensor();
+  }
+  return Status();
+}
+
+std::vector<Param*> Fsdp::optimizer_params() {
+  std::vector<Param*> out;
+  if (!sharded()) {
+    for (Param& p : model_.params().all()) out.push_back(&p);
+  } else {
+    for (Param& p : segments_) out.push_back(&p);
+  }
+  return out;
+}
+
+std::vector<ShardPiece> Fsdp::pieces_of(const Param& full) const {
+  const FsdpUnitLayout& u = units_[static_cast<size_t>(full.unit)];
+  const size_t i = static_cast<size_t>(std::find(u.params.begin(), u.params.end(), &full) - u.params.begin());
+  const int64_t a = u.param_offsets[i], n = u.shapes[i].numel();
+  if (!sharded()) return {{0, 0, n}};
+  std::vector<ShardPiece> out;
+  for (int r = 0; r < world(); ++r) {
+    const int64_t lo = r * u.shard, hi = lo + u.shard;
+    const int64_t from = std::max(a, lo), to = std::min(a + n, hi);
+    if (from < to) out.push_back({r, from - a, to - from});
+  }
+  return out;
+}
+
+int64_t Fsdp::segment_begin(const Param& segment) const {
+  for (size_t i = 0; i < segments_.size(); ++i)
+    if (&segments_[i] == &segment) return segment_info_[i].begin;
+  return 0;  // no_shard: the whole parameter
+}
+
+const Param& Fsdp::segment_param(const Param& segment) const {
+  for (size_t i = 0; i < segments_.size(); ++i)
+    if (&segments_[i] == &segment) return *segment_info_[i].full;
+  return segment;
+}
+
+void Fsdp::sync_compute() {
+  if (!sharded()) {
+    model_.params().sync_compute();
+    return;
+  }
+  for (UnitState& s : state_)
+    if (s.shard_compute.defined()) ops::cast(s.shard_compute, s.shard_value);
+}
+
+void Fsdp::record(Status s) {
+  if (error_.ok() && !s.ok()) error_ = std::move(s);
+}
+
+void Fsdp::track(uint64_t& current, uint64_t& peak, int64_t delta) {
+  current = static_cast<uint64_t>(static_cast<int64_t>(current) + delta);
+  peak = std::max(peak, current);
+}
+
+void Fsdp::zero_grads() {
+  if (!sharded()) {
+    model_.params().zero_grads();
+    return;
+  }
+  std::vector<Tensor> grads;
+  for (UnitState& s : state_) {
+    if (s.shard_grad.defined()) grads.push_back(s.shard_grad);
+    s.grad_written = false;
+  }
+  ops::zero_multi(grads);
+}
+
+void Fsdp::begin_micro_batch(bool last_of_step) {
+  last_micro_batch_ = last_of_step;
+  cursor_ = 0;
+}
+
+Status Fsdp::end_micro_batch() {
+  while (cursor_ < schedule_.size()) {
+    const UnitEvent e = schedule_[cursor_++];
+    e.acquire ? run_acquire(e.unit, e.use) : run_release(e.unit, e.use);
+  }
+  cursor_ = 0;
+  for (size_t u = 0; u < state_.size(); ++u) {
+    VLM_CHECK(state_[u].weight_refs == 0 && state_[u].grad_refs == 0, "fsdp: unit ", units_[u].name,
+              " is still in use at the end of a micro-batch");
+    if (state_[u].resident) free_weights(static_cast<int>(u));  // shard_grad_op: units without a backward
+  }
+  return error_;
+}
+
+// The model's next event must be `event`: the events before it that this rank's batch skipped run first.
+void Fsdp::advance_to(const UnitEvent& event) {
+  while (cursor_ < schedule_.size() && !(schedule_[cursor_] == event)) {
+    const UnitEvent e = schedule_[cursor_++];
+    e.acquire ? run_acquire(e.unit, e.use) : run_release(e.unit, e.use);
+  }
+  VLM_CHECK(cursor_ < schedule_.size(), "fsdp: unit ", units_[static_cast<size_t>(event.unit)].name, " ",
+            event.acquire ? "acquired" : "released", " for ", unit_use_name(event.use),
+            " out of the model's schedule (VlmModel::unit_schedule and forward_backward disagree)");
+  ++cursor_;
+}
+
+void Fsdp::acquire(int unit, UnitUse use) {
+  advance_to({unit, use, true});
+  run_acquire(unit, use);
+}
+
+void Fsdp::release(int unit, UnitUse use) {
+  advance_to({unit, use, false});
+  run_release(unit, use);
+}
+
+void Fsdp::run_acquire(int unit, UnitUse use) {
+  UnitState& s = state_[static_cast<size_t>(unit)];
+  if (use != UnitUse::gradients) {
+    ++s.weight_refs;
+    if (sharded()) {
+      if (!s.resident) gather(unit);
+      if (options_.prefetch) {  // the next unit whose weights the schedule reads, gathered before this one computes
+        for (size_t i = cursor_; i < schedule_.size(); ++i) {
+          const UnitEvent& e = schedule_[i];
+          if (!e.acquire || e.use == UnitUse::gradients || e.unit == unit) continue;
+          if (!state_[static_cast<size_t>(e.unit)].resident) gather(e.unit);
+          break;
+        }
+      }
+    }
+  }
+  if (use != UnitUse::forward && units_[static_cast<size_t>(unit)].trainable && s.grad_refs++ == 0) alloc_grads(unit);
+}
+
+void Fsdp::run_release(int unit, UnitUse use) {
+  UnitState& s = state_[static_cast<size_t>(unit)];
+  if (use != UnitUse::forward && units_[static_cast<size_t>(unit)].trainable && --s.grad_refs == 0) reduce_grads(unit);
+  if (use == UnitUse::gradients) {
+    // The unit's backward is over (the embedding's): weights kept since the forward (shard_grad_op) go too.
+    if (sharded() && s.weight_refs == 0) free_weights(unit);
+    return;
+  }
+  --s.weight_refs;
+  if (!sharded() || s.weight_refs > 0) return;
+  // shard_grad_op keeps the weights from the forward until the unit's backward (or the micro-batch) ends.
+  if (options_.strategy == FsdpStrategy::full_shard || use == UnitUse::backward) free_weights(unit);
+}
+
+void Fsdp::point_weights(int unit, const Tensor& full) {
+  const FsdpUnitLayout& u = units_[static_cast<size_t>(unit)];
+  const bool bf16 = full.defined() && full.dtype() == DType::bf16;
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    Param* p = u.params[i];
+    if (!full.defined()) {
+      p->value = p->compute = Tensor();
+      continue;
+    }
+    const int64_t a = u.param_offsets[i];
+    Tensor view = full.slice(0, a, a + u.shapes[i].numel()).view(u.shapes[i]);
+    p->value = view;  // bf16 mode: only its shape is read; the ops read the compute copy
+    p->compute = bf16 ? view : Tensor();
+  }
+  for (size_t i = 0; i < u.packs.size(); ++i) {
+    ParamPack* pack = u.packs[i];
+    if (!full.defined()) {
+      pack->value = pack->compute = Tensor();
+      continue;
+    }
+    int64_t n = 0;
+    for (const Param* part : pack->parts)
+      n += u.shapes[static_cast<size_t>(std::find(u.params.begin(), u.params.end(), part) - u.params.begin())].numel();
+    Tensor view = full.slice(0, u.pack_offsets[i], u.pack_offsets[i] + n);
+    pack->value = view;
+    pack->compute = bf16 ? view : Tensor();
+  }
+}
+
+void Fsdp::point_grads(int unit, const Tensor& full) {
+  const FsdpUnitLayout& u = units_[static_cast<size_t>(unit)];
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    const int64_t a = u.param_offsets[i];
+    u.params[i]->grad = full.defined() ? full.slice(0, a, a + u.shapes[i].numel()).view(u.shapes[i]) : Tensor();
+  }
+  for (size_t i = 0; i < u.packs.size(); ++i) {
+    int64_t n = 0;
+    for (const Param* part : u.packs[i]->parts) n += part->grad.defined() ? part->grad.numel() : 0;
+    u.packs[i]->grad = full.defined() ? full.slice(0, u.pack_offsets[i], u.pack_offsets[i] + n) : Tensor();
+  }
+}
+
+void Fsdp::gather(int unit) {
+  const FsdpUnitLayout& u = units_[static_cast<size_t>(unit)];
+  UnitState& s = state_[static_cast<size_t>(unit)];
+  const Tensor& shard = s.shard_compute.defined() ? s.shard_compute : s.shard_value;
+  s.full_weights = Tensor::empty({u.padded}, shard.dtype(), shard.device());
+  if (world() == 1) {
+    s.full_weights.copy_from(shard);  // a world of one gathers its own shard: a device copy, any device
+  } else if (error_.ok()) {
+    record(comm_.all_gather(s.full_weights, shard).with_context("fsdp: gathering unit " + u.name));
+  } else {
+    s.full_weights.zero_();  // a collective failed before: compute on zeros until the step reports the error
+  }
+  s.resident = true;
+  track(gathered_, gathered_peak_, static_cast<int64_t>(s.full_weights.nbytes()));
+  point_weights(unit, s.full_weights);
+}
+
+void Fsdp::free_weights(int unit) {
+  UnitState& s = state_[static_cast<size_t>(unit)];
+  if (!s.resident) return;
+  track(gathered_, gathered_peak_, -static_cast<int64_t>(s.full_weights.nbytes()));
+  point_weights(unit, Tensor());
+  s.full_weights = Tensor();
+  s.resident = false;
+}
+
+void Fsdp::alloc_grads(int unit) {
+  if (!sharded()) return;  // no_shard: the model's own gradients accumulate over the step's micro-batches
+  const FsdpUnitLayout& u = units_[static_cast<size_t>(unit)];
+  UnitState& s = state_[static_cast<size_t>(unit)];
+  s.full_grads = Tensor::zeros({u.padded}, DType::f32, s.shard_value.device());
+  track(grad_buffers_, grad_buffers_peak_, static_cast<int64_t>(s.full_grads.nbytes()));
+  point_grads(unit, s.full_grads);
+}
+
+void Fsdp::reduce_grads(int unit) {
+  const FsdpUnitLayout& u = units_[static_cast<size_t>(unit)];
+  UnitState& s = state_[static_cast<size_t>(unit)];
+  if (!sharded()) {
+    // DDP: the step's gradients summed over the ranks once its last micro-batch's backward of this unit ended.
+    if (!last_micro_batch_ || world() == 1 || !error_.ok()) return;
+    for (ParamPack* pack : u.packs)
+      record(comm_.all_reduce(pack->grad, dist::ReduceOp::sum).with_context("fsdp: reducing unit " + u.name));
+    for (Param* p : u.params)
+      if (p->pack == nullptr)
+        record(comm_.all_reduce(p->grad, dist::ReduceOp::sum).with_context("fsdp: reducing " + p->name));
+    return;
+  }
+  const std::string what = "fsdp: reducing the gradients of unit " + u.name;
+  if (options_.reduce_dtype == DType::bf16) {
+    Tensor wire = Tensor::empty({u.padded}, DType::bf16, s.full_grads.device());
+    Tensor mine = Tensor::empty({u.shard}, DType::bf16, s.full_grads.device());
+    Tensor f32 = Tensor::empty({u.shard}, DType::f32, s.full_grads.device());
+    const int64_t staged = static_cast<int64_t>(wire.nbytes() + mine.nbytes() + f32.nbytes());
+    track(staging_, staging_peak_, staged);
+    ops::cast(wire, s.full_grads);
+    if (world() == 1) {
+      mine.copy_from(wire);
+    } else if (error_.ok()) {
+      record(comm_.reduce_scatter(mine, wire, dist::ReduceOp::sum).with_context(what));
+    }
+    ops::cast(f32, mine);
+    if (s.grad_written) {
+      ops::add_inplace(s.shard_grad, f32);
+    } else {
+      s.shard_grad.copy_from(f32);
+    }
+    track(staging_, staging_peak_, -staged);
+  } else if (!s.grad_written) {
+    if (world() == 1) {
+      s.shard_grad.copy_from(s.full_grads);
+    } else if (error_.ok()) {
+      record(comm_.reduce_scatter(s.shard_grad, s.full_grads, dist::ReduceOp::sum).with_context(what));
+    }
+  } else {
+    Tensor mine = Tensor::empty({u.shard}, DType::f32, s.full_grads.device());
+    track(staging_, staging_peak_, static_cast<int64_t>(mine.nbytes()));
+    if (world() == 1) {
+      mine.copy_from(s.full_grads);
+    } else if (error_.ok()) {
+      record(comm_.reduce_scatter(mine, s.full_grads, dist::ReduceOp::sum).with_context(what));
+    }
+    ops::add_inplace(s.shard_grad, mine);
+    track(staging_, staging_peak_, -static_cast<int64_t>(mine.nbytes()));
+  }
+  s.grad_written = true;
+  track(grad_buffers_, grad_buffers_peak_, -static_cast<int64_t>(s.full_grads.nbytes()));
+  point_grads(unit, Tensor());
+  s.full_grads = Tensor();
+}
+
+Status Fsdp::reduce_norm(Tensor& norm_sq) {
+  if (!sharded() || world() == 1) return Status();
+  Tensor host = norm_sq.to(Device::cpu());
+  VLM_RETURN_IF_ERROR(comm_.all_reduce(host, dist::ReduceOp::sum).with_context("fsdp: gradient norm"));
+  norm_sq.copy_from(host);
+  return Status();
+}
+
+Status Fsdp::begin_full_weights() {
+  model_.params().set_unit_hooks(nullptr);
+  if (!sharded()) return Status();
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (!state_[u].resident) gather(static_cast<int>(u));
+  return error_;
+}
+
+void Fsdp::end_full_weights() {
+  model_.params().set_unit_hooks(this);
+  if (!sharded()) return;
+  for (size_t u = 0; u < units_.size(); ++u) free_weights(static_cast<int>(u));
+}
+
+Status Fsdp::param_sums_of_squares(std::vector<double>& weights, std::vector<double>& grads) {
+  const std::deque<Param>& all = model_.params().all();
+  std::map<const Param*, size_t> index;
+  for (const Param& p : all) index.emplace(&p, index.size());
+  const int64_t n = static_cast<int64_t>(all.size());
+  Tensor sums = Tensor::zeros({2 * n}, DType::f64);
+  double* v = sums.data<double>();
+  if (!sharded()) {
+    for (const Param& p : all) {
+      if (!p.trainable) continue;
+      v[index[&p]] = ops::sum_of_squares({p.value});
+      v[n + static_cast<int64_t>(index[&p])] = ops::sum_of_squares({p.grad});
+    }
+  } else {
+    for (size_t i = 0; i < segments_.size(); ++i) {
+      if (!segments_[i].trainable) continue;
+      const size_t k = index[segment_info_[i].full];
+      v[k] += ops::sum_of_squares({segments_[i].value});
+      v[n + static_cast<int64_t>(k)] += ops::sum_of_squares({segments_[i].grad});
+    }
+    VLM_RETURN_IF_ERROR(comm_.all_reduce(sums, dist::ReduceOp::sum).with_context("fsdp: parameter norms"));
+  }
+  weights.assign(v, v + n);
+  grads.assign(v + n, v + 2 * n);
+  return Status();
+}
+
+std::string FsdpMemory::to_json() const {
+  nlohmann::json j;
+  j["parameters"] = parameters;
+  j["compute_copies"] = compute_copies;
+  j["gradients"] = gradients;
+  j["optimizer"] = optimizer;
+  j["gathered_weights_peak"] = gathered_peak;
+  j["gradient_buffers_peak"] = grad_buffers_peak;
+  j["communication_buffers_peak"] = comm_buffers_peak;
+  j["total"] = total();
+  return j.dump();
+}
+
+FsdpMemory Fsdp::memory(uint64_t optimizer_bytes) const {
+  FsdpMemory m;
+  m.optimizer = optimizer_bytes;
+  if (!sharded()) {
+    for (const Param& p : model_.params().all()) {
+      m.parameters += p.value.nbytes();
+      m.compute_copies += p.compute.defined() ? p.compute.nbytes() : 0;
+    }
+    m.gradients = model_.params().grad_bytes();
+    return m;
+  }
+  for (const UnitState& s : state_) {
+    m.parameters += s.shard_value.nbytes();
+    m.compute_copies += s.shard_compute.defined() ? s.shard_compute.nbytes() : 0;
+    m.gradients += s.shard_grad.defined() ? s.shard_grad.nbytes() : 0;
+  }
+  m.gathered_peak = gathered_peak_;
+  m.grad_buffers_peak = grad_buffers_peak_;
+  m.comm_buffers_peak = staging_peak_;
+  return m;
+}
+
+FsdpMemory Fsdp::memory_formula(int grad_accum) const {
+  FsdpMemory m;
+  const bool bf16 = model_.params().compute_dtype() == DType::bf16;
+  if (!sharded()) {
+    for (const FsdpUnitLayout& u : units_) {
+      const uint64_t n = static_cast<uint64_t>(u.numel);
+      m.parameters += 4 * n;
+      m.compute_copies += bf16 ? 2 * n : 0;
+      m.gradients += 4 * n;
+      m.optimizer += u.trainable ? 8 * n : 0;
+    }
+    return m;
+  }
+  uint64_t largest = 0, largest_trainable = 0, largest_shard = 0, sum_padded = 0;
+  for (const FsdpUnitLayout& u : units_) {
+    const uint64_t p = static_cast<uint64_t>(u.padded), s = static_cast<uint64_t>(u.shard);
+    m.parameters += 4 * s;
+    m.compute_copies += bf16 ? 2 * s : 0;
+    if (u.trainable) {
+      m.gradients += 4 * s;
+      m.optimizer += 8 * s;
+      largest_trainable = std::max(largest_trainable, p);
+      largest_shard = std::max(largest_shard, s);
+    }
+    largest = std::max(largest, p);
+    sum_padded += p;
+  }
+  const uint64_t b = bf16 ? 2 : 4;
+  if (options_.strategy == FsdpStrategy::shard_grad_op) {
+    m.gathered_peak = b * sum_padded;
+  } else if (!options_.prefetch) {
+    m.gathered_peak = b * largest;
+  } else {
+    // Consecutive units whose weights the schedule reads (the forward, then the backward).
+    std::vector<int> order;
+    for (const UnitEvent& e : schedule_)
+      if (e.acquire && e.use != UnitUse::gradients && (order.empty() || order.back() != e.unit))
+        order.push_back(e.unit);
+    for (size_t i = 0; i + 1 < order.size(); ++i)
+      m.gathered_peak = std::max<uint64_t>(m.gathered_peak,
+                                           b * static_cast<uint64_t>(units_[static_cast<size_t>(order[i])].padded +
+                                                                     units_[static_cast<size_t>(order[i + 1])].padded));
+  }
+  m.grad_buffers_peak = 4 * largest_trainable;
+  if (options_.reduce_dtype == DType::bf16) {
+    m.comm_buffers_peak = 2 * largest_trainable + 6 * (largest_trainable / static_cast<uint64_t>(world()));
+  } else if (grad_accum > 1) {
+    m.comm_buffers_peak = 4 * largest_shard;
+  }
+  return m;
+}
+
+std::string Fsdp::layout_json() const {
+  nlohmann::json j;
+  j["strategy"] = fsdp_strategy_name(options_.strategy);
+  j["world_size"] = world();
+  j["prefetch"] = options_.prefetch;
+  j["reduce_dtype"] = dtype_name(options_.reduce_dtype);
+  j["units"] = nlohmann::json::array();
+  for (const FsdpUnitLayout& u : units_)
+    j["units"].push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}, {"trainable", u.trainable}});
+  return j.dump();
+}
+
+void Fsdp::reset_peaks() {
+  gathered_peak_ = gathered_;
+  grad_buffers_peak_ = grad_buffers_;
+  staging_peak_ = staging_;
+}
+
+}  // namespace vlm

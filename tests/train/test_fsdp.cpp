@@ -1,0 +1,127 @@
+// FSDP in one process (a world of one; the multi-rank tests are fsdp_test.py under mpirun):
+//   * the strategies train the same losses as no_shard, bit for bit (one micro-batch a step: the same sums in the
+//     same order), and a sharded checkpoint resumes under another strategy bit for bit;
+//   * strategy names, and malformed sharded checkpoint indexes, are clear errors naming the file and the field.
+// On CUDA: test_device_batch_gpu.cpp (FsdpGpu).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/safetensors.h"
+#include "testing/test_util.h"
+#include "track/metrics.h"
+#include "train/fsdp.h"
+#include "train/sharded_checkpoint.h"
+#include "train/trainer.h"
+#include "train_fixture.h"
+
+namespace vlm {
+namespace {
+
+std::vector<double> losses(const std::string& run_dir) {
+  auto records = read_jsonl_metrics(run_dir + "/metrics.jsonl");
+  EXPECT_TRUE(records.ok());
+  std::vector<double> out;
+  for (const auto& r : *records) {
+    double loss;
+    if (r.kind == "train" && r.get("loss", &loss)) out.push_back(loss);
+  }
+  return out;
+}
+
+TrainerOptions options_for(const RunConfig& c, const std::string& run_dir) {
+  TrainerOptions o;
+  o.config = c;
+  o.resolved_toml = "# test\n";
+  o.run_dir = run_dir;
+  o.quiet = true;
+  return o;
+}
+
+RunConfig config(const std::string& device) {
+  static const std::string data = testing::scratch_dir("fsdp_data");
+  RunConfig c = testing::tiny_run_config(data);
+  c.data.val_shards = "";
+  c.train.device = device;
+  c.train.deterministic = true;
+  c.train.steps = 6;
+  c.train.grad_accum = 1;
+  c.train.ckpt_every = 3;
+  return c;
+}
+
+void expect_strategies_equal(RunConfig c, const std::string& name) {
+  const std::string root = testing::scratch_dir(name);
+  std::vector<double> base;
+  for (const char* s : {"no_shard", "shard_grad_op", "full_shard"}) {
+    c.train.fsdp = s;
+    auto r = run_training(options_for(c, root + "/" + s));
+    ASSERT_TRUE(r.ok()) << s << ": " << r.status().to_string();
+    const std::vector<double> got = losses(root + "/" + s);
+    ASSERT_EQ(got.size(), 6u) << s;
+    if (base.empty()) base = got;
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], base[i]) << s << " step " << i + 1;
+  }
+}
+
+TEST(Fsdp, WorldOfOneStrategiesTrainTheSameLosses) { expect_strategies_equal(config("cpu"), "fsdp_world1"); }
+
+TEST(Fsdp, ShardedCheckpointResumesUnderAnotherStrategy) {
+  RunConfig c = config("cpu");
+  const std::string root = testing::scratch_dir("fsdp_resume");
+  c.train.fsdp = "full_shard";
+  ASSERT_TRUE(run_training(options_for(c, root + "/full")).ok());
+  TrainerOptions o = options_for(c, root + "/switched");
+  o.stop_after_step = 3;
+  ASSERT_TRUE(run_training(o).ok());
+  EXPECT_TRUE(std::filesystem::exists(root + "/switched/checkpoints/step_00000003/" + kFsdpIndexFile));
+  c.train.fsdp = "no_shard";
+  o = options_for(c, root + "/switched");
+  o.resume = true;
+  auto r = run_training(o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(losses(root + "/switched"), losses(root + "/full"));
+  // The no_shard run's final checkpoint is in the replicated layout, and holds the same tensors.
+  auto ckpt = CheckpointTensors::open(root + "/switched/checkpoints/step_00000006");
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().to_string();
+  EXPECT_FALSE(ckpt->sharded());
+  EXPECT_EQ(ckpt->optimizer_step(), 6);
+}
+
+TEST(Fsdp, StrategyNamesAndBadIndexesAreClearErrors) {
+  EXPECT_EQ(*parse_fsdp_strategy("full_shard"), FsdpStrategy::full_shard);
+  const Expected<FsdpStrategy> bad = parse_fsdp_strategy("zero3");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("no_shard, shard_grad_op, full_shard"), std::string::npos);
+
+  const std::string dir = testing::scratch_dir("fsdp_bad_index");
+  auto write = [&](const std::string& text) {
+    ASSERT_TRUE(write_file_atomic(dir + "/" + kFsdpIndexFile, text.data(), text.size()).ok());
+  };
+  auto error_of = [&]() {
+    Expected<CheckpointTensors> t = CheckpointTensors::open(dir);
+    return t.ok() ? std::string() : t.status().message();
+  };
+  write("{not json");
+  EXPECT_NE(error_of().find("not a sharded checkpoint index"), std::string::npos) << error_of();
+  write(
+      R"({"world_size": 2, "params": [{"name": "w", "shape": [4], "pieces": [{"rank": 0, "begin": 0, "numel": 2}]}]})");
+  EXPECT_NE(error_of().find("w: pieces hold 2 of 4 elements"), std::string::npos) << error_of();
+  write(
+      R"({"world_size": 2, "params": [{"name": "w", "shape": [4], "pieces": [{"rank": 5, "begin": 0, "numel": 4}]}]})");
+  EXPECT_NE(error_of().find("do not tile"), std::string::npos) << error_of();
+  write(R"({"world_size": 2, "params": [{"name": "w", "shape": "four", "pieces": []}]})");
+  EXPECT_NE(error_of().find(kFsdpIndexFile), std::string::npos) << error_of();
+  // A valid index whose shard file is missing: the read names the file.
+  write(
+      R"({"world_size": 1, "params": [{"name": "w", "shape": [4], "pieces": [{"rank": 0, "begin": 0, "numel": 4}]}]})");
+  Expected<CheckpointTensors> t = CheckpointTensors::open(dir);
+  ASSERT_TRUE(t.ok());
+  Tensor out = Tensor::empty({4}, DType::f32);
+  const Status s = t->read("w", "", 0, out);
+  EXPECT_NE(s.message().find("model_shard_00000.safetensors"), std::string::npos) << s.message();
+  EXPECT_NE(t->read("absent", "", 0, out).message().find("no parameter absent"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vlm
