@@ -16,6 +16,10 @@
 #   decode    bench/peers/decode_peer.py (transformers generate, eager and static cache + torch.compile; PEER_ARGS
 #             adds flags, e.g. "--modes static_compile"), then `vlm bench decode --peer` on the same shapes; figures
 #             in $OUT/decode_*.jsonl
+#   nccl      dev/gpu/nccl_check.sh on the pack (test_dist_nccl, dist_collectives_driver, dist_nccl_bandwidth)
+#   serve     dev/gpu/serve_bench.sh: vlm serve of a nanoVLM-222M-shaped run under load (SERVE_CONCURRENCY,
+#             SERVE_SECONDS)
+#   fsdp      dev/gpu/fsdp_check.sh: the FSDP GPU test and the nanoVLM-222M step under each strategy (FSDP_STEPS)
 #   coldstart a nanoVLM-222M-shaped run trained one step, then `vlm generate` of one token with an image, timed from
 #             process start to exit (the checkpoint read, CUDA initialised, the image encoded, the prompt prefilled)
 #   dev/gpu/interop_checks.sh [step...]       (default: fixtures tokfix tb paged sanitize gtests finetune)
@@ -61,7 +65,7 @@ run_step() {
   rc=$?
   [ $rc -eq 0 ] || status=1
   say "$step: exit $rc in $(($(date +%s) - s0)) s"
-  grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|ERROR SUMMARY|falls|DOES NOT|hf_parity:|rel|missing|cold start" \
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|ERROR SUMMARY|falls|DOES NOT|hf_parity:|rel|missing|cold start|nccl_check\]|GB/s|req/s|tok/s|samples/s|FsdpGpu|strategy" \
     "$OUT/logs/$step.log" | grep -v "^\[  SKIPPED \] .*ms)$" | tail -25 | sed "s/^/  $step| /" | tee -a "$session"
 }
 step_fixtures() {
@@ -132,6 +136,18 @@ step_coldstart() {
     e=$(date +%s.%N)
     python3 -c "import sys; print(f'cold start {sys.argv[3]}: process start to first token and exit in {float(sys.argv[2]) - float(sys.argv[1]):.2f} s')" "$s" "$e" "$i"
   done
+}
+step_nccl() { bash "$here/nccl_check.sh" "$BIN"; }
+# vlm serve under load (dev/gpu/serve_bench.sh), two concurrencies by default to fit the call.
+step_serve() {
+  SERVE_BIN=$BIN OUT=/tmp/serve_bench CONCURRENCY=${SERVE_CONCURRENCY:-1 32} ROUND_SECONDS=${SERVE_SECONDS:-10} \
+    bash "$here/serve_bench.sh"
+  local rc=$?
+  cp /tmp/serve_bench/serve_bench.jsonl "$OUT/" 2>/dev/null
+  return $rc
+}
+step_fsdp() {
+  VLM=$BIN/vlm TEST_BIN=$BIN/test_train_gpu OUT=/tmp/fsdp_out STEPS=${FSDP_STEPS:-25} bash "$here/fsdp_check.sh"
 }
 
 steps=("$@")
