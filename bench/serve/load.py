@@ -53,7 +53,9 @@ def one(conn, headers, body):
         chunk = json.loads(data)
         if "error" in chunk:
             raise RuntimeError(f"stream error: {chunk['error']['message']}")
-        if ttft is None and any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
+        # The first chunk after the role's: the server sends one per batch of tokens, text or not.
+        if ttft is None and any("content" in c.get("delta", {}) and "role" not in c.get("delta", {})
+                                for c in chunk.get("choices", [])):
             ttft = time.perf_counter() - t0
         if chunk.get("usage"):
             tokens = chunk["usage"]["completion_tokens"]

@@ -17,15 +17,16 @@ ROUND_SECONDS=${ROUND_SECONDS:-20}
 MAX_TOKENS=${MAX_TOKENS:-128}
 KV_MEMORY=${KV_MEMORY:-16G}
 DEVICE=${DEVICE:-cuda}
-export LD_LIBRARY_PATH=$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# Only vlm gets the pack's libraries: its libcurl from the build machine breaks the system's curl.
+vlm_env=(env "LD_LIBRARY_PATH=$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}")
 repo=$(pwd)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-vlm="$BIN/vlm"
-[ -x "$vlm" ] || { echo "serve_bench: $vlm missing (dev/gpu/gpu_pack.sh $BIN build-cuda/apps/vlm/vlm)"; exit 2; }
+vlm_bin="$BIN/vlm"
+[ -x "$vlm_bin" ] || { echo "serve_bench: $vlm_bin missing (dev/gpu/gpu_pack.sh $BIN build-cuda/apps/vlm/vlm)"; exit 2; }
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sed 's/^/gpu: /'
 
-"$vlm" data synth shapes --out "$OUT/shards" --samples 256 --seed 1 --image-size 64 --shard-size 256 >/dev/null || exit 1
+"${vlm_env[@]}" "$vlm_bin" data synth shapes --out "$OUT/shards" --samples 256 --seed 1 --image-size 64 --shard-size 256 >/dev/null || exit 1
 python3 - "$OUT" <<'PY' || exit 1
 import glob, sys, tarfile
 out = sys.argv[1]
@@ -37,9 +38,9 @@ run=${RUN:-}
 if [ -z "$run" ]; then
   run="$OUT/run"
   rm -rf "$run"
-  "$vlm" data tokenizer-train --shards "$OUT/shards" --out "$OUT/tok.json" --vocab-size 300 >/dev/null || exit 1
+  "${vlm_env[@]}" "$vlm_bin" data tokenizer-train --shards "$OUT/shards" --out "$OUT/tok.json" --vocab-size 300 >/dev/null || exit 1
   echo "making a nanoVLM-222M-shaped run (random init, one bf16 step)"
-  "$vlm" train --config configs/shapes-tiny.toml --run-dir "$run" --quiet --set model.preset=nanovlm-222m \
+  "${vlm_env[@]}" "$vlm_bin" train --config configs/shapes-tiny.toml --run-dir "$run" --quiet --set model.preset=nanovlm-222m \
     --set data.train_shards="$OUT/shards" --set data.tokenizer="$OUT/tok.json" --set data.val_shards= \
     --set train.device=cuda --set train.precision=bf16 --set train.steps=1 --set train.batch_size=2 \
     --set train.warmup_steps=0 --set train.ckpt_every=0 >"$OUT/train.log" 2>&1 ||
@@ -48,7 +49,7 @@ fi
 
 max_c=0
 for c in $CONCURRENCY; do [ "$c" -gt "$max_c" ] && max_c=$c; done
-"$vlm" serve "$run" --device "$DEVICE" --port 0 --served-model-name nanovlm-222m --max-queue $((max_c * 2)) \
+"${vlm_env[@]}" "$vlm_bin" serve "$run" --device "$DEVICE" --port 0 --served-model-name nanovlm-222m --max-queue $((max_c * 2)) \
   --max-num-seqs $((max_c > 256 ? max_c : 256)) --kv-memory "$KV_MEMORY" --max-tokens 1024 >"$OUT/serve.log" 2>&1 &
 server=$!
 trap 'kill -9 $server 2>/dev/null || true' EXIT

@@ -108,7 +108,7 @@ std::string stream_chunk(const ResponseMeta& meta, int index, const std::string&
   if (meta.endpoint == Endpoint::chat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";
-    if (!text.empty() || first) delta["content"] = text;
+    if (!text.empty() || first || !tokens.ids.empty()) delta["content"] = text;
     choice["delta"] = delta;
     choice["logprobs"] = meta.logprobs && !tokens.ids.empty()
                              ? chat_logprobs(tokenizer, tokens.ids, tokens.logprobs, tokens.top)

@@ -272,8 +272,9 @@ void Server::reply_stream(const ResponseMeta& meta, const ApiRequest& api, std::
           chunk[c].top.push_back(t.top);
         }
         for (int i = 0; i < st->n; ++i)
-          if (!text[static_cast<size_t>(i)].empty() ||
-              (st->meta.logprobs && !chunk[static_cast<size_t>(i)].ids.empty()))
+          // A chunk for every batch of new tokens, its text empty while held back (a stop string's prefix, half a
+          // character, ids without text): clients see the tokens' timing, as OpenAI's stream shows it.
+          if (!text[static_cast<size_t>(i)].empty() || !chunk[static_cast<size_t>(i)].ids.empty())
             out += stream_chunk(st->meta, i, text[static_cast<size_t>(i)], false, "", chunk[static_cast<size_t>(i)],
                                 tokenizer_);
         if (done) {
