@@ -3,7 +3,11 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
+#include "core/safetensors.h"
 #include "data/image/image_pipeline.h"
+#include "data/loader/idefics3_layout.h"
 #include "data/loader/vlm_batch.h"
 #include "model/model_io.h"
 #include "train/checkpoint.h"
@@ -14,6 +18,35 @@ namespace vlm::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A model folder's JSON file, or null when it is absent. Errors: unreadable or malformed JSON, naming the file.
+Expected<nlohmann::json> optional_json(const fs::path& file) {
+  if (!fs::exists(file)) return nlohmann::json();
+  VLM_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(file.string()));
+  nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return parse_error(file.string() + ": not valid JSON");
+  return j;
+}
+
+// SmolVLM / Idefics3 folders: when the image processor is Idefics3's and the tokenizer has its layout tokens,
+// images go in as tiles plus a global image (image_seq_len from processor_config.json, else the model's).
+Status maybe_use_idefics3(const std::string& path, const Tokenizer& tokenizer, int image_tokens,
+                          infer::PromptBuilder& builder) {
+  VLM_ASSIGN_OR_RETURN(nlohmann::json pp, optional_json(fs::path(path) / "preprocessor_config.json"));
+  if (!pp.is_object()) return Status();
+  const auto type = pp.find("image_processor_type");
+  if (type == pp.end() || !type->is_string() || type->get<std::string>().find("Idefics3") == std::string::npos ||
+      !tokenizer.token_to_id("<fake_token_around_image>"))
+    return Status();
+  VLM_ASSIGN_OR_RETURN(nlohmann::json proc, optional_json(fs::path(path) / "processor_config.json"));
+  if (!pp.contains("image_seq_len"))
+    pp["image_seq_len"] = proc.is_object() && proc.contains("image_seq_len") ? proc["image_seq_len"]
+                                                                              : nlohmann::json(image_tokens);
+  VLM_ASSIGN_OR_RETURN(Idefics3Options o,
+                       Idefics3Options::from_preprocessor_config(pp, path + "/preprocessor_config.json"));
+  if (Status s = builder.use_idefics3(o); !s.ok()) return invalid_argument(path + ": " + s.message());
+  return Status();
+}
 
 // A run directory (config.toml + checkpoints/, or + model.safetensors) or a checkpoint folder inside one; empty
 // config when `model` is neither.
@@ -120,6 +153,8 @@ Expected<std::unique_ptr<InferenceModel>> load_inference_model(const std::string
   VLM_ASSIGN_OR_RETURN(
       infer::PromptBuilder builder,
       infer::PromptBuilder::create(out->tokenizer, out->chat, out->model->config().image_tokens(), pipeline));
+  if (files.config.empty())  // a model folder
+    VLM_RETURN_IF_ERROR(maybe_use_idefics3(path, out->tokenizer, out->model->config().image_tokens(), builder));
   out->prompts = std::make_unique<infer::PromptBuilder>(std::move(builder));
   return out;
 }

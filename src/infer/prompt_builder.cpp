@@ -1,10 +1,13 @@
 // PromptBuilder: chat template + tokenizer + image pipeline -> Request.
 #include "infer/prompt_builder.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
 #include "core/safetensors.h"
+#include "data/image/image.h"
+#include "data/loader/idefics3_pixels.h"
 #include "infer/prefix_hash.h"
 
 namespace vlm::infer {
@@ -54,13 +57,79 @@ Expected<ImageInput> PromptBuilder::image(std::string_view encoded) const {
   return ImageInput{pixels, image_key(encoded, preprocessing_)};
 }
 
+Status PromptBuilder::use_idefics3(const Idefics3Options& o) {
+  if (o.image_seq_len != image_tokens_)
+    return invalid_argument("Idefics3 preprocessing: image_seq_len " + std::to_string(o.image_seq_len) +
+                            " differs from the model's " + std::to_string(image_tokens_) + " tokens per image");
+  if (o.max_image_size != pipeline_.size)
+    return invalid_argument("Idefics3 preprocessing: max_image_size " + std::to_string(o.max_image_size) +
+                            " differs from the vision tower's input size " + std::to_string(pipeline_.size));
+  for (const char* t : {"<fake_token_around_image>", "<global-img>"})
+    if (!tokenizer_->token_to_id(t)) return invalid_argument(std::string("the tokenizer lacks Idefics3's '") + t + "'");
+  idefics3_ = o;
+  std::ostringstream p;
+  p << " idefics3 longest=" << o.longest_edge << " resize=" << o.do_resize << " split=" << o.do_image_splitting
+    << " tile=" << o.max_image_size << " resample=" << o.resample << " rescale=" << o.do_rescale << "/"
+    << o.rescale_factor << " normalize=" << o.do_normalize;
+  for (int c = 0; c < 3; ++c) p << " c" << c << "=" << o.image_mean[c] << "/" << o.image_std[c];
+  preprocessing_ += p.str();
+  return Status();
+}
+
+Expected<PreparedImage> PromptBuilder::prepare_image(std::string_view encoded) const {
+  PreparedImage out;
+  if (!idefics3_) {
+    VLM_ASSIGN_OR_RETURN(ImageInput im, image(encoded));
+    out.inputs.push_back(std::move(im));
+    out.placeholder.assign(static_cast<size_t>(image_tokens_), image_id_);
+    return out;
+  }
+  ImageDecodeOptions decode;
+  decode.max_pixels = pipeline_.max_pixels;
+  VLM_ASSIGN_OR_RETURN(Image img,
+                       decode_image(reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size(), {}, decode));
+  const Idefics3Pixels px = idefics3_pixel_values(img, *idefics3_);
+  const int64_t S = idefics3_->max_image_size, per_frame = 3 * S * S;
+  for (int64_t f = 0; f < px.frames.dim(0); ++f) {
+    Tensor frame = Tensor::empty({3, S, S}, DType::f32);
+    std::copy_n(px.frames.data<float>() + f * per_frame, per_frame, frame.data<float>());
+    out.inputs.push_back({std::move(frame), image_key(encoded, preprocessing_ + " frame=" + std::to_string(f))});
+  }
+  out.placeholder = tokenizer_->encode(
+      idefics3_image_prompt(px.layout.rows, px.layout.cols, image_tokens_, chat_.image_token));
+  const auto placeholders = std::count(out.placeholder.begin(), out.placeholder.end(), image_id_);
+  VLM_CHECK(placeholders == px.frames.dim(0) * image_tokens_, "PromptBuilder: the Idefics3 prompt holds ",
+            placeholders, " image tokens for ", px.frames.dim(0), " frames of ", image_tokens_);
+  return out;
+}
+
+Expected<std::vector<int32_t>> PromptBuilder::tokenize(const std::vector<Turn>& turns,
+                                                       const std::vector<PreparedImage>& images) const {
+  VLM_ASSIGN_OR_RETURN(TokenizedChat chat, tokenize_chat(*tokenizer_, chat_, turns, static_cast<int>(images.size()),
+                                                         /*image_tokens=*/1, /*generation_prompt=*/true));
+  std::vector<int32_t> out;
+  size_t k = 0;
+  for (int32_t id : chat.tokens) {
+    if (id == image_id_ && k < images.size()) {
+      out.insert(out.end(), images[k].placeholder.begin(), images[k].placeholder.end());
+      ++k;
+      continue;
+    }
+    out.push_back(id);
+  }
+  if (k != images.size())
+    return invalid_argument("the chat template placed " + std::to_string(k) + " image placeholders for " +
+                            std::to_string(images.size()) + " images");
+  return out;
+}
+
 Expected<Request> PromptBuilder::build(const RequestSpec& spec) const {
   Request r;
   r.id = spec.id;
   r.sampling = spec.sampling;
   r.sampling.stop_ids.push_back(stop_id_);
   const std::string who = "request '" + spec.id + "': ";
-  VLM_ASSIGN_OR_RETURN(r.prompt, tokenize({{spec.prompt, ""}}, static_cast<int>(spec.images.size())));
+  std::vector<PreparedImage> images;
   for (const std::string& path : spec.images) {
     std::error_code ec;
     const uintmax_t size = std::filesystem::file_size(path, ec);
@@ -69,10 +138,13 @@ Expected<Request> PromptBuilder::build(const RequestSpec& spec) const {
                               std::to_string(kMaxImageFileBytes));
     auto bytes = read_file_bytes(path);
     if (!bytes.ok()) return io_error(who + "image " + path + ": " + bytes.status().message());
-    auto im = image(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+    auto im = prepare_image(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
     if (!im.ok()) return invalid_argument(who + "image " + path + ": " + im.status().message());
-    r.images.push_back(std::move(*im));
+    images.push_back(std::move(*im));
   }
+  VLM_ASSIGN_OR_RETURN(r.prompt, tokenize({{spec.prompt, ""}}, images));
+  for (PreparedImage& im : images)
+    for (ImageInput& in : im.inputs) r.images.push_back(std::move(in));
   return r;
 }
 

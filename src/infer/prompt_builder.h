@@ -9,13 +9,23 @@
 #include <string_view>
 #include <vector>
 
+#include <optional>
+
 #include "data/image/image_pipeline.h"
+#include "data/loader/idefics3_layout.h"
 #include "data/loader/prompt.h"
 #include "data/tokenizer/tokenizer.h"
 #include "infer/request.h"
 #include "infer/request_spec.h"
 
 namespace vlm::infer {
+
+// One image ready for a request: the inputs it becomes (one, or with Idefics3 its tiles then its global image) and
+// the prompt tokens that stand for it (image_tokens placeholders per input, with Idefics3 inside its tile layout).
+struct PreparedImage {
+  std::vector<ImageInput> inputs;
+  std::vector<int32_t> placeholder;
+};
 
 class PromptBuilder {
  public:
@@ -28,6 +38,17 @@ class PromptBuilder {
   // encoded image decoded and preprocessed (errors: the decoder's, or the pixel limit's). Thread-safe.
   Expected<std::vector<int32_t>> tokenize(const std::vector<Turn>& turns, int n_images) const;
   Expected<ImageInput> image(std::string_view encoded) const;
+  // SmolVLM / Idefics3 checkpoints: every image becomes its tiles and global image (data/loader/idefics3_pixels.h)
+  // and its placeholder the processor's layout (<fake_token_around_image>, <row_r_col_c>, <global-img>). Errors:
+  // the layout's tokens missing from the tokenizer, an image_seq_len other than image_tokens, a tile size other
+  // than the pipeline's.
+  Status use_idefics3(const Idefics3Options& options);
+  bool idefics3() const { return idefics3_.has_value(); }
+  // An encoded image's inputs and placeholder tokens (errors: the decoder's; invalid_argument for the pixel limit).
+  Expected<PreparedImage> prepare_image(std::string_view encoded) const;
+  // The chat's tokens with each image's placeholder in the first user turn, in order.
+  Expected<std::vector<int32_t>> tokenize(const std::vector<Turn>& turns,
+                                          const std::vector<PreparedImage>& images) const;
   const ImagePipelineOptions& pipeline() const { return pipeline_; }
   int32_t image_token_id() const { return image_id_; }
   int32_t stop_token_id() const { return stop_id_; }  // the template's end of the assistant turn
@@ -42,6 +63,7 @@ class PromptBuilder {
   ImagePipelineOptions pipeline_;
   std::string preprocessing_;
   int32_t image_id_ = -1, stop_id_ = -1;
+  std::optional<Idefics3Options> idefics3_;
 };
 
 }  // namespace vlm::infer

@@ -38,8 +38,20 @@ ApiError ApiPromptBuilder::build(const ApiRequest& api, const std::string& id, i
   r.id = id;
   r.sampling = api.sampling;
   if (!api.ignore_eos) r.sampling.stop_ids.push_back(builder_.stop_token_id());
+  std::vector<infer::PreparedImage> images;
+  for (const ApiImage& image : api.images) {
+    auto im = builder_.prepare_image(image.bytes);
+    if (!im.ok()) {
+      const bool bomb = im.status().code() == StatusCode::invalid_argument;
+      return unprocessable(
+          image.param,
+          std::string(bomb ? "the image is too large: " : "the image does not decode: ") + im.status().message(),
+          bomb ? "image_too_large" : "invalid_image");
+    }
+    images.push_back(std::move(*im));
+  }
   if (api.endpoint == Endpoint::chat) {
-    auto tokens = builder_.tokenize(chat_turns(api.messages), static_cast<int>(api.images.size()));
+    auto tokens = builder_.tokenize(chat_turns(api.messages), images);
     if (!tokens.ok()) return bad_request("messages", tokens.status().message());
     r.prompt = std::move(*tokens);
   } else {
@@ -52,17 +64,8 @@ ApiError ApiPromptBuilder::build(const ApiRequest& api, const std::string& id, i
                        "the prompt is " + std::to_string(len) + " tokens; this model's context holds " +
                            std::to_string(max_context_) + " tokens (prompt and output)",
                        "context_length_exceeded");
-  for (const ApiImage& image : api.images) {
-    auto im = builder_.image(image.bytes);
-    if (!im.ok()) {
-      const bool bomb = im.status().code() == StatusCode::invalid_argument;
-      return unprocessable(
-          image.param,
-          std::string(bomb ? "the image is too large: " : "the image does not decode: ") + im.status().message(),
-          bomb ? "image_too_large" : "invalid_image");
-    }
-    r.images.push_back(std::move(*im));
-  }
+  for (infer::PreparedImage& im : images)
+    for (infer::ImageInput& in : im.inputs) r.images.push_back(std::move(in));
   *out = std::move(r);
   return {};
 }
