@@ -34,12 +34,12 @@ Status parse_float(const std::string& flag, const std::string& text, float* out)
 }  // namespace
 
 int cmd_generate(int argc, char** argv, int first) {
-  std::string prompt, requests_path, out_path, device_name, dtype_name, kv_memory_text;
+  std::string prompt, requests_path, out_path, device_name, dtype_name;
   std::vector<std::string> images, overrides, stops;
   std::string temperature, top_p, min_p, rep, freq, pres, length_penalty;
-  int64_t max_tokens = 64, top_k = 0, n = 1, logprobs = -1, beam_width = 1, seed = -1, block_size = 16, max_seqs = 256;
-  int64_t step_tokens = 2048;
-  bool no_prefix_cache = false, quiet = false;
+  int64_t max_tokens = 64, top_k = 0, n = 1, logprobs = -1, beam_width = 1, seed = -1;
+  EngineFlags engine_flags;
+  bool quiet = false;
   Flags f("vlm generate MODEL (--prompt TEXT [--image FILE]... | --requests IN.jsonl [--out OUT.jsonl]) [flags]",
           "Generate with a trained model through the paged-KV engine. MODEL is a run directory (its config.toml and "
           "newest checkpoint), a checkpoint folder inside one, or a model folder (Hugging Face or `vlm convert`'s) "
@@ -63,11 +63,7 @@ int cmd_generate(int argc, char** argv, int first) {
   f.add_multi("--stop", &stops, "stop string (repeatable)");
   f.add_int("--logprobs", &logprobs,
             "log-probabilities in the JSON output: 0 the chosen token's, N also the N most likely (default -1: none)");
-  f.add_string("--kv-memory", &kv_memory_text, "KV cache size, e.g. 4G (default: 90% of free GPU memory; 1G on CPU)");
-  f.add_int("--block-size", &block_size, "tokens per KV block");
-  f.add_int("--max-num-seqs", &max_seqs, "sequences decoded at once");
-  f.add_int("--max-step-tokens", &step_tokens, "rows per forward step (decodes + prompt chunks)");
-  f.add_bool("--no-prefix-cache", &no_prefix_cache, "do not share KV blocks of identical prefixes");
+  engine_flags.add_to(f);
   f.add_string("--device", &device_name, "cpu | cuda[:N] (default: the run's train.device)");
   f.add_string("--dtype", &dtype_name, "f32 | bf16 (default: bf16 on cuda, f32 on cpu)");
   f.add_multi("--set", &overrides, "override one run option, e.g. --set model.text.max_seq_len=1024 (repeatable)");
@@ -97,25 +93,13 @@ int cmd_generate(int argc, char** argv, int first) {
         std::tuple{"--length-penalty", &length_penalty, &defaults.length_penalty}})
     if (Status s = parse_float(flag, *text, target); !s.ok()) return fail(s);
   if (Status s = defaults.validate(); !s.ok()) return fail(s);
-  auto kv_memory = parse_bytes("--kv-memory", kv_memory_text);
-  if (!kv_memory.ok()) return fail(kv_memory.status());
-
   auto loaded = load_inference_model(pos[0], overrides, device_name, dtype_name);
   if (!loaded.ok()) return fail(loaded.status());
   VlmModel& model = *(*loaded)->model;
-  const Tokenizer* tokenizer = &(*loaded)->tokenizer;
   const infer::PromptBuilder* builder = (*loaded)->prompts.get();
-  infer::EngineOptions eo;
-  eo.block_size = static_cast<int>(block_size);
-  eo.kv_memory = *kv_memory;
-  eo.max_num_seqs = static_cast<int>(max_seqs);
-  eo.max_tokens_per_step = static_cast<int>(step_tokens);
-  eo.prefix_cache = !no_prefix_cache;
-  eo.image_token_id = builder->image_token_id();
-  eo.detokenize = [&](const std::vector<int32_t>& ids) { return tokenizer->decode(ids); };
-  if (eo.block_size < 1 || eo.max_num_seqs < 1 || eo.max_tokens_per_step < 1)
-    return fail(invalid_argument("--block-size, --max-num-seqs and --max-step-tokens must be positive"));
-  infer::Engine engine(model, eo);
+  auto eo = engine_flags.engine_options(**loaded);
+  if (!eo.ok()) return fail(eo.status());
+  infer::Engine engine(model, *eo);
 
   if (!prompt.empty()) {  // one request: the completions' text on stdout
     infer::RequestSpec spec{"prompt", prompt, images, defaults};

@@ -49,12 +49,13 @@ int cmd_serve(int argc, char** argv, int first) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  std::string host = "127.0.0.1", api_key, api_key_file, name, device_name, dtype_name, kv_memory_text;
+  std::string host = "127.0.0.1", api_key, api_key_file, name, device_name, dtype_name;
   std::string max_body_text = "32M", max_image_text = "20M", timeout_text = "600", shutdown_text = "30";
   std::vector<std::string> overrides;
   int64_t port = 8000, max_queue = 128, max_tokens = 0, default_max_tokens = 256, max_n = 8, max_images = 8;
-  int64_t block_size = 16, max_seqs = 256, step_tokens = 2048, seed = 0;
-  bool no_prefix_cache = false, allow_remote_images = false;
+  int64_t seed = 0;
+  EngineFlags engine_flags;
+  bool allow_remote_images = false;
   std::string remote_timeout_text = "10";
   Flags f("vlm serve MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--served-model-name NAME] [flags]",
           "Serve a model over the OpenAI API: POST /v1/chat/completions (text and data: URL images, streaming), "
@@ -78,11 +79,7 @@ int cmd_serve(int argc, char** argv, int first) {
   f.add_int("--max-n", &max_n, "largest n (completions per request)");
   f.add_string("--request-timeout", &timeout_text, "seconds a request may take before it is cancelled (504)");
   f.add_string("--shutdown-timeout", &shutdown_text, "seconds in-flight requests get to finish on SIGINT/SIGTERM");
-  f.add_string("--kv-memory", &kv_memory_text, "KV cache size, e.g. 4G (default: 90% of free GPU memory; 1G on CPU)");
-  f.add_int("--block-size", &block_size, "tokens per KV block");
-  f.add_int("--max-num-seqs", &max_seqs, "sequences decoded at once");
-  f.add_int("--max-step-tokens", &step_tokens, "rows per forward step (decodes + prompt chunks)");
-  f.add_bool("--no-prefix-cache", &no_prefix_cache, "do not share KV blocks of identical prefixes");
+  engine_flags.add_to(f);
   f.add_int("--seed", &seed, "seeds requests that carry none (with their arrival number)");
   f.add_string("--device", &device_name, "cpu | cuda[:N] (default: the run's train.device; cpu for a model folder)");
   f.add_string("--dtype", &dtype_name, "f32 | bf16 (default: bf16 on cuda, f32 on cpu)");
@@ -91,11 +88,8 @@ int cmd_serve(int argc, char** argv, int first) {
   const std::vector<std::string> pos = f.positional();
   if (pos.size() != 1) return fail(invalid_argument("expected one MODEL argument, got " + std::to_string(pos.size())));
   if (port < 0 || port > 65535) return fail(invalid_argument("--port must be in 0..65535"));
-  if (max_queue < 1 || max_n < 1 || max_images < 0 || default_max_tokens < 1 || block_size < 1 || max_seqs < 1 ||
-      step_tokens < 1)
-    return fail(
-        invalid_argument("--max-queue, --max-n, --default-max-tokens, --block-size, --max-num-seqs and "
-                         "--max-step-tokens must be positive, --max-images >= 0"));
+  if (max_queue < 1 || max_n < 1 || max_images < 0 || default_max_tokens < 1)
+    return fail(invalid_argument("--max-queue, --max-n and --default-max-tokens must be positive, --max-images >= 0"));
   if (!api_key_file.empty()) {
     if (!api_key.empty()) return fail(invalid_argument("give --api-key or --api-key-file, not both"));
     std::ifstream in(api_key_file);
@@ -104,29 +98,22 @@ int cmd_serve(int argc, char** argv, int first) {
     while (!api_key.empty() && (api_key.back() == '\r' || api_key.back() == ' ')) api_key.pop_back();
     if (api_key.empty()) return fail(invalid_argument(api_key_file + " holds no API key"));
   }
-  auto kv_memory = parse_bytes("--kv-memory", kv_memory_text);
   auto max_body = parse_bytes("--max-body-bytes", max_body_text);
   auto max_image = parse_bytes("--max-image-bytes", max_image_text);
   auto timeout = parse_seconds("--request-timeout", timeout_text);
   auto shutdown_timeout = parse_seconds("--shutdown-timeout", shutdown_text);
   auto remote_timeout = parse_seconds("--remote-image-timeout", remote_timeout_text);
-  for (const Status& s : {kv_memory.status(), max_body.status(), max_image.status(), timeout.status(),
+  for (const Status& s : {max_body.status(), max_image.status(), timeout.status(),
                           shutdown_timeout.status(), remote_timeout.status()})
     if (!s.ok()) return fail(s);
 
   auto loaded = load_inference_model(pos[0], overrides, device_name, dtype_name);
   if (!loaded.ok()) return fail(loaded.status());
   InferenceModel& m = **loaded;
-  infer::EngineOptions eo;
-  eo.block_size = static_cast<int>(block_size);
-  eo.kv_memory = *kv_memory;
-  eo.max_num_seqs = static_cast<int>(max_seqs);
-  eo.max_tokens_per_step = static_cast<int>(step_tokens);
-  eo.prefix_cache = !no_prefix_cache;
-  eo.image_token_id = m.prompts->image_token_id();
+  auto engine_options = engine_flags.engine_options(m);
+  if (!engine_options.ok()) return fail(engine_options.status());
+  infer::EngineOptions eo = std::move(*engine_options);
   eo.seed = static_cast<uint64_t>(seed);
-  const Tokenizer& tokenizer = m.tokenizer;
-  eo.detokenize = [&tokenizer](const std::vector<int32_t>& ids) { return tokenizer.decode(ids); };
 
   serve::ServeMetrics metrics;
   serve::EngineLoop loop(*m.model, eo, static_cast<int>(max_queue), metrics);

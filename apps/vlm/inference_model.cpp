@@ -101,6 +101,30 @@ Expected<int64_t> parse_bytes(const std::string& flag, const std::string& text) 
   return static_cast<int64_t>(v * scale);
 }
 
+void EngineFlags::add_to(Flags& f) {
+  f.add_string("--kv-memory", &kv_memory, "KV cache size, e.g. 4G (default: 90% of free GPU memory; 1G on CPU)");
+  f.add_int("--block-size", &block_size, "tokens per KV block");
+  f.add_int("--max-num-seqs", &max_seqs, "sequences decoded at once");
+  f.add_int("--max-step-tokens", &step_tokens, "rows per forward step (decodes + prompt chunks)");
+  f.add_bool("--no-prefix-cache", &no_prefix_cache, "do not share KV blocks of identical prefixes");
+}
+
+Expected<infer::EngineOptions> EngineFlags::engine_options(const InferenceModel& m) const {
+  if (block_size < 1 || max_seqs < 1 || step_tokens < 1)
+    return invalid_argument("--block-size, --max-num-seqs and --max-step-tokens must be positive");
+  VLM_ASSIGN_OR_RETURN(int64_t kv_bytes, parse_bytes("--kv-memory", kv_memory));
+  infer::EngineOptions eo;
+  eo.block_size = static_cast<int>(block_size);
+  eo.kv_memory = kv_bytes;
+  eo.max_num_seqs = static_cast<int>(max_seqs);
+  eo.max_tokens_per_step = static_cast<int>(step_tokens);
+  eo.prefix_cache = !no_prefix_cache;
+  eo.image_token_id = m.prompts->image_token_id();
+  const Tokenizer* tokenizer = &m.tokenizer;
+  eo.detokenize = [tokenizer](const std::vector<int32_t>& ids) { return tokenizer->decode(ids); };
+  return eo;
+}
+
 Expected<std::unique_ptr<InferenceModel>> load_inference_model(const std::string& path,
                                                                const std::vector<std::string>& overrides,
                                                                const std::string& device_name,

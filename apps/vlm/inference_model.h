@@ -12,6 +12,8 @@
 #include "core/status.h"
 #include "data/loader/prompt.h"
 #include "data/tokenizer/tokenizer.h"
+#include "cli.h"
+#include "infer/engine.h"
 #include "infer/prompt_builder.h"
 #include "model/vlm.h"
 
@@ -31,6 +33,18 @@ Expected<std::unique_ptr<InferenceModel>> load_inference_model(const std::string
                                                                const std::vector<std::string>& overrides,
                                                                const std::string& device_name,
                                                                const std::string& dtype_name);
+
+// The engine flags `vlm generate` and `vlm serve` share: --kv-memory, --block-size, --max-num-seqs,
+// --max-step-tokens, --no-prefix-cache.
+struct EngineFlags {
+  std::string kv_memory;
+  int64_t block_size = 16, max_seqs = 256, step_tokens = 2048;
+  bool no_prefix_cache = false;
+  void add_to(Flags& f);
+  // The engine's options for `m` (its image token, its tokenizer as the detokenizer: `m` must outlive them).
+  // Errors name the flag.
+  Expected<infer::EngineOptions> engine_options(const InferenceModel& m) const;
+};
 
 // "1073741824", "512M", "2G", "64k" -> bytes; `flag` names the option in errors. Empty text gives 0.
 Expected<int64_t> parse_bytes(const std::string& flag, const std::string& text);
