@@ -1,11 +1,14 @@
 // PromptBuilder in SmolVLM's Idefics3 mode, with SmolVLM's real tokenizer and chat template: an image becomes its
 // tiles and global image, each frame's pixels those of idefics3_pixel_values, and its placeholder the processor's
 // layout tokenized; the chat around it is the template's. Without the mode an image stays one input of image_tokens
-// placeholders, as tokenize(turns, n) gives. Mismatched settings are errors naming them.
+// placeholders, as tokenize(turns, n) gives. Mismatched settings are errors naming them. With the fixture made by
+// transformers, the token ids equal its Idefics3Processor's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 
+#include "core/safetensors.h"
 #include "data/image/image.h"
 #include "data/loader/idefics3_pixels.h"
 #include "data/tokenizer/hf_fixtures.h"
@@ -103,6 +106,37 @@ TEST(Idefics3Prompt, MismatchedSettingsAreErrorsNamingThem) {
   EXPECT_FALSE(b->idefics3());
   auto bad = b->prepare_image("not an image");
   EXPECT_FALSE(bad.ok());
+}
+
+// transformers' Idefics3Processor (dev/fixtures/make_tokenizer_fixtures.py, idefics3_prompt_ids.json) on the images
+// of idefics3_pixels.safetensors: the same input_ids, token for token.
+TEST(Idefics3Prompt, MatchesTransformersProcessorIds) {
+  const std::string ids_path = vlm::testing::hf_fixture_path("expected/idefics3_prompt_ids.json");
+  if (!std::filesystem::exists(ids_path)) GTEST_SKIP() << ids_path << " is absent: make_tokenizer_fixtures.py makes it";
+  const nlohmann::ordered_json expected = vlm::testing::hf_json("expected/idefics3_prompt_ids.json");
+  auto pixels = safetensors_load(vlm::testing::hf_fixture_path("expected/idefics3_pixels.safetensors"));
+  ASSERT_TRUE(pixels.ok()) << pixels.status().to_string();
+  const nlohmann::json meta = nlohmann::json::parse(pixels->metadata.at("info"));
+  nlohmann::json config = meta["config"];
+  config["image_seq_len"] = expected["image_seq_len"];
+  auto o = Idefics3Options::from_preprocessor_config(config, "idefics3_pixels.safetensors");
+  ASSERT_TRUE(o.ok()) << o.status().to_string();
+  SmolVlm s = smolvlm(o->max_image_size);
+  auto b = infer::PromptBuilder::create(s.tok, s.chat, o->image_seq_len, s.pipeline);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  ASSERT_TRUE(b->use_idefics3(*o).ok());
+  ASSERT_FALSE(expected["cases"].empty());
+  for (const auto& c : expected["cases"]) {
+    SCOPED_TRACE(c["question"].get<std::string>());
+    const Tensor& u8 = pixels->tensors.at("image_" + std::to_string(c["image"].get<int>()));
+    Image img(static_cast<int>(u8.dim(1)), static_cast<int>(u8.dim(0)));
+    std::copy_n(u8.data<uint8_t>(), img.rgb.size(), img.rgb.begin());
+    auto prepared = b->prepare_image(png_of(img));
+    ASSERT_TRUE(prepared.ok()) << prepared.status().to_string();
+    auto tokens = b->tokenize({{c["question"].get<std::string>(), ""}}, {*prepared});
+    ASSERT_TRUE(tokens.ok()) << tokens.status().to_string();
+    EXPECT_EQ(*tokens, c["input_ids"].get<std::vector<int32_t>>()) << s.tok.decode(*tokens);
+  }
 }
 
 }  // namespace
