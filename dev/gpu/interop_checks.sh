@@ -26,8 +26,8 @@
 # Environment: PACK (a folder or .tar.xz made by dev/gpu/gpu_pack.sh holding vlm and the test binaries, default
 # .carry/interop), TB_RUN (default .carry/fx/tbrun), DEADLINE (seconds after which no step starts, default 540),
 # PEER_SECONDS (the decode peer's --max-seconds, default 300), DECODE_BATCHES (default 1,32,128), OUT (default
-# ./interop_out). Each step's log is $OUT/logs/<step>.log; one summary line per step goes to $OUT/session.log,
-# printed again at the end.
+# ./interop_out). Each step's log is logs/<step>.log in $OUT/logs.tar; one summary line per step goes to
+# $OUT/session.log, printed again at the end.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 t0=$(date +%s)
@@ -40,6 +40,10 @@ session="$OUT/session.log"
 : >"$session"
 elapsed() { echo $(($(date +%s) - t0)); }
 say() { printf '%s\n' "$*" | tee -a "$session"; }
+# The device tool returns at most 8 files: the step logs travel as one tar, also when the call is cut short.
+pack_logs() { [ -d "$OUT/logs" ] && tar -cf "$OUT/logs.tar" -C "$OUT" logs && rm -rf "$OUT/logs"; }
+trap pack_logs EXIT
+trap 'exit 124' TERM
 
 pack=${PACK:-.carry/interop}
 pack=${pack%.tar.xz}
