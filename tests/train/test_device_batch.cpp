@@ -16,6 +16,8 @@
 namespace vlm {
 namespace {
 
+using testing::trainer_options;
+
 std::string data_dir() {
   static const std::string dir = testing::scratch_dir("pipeline_data");
   return dir;
@@ -30,15 +32,6 @@ std::vector<MetricRecord> train_records(const std::string& run_dir) {
   return out;
 }
 
-TrainerOptions options_for(const RunConfig& c, const std::string& run_dir) {
-  TrainerOptions o;
-  o.config = c;
-  o.resolved_toml = "# test\n";
-  o.run_dir = run_dir;
-  o.quiet = true;
-  return o;
-}
-
 TEST(TrainerPipeline, LossesEqualAPlainLoopWithSynchronousCopies) {
   RunConfig c = testing::tiny_run_config(data_dir());
   c.data.val_shards = "";
@@ -47,7 +40,7 @@ TEST(TrainerPipeline, LossesEqualAPlainLoopWithSynchronousCopies) {
   for (int accum : {1, 3}) {  // one micro-batch per step, and several (the prefetch crosses step boundaries)
     c.train.grad_accum = accum;
     const std::string dir = testing::scratch_dir("pipeline_" + std::to_string(accum));
-    auto r = run_training(options_for(c, dir));
+    auto r = run_training(trainer_options(c, dir));
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     const auto records = train_records(dir);
     const auto expected = testing::plain_loop_losses(c, Device::cpu());
@@ -69,7 +62,7 @@ TEST(TrainerPipeline, ALoaderErrorStopsTheStepThatNeedsTheBatchNotTheOneReadingA
   c.train.steps = 6;
   c.train.ckpt_every = 2;
   const std::string dir = testing::scratch_dir("pipeline_exhausted");
-  auto r = run_training(options_for(c, dir));
+  auto r = run_training(trainer_options(c, dir));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("exhausted"), std::string::npos) << r.status().message();
   // Step 4 read ahead into the end of the data, yet completed, logged and checkpointed like before.
@@ -83,7 +76,7 @@ TEST(TrainerPipeline, MetricsSplitDataWaitFromCompute) {
   c.train.steps = 3;
   c.train.ckpt_every = 0;
   const std::string dir = testing::scratch_dir("pipeline_metrics");
-  ASSERT_TRUE(run_training(options_for(c, dir)).ok());
+  ASSERT_TRUE(run_training(trainer_options(c, dir)).ok());
   const auto records = train_records(dir);
   ASSERT_EQ(records.size(), 3u);
   for (const auto& r : records) {

@@ -16,13 +16,15 @@
 
 #include "kernels/ops.h"
 #include "testing/test_util.h"
-#include "track/metrics.h"
 #include "train/device_batch.h"
 #include "train/trainer.h"
 #include "train_fixture.h"
 
 namespace vlm {
 namespace {
+
+using testing::trainer_options;
+using testing::train_losses;
 
 #define SKIP_WITHOUT_CUDA() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
@@ -123,26 +125,6 @@ TEST(BatchUploaderGpu, BatchWithoutImagesAndReleaseWithoutAcquire) {
   expect_equals_batch(snap, b, 0);
 }
 
-std::vector<double> losses(const std::string& run_dir) {
-  auto records = read_jsonl_metrics(run_dir + "/metrics.jsonl");
-  EXPECT_TRUE(records.ok());
-  std::vector<double> out;
-  for (const auto& r : *records) {
-    double loss;
-    if (r.kind == "train" && r.get("loss", &loss)) out.push_back(loss);
-  }
-  return out;
-}
-
-TrainerOptions options_for(const RunConfig& c, const std::string& run_dir) {
-  TrainerOptions o;
-  o.config = c;
-  o.resolved_toml = "# test\n";
-  o.run_dir = run_dir;
-  o.quiet = true;
-  return o;
-}
-
 std::string data_dir() {
   static const std::string dir = testing::scratch_dir("pipeline_gpu_data");
   return dir;
@@ -158,9 +140,9 @@ TEST(TrainerGpu, Fp32LossesEqualAPlainLoopWithSynchronousCopies) {
   c.train.grad_accum = 3;
   c.train.ckpt_every = 0;
   const std::string dir = testing::scratch_dir("pipeline_gpu_fp32");
-  auto r = run_training(options_for(c, dir));
+  auto r = run_training(trainer_options(c, dir));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  const auto got = losses(dir), expected = testing::plain_loop_losses(c, Device::cuda(0));
+  const auto got = train_losses(dir), expected = testing::plain_loop_losses(c, Device::cuda(0));
   ASSERT_EQ(got.size(), expected.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], expected[i]) << "step " << i + 1;
 }
@@ -175,11 +157,11 @@ TEST(TrainerGpu, Bf16RecomputeBlocksGivesTheSameLosses) {
   c.train.steps = 6;
   c.train.ckpt_every = 0;
   const std::string root = testing::scratch_dir("pipeline_gpu_recompute");
-  ASSERT_TRUE(run_training(options_for(c, root + "/none")).ok());
+  ASSERT_TRUE(run_training(trainer_options(c, root + "/none")).ok());
   c.train.recompute = "blocks";
-  auto r = run_training(options_for(c, root + "/blocks"));
+  auto r = run_training(trainer_options(c, root + "/blocks"));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  const auto a = losses(root + "/none"), b = losses(root + "/blocks");
+  const auto a = train_losses(root + "/none"), b = train_losses(root + "/blocks");
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 6u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;  // bit for bit
@@ -204,9 +186,9 @@ TEST(FsdpGpu, ShardedStrategiesEqualNoShardOnOneGpuInFp32AndBf16) {
     std::vector<double> base;
     for (const char* s : {"no_shard", "shard_grad_op", "full_shard"}) {
       c.train.fsdp = s;
-      auto r = run_training(options_for(c, root + "/" + s));
+      auto r = run_training(trainer_options(c, root + "/" + s));
       ASSERT_TRUE(r.ok()) << precision << " " << s << ": " << r.status().to_string();
-      const std::vector<double> got = losses(root + "/" + s);
+      const std::vector<double> got = train_losses(root + "/" + s);
       ASSERT_EQ(got.size(), 6u) << s;
       if (base.empty()) base = got;
       for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], base[i]) << precision << " " << s << " step " << i + 1;

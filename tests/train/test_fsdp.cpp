@@ -9,7 +9,6 @@
 
 #include "core/safetensors.h"
 #include "testing/test_util.h"
-#include "track/metrics.h"
 #include "train/fsdp.h"
 #include "train/sharded_checkpoint.h"
 #include "train/trainer.h"
@@ -18,25 +17,8 @@
 namespace vlm {
 namespace {
 
-std::vector<double> losses(const std::string& run_dir) {
-  auto records = read_jsonl_metrics(run_dir + "/metrics.jsonl");
-  EXPECT_TRUE(records.ok());
-  std::vector<double> out;
-  for (const auto& r : *records) {
-    double loss;
-    if (r.kind == "train" && r.get("loss", &loss)) out.push_back(loss);
-  }
-  return out;
-}
-
-TrainerOptions options_for(const RunConfig& c, const std::string& run_dir) {
-  TrainerOptions o;
-  o.config = c;
-  o.resolved_toml = "# test\n";
-  o.run_dir = run_dir;
-  o.quiet = true;
-  return o;
-}
+using testing::trainer_options;
+using testing::train_losses;
 
 RunConfig config(const std::string& device) {
   static const std::string data = testing::scratch_dir("fsdp_data");
@@ -55,9 +37,9 @@ void expect_strategies_equal(RunConfig c, const std::string& name) {
   std::vector<double> base;
   for (const char* s : {"no_shard", "shard_grad_op", "full_shard"}) {
     c.train.fsdp = s;
-    auto r = run_training(options_for(c, root + "/" + s));
+    auto r = run_training(trainer_options(c, root + "/" + s));
     ASSERT_TRUE(r.ok()) << s << ": " << r.status().to_string();
-    const std::vector<double> got = losses(root + "/" + s);
+    const std::vector<double> got = train_losses(root + "/" + s);
     ASSERT_EQ(got.size(), 6u) << s;
     if (base.empty()) base = got;
     for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], base[i]) << s << " step " << i + 1;
@@ -70,17 +52,17 @@ TEST(Fsdp, ShardedCheckpointResumesUnderAnotherStrategy) {
   RunConfig c = config("cpu");
   const std::string root = testing::scratch_dir("fsdp_resume");
   c.train.fsdp = "full_shard";
-  ASSERT_TRUE(run_training(options_for(c, root + "/full")).ok());
-  TrainerOptions o = options_for(c, root + "/switched");
+  ASSERT_TRUE(run_training(trainer_options(c, root + "/full")).ok());
+  TrainerOptions o = trainer_options(c, root + "/switched");
   o.stop_after_step = 3;
   ASSERT_TRUE(run_training(o).ok());
   EXPECT_TRUE(std::filesystem::exists(root + "/switched/checkpoints/step_00000003/" + kFsdpIndexFile));
   c.train.fsdp = "no_shard";
-  o = options_for(c, root + "/switched");
+  o = trainer_options(c, root + "/switched");
   o.resume = true;
   auto r = run_training(o);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(losses(root + "/switched"), losses(root + "/full"));
+  EXPECT_EQ(train_losses(root + "/switched"), train_losses(root + "/full"));
   // The no_shard run's final checkpoint is in the replicated layout, and holds the same tensors.
   auto ckpt = CheckpointTensors::open(root + "/switched/checkpoints/step_00000006");
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().to_string();

@@ -19,31 +19,14 @@
 
 namespace vlm {
 namespace {
+
+using testing::trainer_options;
+using testing::train_losses;
 namespace fs = std::filesystem;
 
 std::string data_dir() {
   static const std::string dir = testing::scratch_dir("reliability_data");
   return dir;
-}
-
-TrainerOptions options_for(const RunConfig& c, const std::string& run_dir) {
-  TrainerOptions o;
-  o.config = c;
-  o.resolved_toml = "# test\n";
-  o.run_dir = run_dir;
-  o.quiet = true;
-  return o;
-}
-
-std::vector<double> losses(const std::string& run_dir) {
-  std::vector<double> out;
-  auto records = read_jsonl_metrics(run_dir + "/metrics.jsonl");
-  if (!records.ok()) return out;
-  for (const auto& r : *records) {
-    double loss;
-    if (r.kind == "train" && r.get("loss", &loss)) out.push_back(loss);
-  }
-  return out;
 }
 
 // One shard of `n` shapes samples (the fixture tokenizer's text) under dir; samples `from` and above are kept, those
@@ -85,12 +68,14 @@ TEST(Reliability, AStepWithoutTargetTokensIsNotAnOptimizerStep) {
   // The first batch is all corrupt images: that step has no target token. Without it the run must be the run on the
   // shards without those samples, step for step (before, AdamW stepped on zero gradients: weight decay, moments and
   // the lr schedule moved, and a "step" was counted).
-  auto with_bad = run_training(options_for(caption_config(write_shards(root + "/bad", 40, {0, 1, 2, 3})), root + "/a"));
+  auto with_bad =
+      run_training(trainer_options(caption_config(write_shards(root + "/bad", 40, {0, 1, 2, 3})), root + "/a"));
   ASSERT_TRUE(with_bad.ok()) << with_bad.status().to_string();
-  auto clean = run_training(options_for(caption_config(write_shards(root + "/good", 40, {}, 4)), root + "/b"));
+  auto clean = run_training(trainer_options(caption_config(write_shards(root + "/good", 40, {}, 4)), root + "/b"));
   ASSERT_TRUE(clean.ok()) << clean.status().to_string();
   EXPECT_EQ(with_bad->final_step, 5);
-  const auto a = losses(root + "/a"), b = losses(root + "/b");
+  const auto a = train_losses(root + "/a", /*must_exist=*/false);
+  const auto b = train_losses(root + "/b", /*must_exist=*/false);
   ASSERT_EQ(a.size(), 5u);
   ASSERT_EQ(b.size(), 5u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;
@@ -116,13 +101,13 @@ TEST(Reliability, ARunOfUndecodableImagesFailsNamingTheReasonWithoutACheckpoint)
     c.data.skip_window = 200;
     c.train.ckpt_every = 1;
     const std::string dir = root + "/run" + std::to_string(epochs);
-    auto r = run_training(options_for(c, dir));
+    auto r = run_training(trainer_options(c, dir));
     ASSERT_FALSE(r.ok()) << "before: exit 0, final loss 0, optimizer steps and a checkpoint";
     const std::string m = r.status().message();
     EXPECT_NE(m.find("main reason: bad_images"), std::string::npos) << m;
     EXPECT_NE(m.find("data.max_skip_fraction 0.5"), std::string::npos) << m;
     EXPECT_TRUE(CheckpointManager(dir + "/checkpoints", 3).list().empty());
-    EXPECT_TRUE(losses(dir).empty());
+    EXPECT_TRUE(train_losses(dir, /*must_exist=*/false).empty());
   }
 }
 
@@ -132,13 +117,13 @@ TEST(Reliability, AShortRunMostlyOfBadSamplesStopsBeforeItsFinalCheckpoint) {
   for (int i = 0; i < 40; ++i)
     if (i % 4 != 0) bad.insert(i);  // 75% bad, yet every batch has one good sample
   RunConfig c = caption_config(write_shards(root + "/shards", 40, bad));
-  auto r = run_training(options_for(c, root + "/run"));
+  auto r = run_training(trainer_options(c, root + "/run"));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("15 of the 20 samples read were skipped"), std::string::npos)
       << r.status().message();
   EXPECT_TRUE(CheckpointManager(root + "/run/checkpoints", 3).list().empty());
   c.data.max_skip_fraction = 1.0;  // off: the run trains on what is left
-  EXPECT_TRUE(run_training(options_for(c, root + "/tolerant")).ok());
+  EXPECT_TRUE(run_training(trainer_options(c, root + "/tolerant")).ok());
 }
 
 // A checkpoint folder written by the trainer, for the CheckpointManager tests.
@@ -216,9 +201,9 @@ TEST(Reliability, ResumeFallsBackToTheNewestValidCheckpointAndKeepsIt) {
   c.train.steps = 9;
   c.train.keep_last = 2;
   const std::string root = testing::scratch_dir("fallback");
-  ASSERT_TRUE(run_training(options_for(c, root + "/full")).ok());
+  ASSERT_TRUE(run_training(trainer_options(c, root + "/full")).ok());
 
-  TrainerOptions first = options_for(c, root + "/split");
+  TrainerOptions first = trainer_options(c, root + "/split");
   first.stop_after_step = 7;  // checkpoints 3 and 6
   ASSERT_TRUE(run_training(first).ok());
   const std::string ckdir = root + "/split/checkpoints";
@@ -226,7 +211,7 @@ TEST(Reliability, ResumeFallsBackToTheNewestValidCheckpointAndKeepsIt) {
   fs::resize_file(newest + "/model.safetensors", fs::file_size(newest + "/model.safetensors") / 2);
   fs::create_directories(ckdir + "/step_00000003.pruning");  // and a prune's leftover, cleaned on start
 
-  TrainerOptions second = options_for(c, root + "/split");
+  TrainerOptions second = trainer_options(c, root + "/split");
   second.resume = true;
   second.config.train.keep_last = 1;  // the prune after step 4's checkpoint keeps step 4, not the damaged step 6
   second.config.train.ckpt_every = 1;
@@ -248,7 +233,8 @@ TEST(Reliability, ResumeFallsBackToTheNewestValidCheckpointAndKeepsIt) {
   ASSERT_TRUE(rest.ok()) << rest.status().to_string();
   EXPECT_EQ(rest->start_step, 4);
   EXPECT_EQ(rest->final_step, 9);
-  const auto a = losses(root + "/full"), b = losses(root + "/split");
+  const auto a = train_losses(root + "/full", /*must_exist=*/false);
+  const auto b = train_losses(root + "/split", /*must_exist=*/false);
   ASSERT_EQ(a.size(), 9u);
   ASSERT_EQ(b.size(), 9u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;

@@ -16,29 +16,12 @@
 namespace vlm {
 namespace {
 
+using testing::trainer_options;
+using testing::train_losses;
+
 std::string data_dir() {
   static const std::string dir = testing::scratch_dir("train_data");
   return dir;
-}
-
-TrainerOptions options_for(const RunConfig& c, const std::string& run_dir) {
-  TrainerOptions o;
-  o.config = c;
-  o.resolved_toml = "# test\n";
-  o.run_dir = run_dir;
-  o.quiet = true;
-  return o;
-}
-
-std::vector<double> losses(const std::string& run_dir) {
-  auto records = read_jsonl_metrics(run_dir + "/metrics.jsonl");
-  EXPECT_TRUE(records.ok());
-  std::vector<double> out;
-  for (const auto& r : *records) {
-    double loss;
-    if (r.kind == "train" && r.get("loss", &loss)) out.push_back(loss);
-  }
-  return out;
 }
 
 TEST(Trainer, ResumedRunReproducesTheUninterruptedRunBitForBit) {
@@ -46,22 +29,22 @@ TEST(Trainer, ResumedRunReproducesTheUninterruptedRunBitForBit) {
   c.data.val_shards = "";  // eval is not part of this test
   const std::string root = testing::scratch_dir("resume");
 
-  auto full = run_training(options_for(c, root + "/full"));
+  auto full = run_training(trainer_options(c, root + "/full"));
   ASSERT_TRUE(full.ok()) << full.status().to_string();
 
-  TrainerOptions first = options_for(c, root + "/split");
+  TrainerOptions first = trainer_options(c, root + "/split");
   first.stop_after_step = 3;  // "killed" right after the step-3 checkpoint
   auto part1 = run_training(first);
   ASSERT_TRUE(part1.ok()) << part1.status().to_string();
   EXPECT_EQ(part1->final_step, 3);
-  TrainerOptions second = options_for(c, root + "/split");
+  TrainerOptions second = trainer_options(c, root + "/split");
   second.resume = true;
   auto part2 = run_training(second);
   ASSERT_TRUE(part2.ok()) << part2.status().to_string();
   EXPECT_EQ(part2->start_step, 3);
   EXPECT_EQ(part2->final_step, 6);
 
-  const auto a = losses(root + "/full"), b = losses(root + "/split");
+  const auto a = train_losses(root + "/full"), b = train_losses(root + "/split");
   ASSERT_EQ(a.size(), 6u);
   ASSERT_EQ(b.size(), 6u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;  // exact equality
@@ -75,14 +58,14 @@ TEST(Trainer, ResumeAfterACrashPastTheCheckpointRewritesLaterMetrics) {
   RunConfig c = testing::tiny_run_config(data_dir());
   c.data.val_shards = "";
   const std::string dir = testing::scratch_dir("crash");
-  TrainerOptions first = options_for(c, dir);
+  TrainerOptions first = trainer_options(c, dir);
   first.stop_after_step = 5;  // checkpoint at 3, metrics up to 5
   ASSERT_TRUE(run_training(first).ok());
-  EXPECT_EQ(losses(dir).size(), 5u);
-  TrainerOptions second = options_for(c, dir);
+  EXPECT_EQ(train_losses(dir).size(), 5u);
+  TrainerOptions second = trainer_options(c, dir);
   second.resume = true;
   ASSERT_TRUE(run_training(second).ok());
-  EXPECT_EQ(losses(dir).size(), 6u);  // steps 4 and 5 were redone, not duplicated
+  EXPECT_EQ(train_losses(dir).size(), 6u);  // steps 4 and 5 were redone, not duplicated
 }
 
 TEST(Trainer, RefusesToOverwriteARunWithoutResume) {
@@ -90,8 +73,8 @@ TEST(Trainer, RefusesToOverwriteARunWithoutResume) {
   c.data.val_shards = "";
   c.train.steps = 3;
   const std::string dir = testing::scratch_dir("protect");
-  ASSERT_TRUE(run_training(options_for(c, dir)).ok());
-  auto again = run_training(options_for(c, dir));
+  ASSERT_TRUE(run_training(trainer_options(c, dir)).ok());
+  auto again = run_training(trainer_options(c, dir));
   ASSERT_FALSE(again.ok());
   EXPECT_NE(again.status().message().find("--resume"), std::string::npos);
 }
@@ -105,7 +88,7 @@ TEST(Trainer, KeepsTheNewestCheckpointsAndWritesEval) {
   c.eval.tasks = {"vqa", "caption", "retrieval"};  // three eval curves in metrics.jsonl
   c.eval.retrieval_samples = 4;
   const std::string dir = testing::scratch_dir("ckpt");
-  auto r = run_training(options_for(c, dir));
+  auto r = run_training(trainer_options(c, dir));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   auto list = CheckpointManager(dir + "/checkpoints", 2).list();
   ASSERT_EQ(list.size(), 2u);
@@ -148,8 +131,8 @@ TEST(Trainer, TrainingLowersTheLoss) {
   c.train.grad_accum = 1;
   c.train.batch_size = 8;
   const std::string dir = testing::scratch_dir("learns");
-  ASSERT_TRUE(run_training(options_for(c, dir)).ok());
-  const auto l = losses(dir);
+  ASSERT_TRUE(run_training(trainer_options(c, dir)).ok());
+  const auto l = train_losses(dir);
   ASSERT_EQ(l.size(), 40u);
   const double first = (l[0] + l[1] + l[2]) / 3, last = (l[37] + l[38] + l[39]) / 3;
   EXPECT_LT(last, 0.7 * first) << "loss " << first << " -> " << last;
@@ -161,11 +144,11 @@ TEST(Trainer, RecomputingBlocksTrainsTheSameLossesAndWeights) {
   c.train.steps = 3;
   c.train.ckpt_every = 0;
   const std::string root = testing::scratch_dir("recompute");
-  ASSERT_TRUE(run_training(options_for(c, root + "/none")).ok());
+  ASSERT_TRUE(run_training(trainer_options(c, root + "/none")).ok());
   c.train.recompute = "blocks";
-  auto r = run_training(options_for(c, root + "/blocks"));
+  auto r = run_training(trainer_options(c, root + "/blocks"));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  const auto a = losses(root + "/none"), b = losses(root + "/blocks");
+  const auto a = train_losses(root + "/none"), b = train_losses(root + "/blocks");
   ASSERT_EQ(a.size(), 3u);
   ASSERT_EQ(b.size(), 3u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;  // exact equality
@@ -174,7 +157,7 @@ TEST(Trainer, RecomputingBlocksTrainsTheSameLossesAndWeights) {
   ASSERT_TRUE(wa.ok() && wb.ok());
   EXPECT_TRUE(*wa == *wb) << "final weights differ";
   c.train.recompute = "some";  // a config built in code bypasses the run-file check: the trainer still refuses it
-  auto bad = run_training(options_for(c, root + "/bad"));
+  auto bad = run_training(trainer_options(c, root + "/bad"));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("train.recompute: 'some' is not one of none, blocks"), std::string::npos)
       << bad.status().message();
@@ -187,7 +170,7 @@ TEST(Trainer, FrozenPartsDoNotChange) {
   c.train.ckpt_every = 0;
   c.train.freeze = {"vision", "text"};
   const std::string dir = testing::scratch_dir("freeze");
-  ASSERT_TRUE(run_training(options_for(c, dir)).ok());
+  ASSERT_TRUE(run_training(trainer_options(c, dir)).ok());
   // Compare against the initial weights of an untrained model of the same seed.
   VlmModel init(c.model, Device::cpu());
   init.init_weights(static_cast<uint64_t>(c.train.seed));
@@ -208,21 +191,21 @@ TEST(Trainer, FrozenPartsDoNotChange) {
 TEST(Trainer, BadInputsAreClearErrors) {
   RunConfig c = testing::tiny_run_config(data_dir());
   c.data.tokenizer = "/nonexistent/tokenizer.json";
-  auto r = run_training(options_for(c, testing::scratch_dir("bad1")));
+  auto r = run_training(trainer_options(c, testing::scratch_dir("bad1")));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("/nonexistent/tokenizer.json"), std::string::npos);
   c = testing::tiny_run_config(data_dir());
   c.model.text.vocab_size = 100;  // smaller than the tokenizer
-  r = run_training(options_for(c, testing::scratch_dir("bad2")));
+  r = run_training(trainer_options(c, testing::scratch_dir("bad2")));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("model.text.vocab_size"), std::string::npos);
   c = testing::tiny_run_config(data_dir());
   c.data.train_shards = data_dir() + "/nothing-{0..3}.tar";
-  r = run_training(options_for(c, testing::scratch_dir("bad3")));
+  r = run_training(trainer_options(c, testing::scratch_dir("bad3")));
   ASSERT_FALSE(r.ok());
   c = testing::tiny_run_config(data_dir());
   c.train.precision = "bf16";  // the CPU backend is fp32 only
-  r = run_training(options_for(c, testing::scratch_dir("bad4")));
+  r = run_training(trainer_options(c, testing::scratch_dir("bad4")));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("train.precision = \"bf16\" needs train.device = cuda"), std::string::npos)
       << r.status().message();
@@ -239,13 +222,13 @@ TEST(Trainer, ANonFiniteLossStopsTheRunBeforeItsCheckpoint) {
   c.train.keep_last = 10;
   c.train.adamw.lr = 1e30f;  // step 1's update leaves weights near 1e30: step 2's forward overflows
   const std::string dir = testing::scratch_dir("nan_loss");
-  auto r = run_training(options_for(c, dir));
+  auto r = run_training(trainer_options(c, dir));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("loss became"), std::string::npos) << r.status().message();
   EXPECT_NE(r.status().message().find("at step 2;"), std::string::npos) << r.status().message();
   EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/step_00000001"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/checkpoints/step_00000002"));
-  const auto logged = losses(dir);
+  const auto logged = train_losses(dir);
   ASSERT_FALSE(logged.empty());
   EXPECT_TRUE(std::isfinite(logged.front()));
 }
@@ -257,7 +240,7 @@ TEST(Trainer, WritesTheMemoryReportOfTheFirstStep) {
   c.train.ckpt_every = 0;
   c.train.freeze = {"vision"};
   const std::string dir = testing::scratch_dir("memory");
-  ASSERT_TRUE(run_training(options_for(c, dir)).ok());
+  ASSERT_TRUE(run_training(trainer_options(c, dir)).ok());
   auto bytes = read_file_bytes(dir + "/memory.json");
   ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
   const auto j = nlohmann::json::parse(bytes->begin(), bytes->end(), nullptr, false);

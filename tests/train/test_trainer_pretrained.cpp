@@ -8,7 +8,6 @@
 #include "core/safetensors.h"
 #include "model/hf_export.h"
 #include "testing/test_util.h"
-#include "track/metrics.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "train_fixture.h"
@@ -16,18 +15,12 @@
 namespace vlm {
 namespace {
 
+using testing::trainer_options;
+using testing::train_losses;
+
 std::string data_dir() {
   static const std::string dir = testing::scratch_dir("train_data_pretrained");
   return dir;
-}
-
-TrainerOptions options_for(const RunConfig& c, const std::string& run_dir) {
-  TrainerOptions o;
-  o.config = c;
-  o.resolved_toml = "# test\n";
-  o.run_dir = run_dir;
-  o.quiet = true;
-  return o;
 }
 
 // A Hugging Face folder of `parts` of the run's model shape, random weights of `seed`.
@@ -40,17 +33,6 @@ std::string export_folder(ModelConfig c, const std::string& parts, uint64_t seed
   return dir;
 }
 
-std::vector<double> losses(const std::string& run_dir) {
-  auto records = read_jsonl_metrics(run_dir + "/metrics.jsonl");
-  EXPECT_TRUE(records.ok());
-  std::vector<double> out;
-  for (const auto& r : *records) {
-    double loss;
-    if (r.kind == "train" && r.get("loss", &loss)) out.push_back(loss);
-  }
-  return out;
-}
-
 TEST(TrainerPretrained, TextOnlyLlamaTrainsAndGenerates) {
   RunConfig c = testing::tiny_run_config(data_dir());
   c.train.init_from = export_folder(c.model, "text", 5, "pre_llama");
@@ -59,9 +41,9 @@ TEST(TrainerPretrained, TextOnlyLlamaTrainsAndGenerates) {
   c.train.grad_accum = 1;
   c.train.batch_size = 8;
   const std::string dir = testing::scratch_dir("pre_text_run");
-  auto r = run_training(options_for(c, dir));
+  auto r = run_training(trainer_options(c, dir));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  const auto l = losses(dir);
+  const auto l = train_losses(dir);
   ASSERT_EQ(l.size(), 40u);
   EXPECT_LT((l[37] + l[38] + l[39]) / 3, 0.7 * (l[0] + l[1] + l[2]) / 3);
   ASSERT_TRUE(r->has_eval);  // generation ran on the held-out prompts, without images
@@ -85,7 +67,7 @@ TEST(TrainerPretrained, SiglipAndLlamaCombineWithANewProjector) {
   c.train.steps = 3;
   c.train.ckpt_every = 0;
   const std::string dir = testing::scratch_dir("pre_combine_run");
-  auto r = run_training(options_for(c, dir));
+  auto r = run_training(trainer_options(c, dir));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   auto latest = CheckpointManager(dir + "/checkpoints", 1).latest();
   ASSERT_TRUE(latest.has_value());
@@ -124,12 +106,12 @@ TEST(TrainerPretrained, InitFromIsStrictUnlessToldWhatMayBeMissing) {
   file = SafetensorsFile();
   ASSERT_TRUE(safetensors_save(folder + "/model.safetensors", kept).ok());
   c.train.init_from = folder;
-  auto r = run_training(options_for(c, testing::scratch_dir("pre_strict_run")));
+  auto r = run_training(trainer_options(c, testing::scratch_dir("pre_strict_run")));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("model.connector.modality_projection.proj.weight"), std::string::npos)
       << r.status().to_string();
   c.train.init_allow_missing = {"projector"};
-  r = run_training(options_for(c, testing::scratch_dir("pre_allowed_run")));
+  r = run_training(trainer_options(c, testing::scratch_dir("pre_allowed_run")));
   EXPECT_TRUE(r.ok()) << r.status().to_string();
 }
 

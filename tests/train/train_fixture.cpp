@@ -8,6 +8,7 @@
 #include "data/tokenizer/bpe_trainer.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tools/synth_shapes.h"
+#include "track/metrics.h"
 #include "train/device_batch.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -69,6 +70,29 @@ RunConfig tiny_run_config(const std::string& dir) {
   c.eval.samples = 5;
   c.eval.max_new_tokens = 4;
   return c;
+}
+
+TrainerOptions trainer_options(const RunConfig& config, const std::string& run_dir) {
+  TrainerOptions o;
+  o.config = config;
+  o.resolved_toml = "# test\n";
+  o.run_dir = run_dir;
+  o.quiet = true;
+  return o;
+}
+
+std::vector<double> train_losses(const std::string& run_dir, bool must_exist) {
+  auto records = read_jsonl_metrics(run_dir + "/metrics.jsonl");
+  if (must_exist) {
+    EXPECT_TRUE(records.ok()) << run_dir;
+  }
+  std::vector<double> out;
+  if (!records.ok()) return out;
+  for (const auto& r : *records) {
+    double loss;
+    if (r.kind == "train" && r.get("loss", &loss)) out.push_back(loss);
+  }
+  return out;
 }
 
 std::vector<double> plain_loop_losses(const RunConfig& c, Device device) {

@@ -7,11 +7,19 @@
 
 #include "core/device.h"
 #include "train/train_config.h"
+#include "train/trainer.h"
 
 namespace vlm::testing {
 
 // Writes shards + tokenizer.json under `dir` (once per process per dir) and returns a run config that uses them.
 RunConfig tiny_run_config(const std::string& dir);
+
+// A trainer's options for a test run: `config` trained into `run_dir`, quietly.
+TrainerOptions trainer_options(const RunConfig& config, const std::string& run_dir);
+
+// The train records' losses of run_dir/metrics.jsonl, in order. must_exist: a missing or unreadable file fails the
+// test (without it, that gives no losses).
+std::vector<double> train_losses(const std::string& run_dir, bool must_exist = true);
 
 // The training loop as it was before the trainer's batch pipeline, for comparisons: every micro-batch of a step read
 // first, each copied to `device` synchronously (to_model_inputs) right before its forward/backward, then AdamW.
