@@ -1,6 +1,7 @@
 // Helpers of the CUDA op tests (see cuda_test_util.h).
 #include "cuda_test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -81,6 +82,23 @@ Guarded::Guarded(const Tensor& init_cpu_f32, DType dtype) {
   const double x = a.data<float>()[first_bad], y = e.data<float>()[first_bad];
   return ::testing::AssertionFailure() << "first bad index " << first_bad << ": actual " << x << " expected " << y
                                        << " (bound " << bound(first_bad, y) << "); max abs err " << max_err;
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (std::isfinite(t.data<float>()[i])) m = std::max(m, static_cast<double>(std::fabs(t.data<float>()[i])));
+  return m;
+}
+
+::testing::AssertionResult close_scaled(const Guarded& actual, const Tensor& expected, double rtol, double rel_max,
+                                        double atol) {
+  const double scale = max_abs(expected);
+  ::testing::AssertionResult r = close_within(actual.view(), expected, [&](int64_t, double e) {
+    return rtol * std::fabs(e) + rel_max * scale + atol;
+  });
+  if (!r) return r;
+  return actual.guards_intact();
 }
 
 ::testing::AssertionResult matches(const Guarded& actual, const Tensor& expected, Tolerance tol) {

@@ -62,6 +62,13 @@ class Guarded {
 ::testing::AssertionResult close_within(const Tensor& actual, const Tensor& expected,
                                         const std::function<double(int64_t, double)>& bound);
 
+// The largest finite |x| of an f32 CPU tensor (0 for none).
+double max_abs(const Tensor& t);
+// close_within with error <= rtol |expected| + rel_max * max|expected| + atol (outputs whose error scales with the
+// row, attention's), plus the guard check of actual's buffer.
+::testing::AssertionResult close_scaled(const Guarded& actual, const Tensor& expected, double rtol, double rel_max,
+                                        double atol);
+
 struct Tolerance {
   double rtol = 0, atol = 0;
 };

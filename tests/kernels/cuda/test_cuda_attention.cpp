@@ -42,24 +42,6 @@ std::vector<int32_t> cumulative(const std::vector<int32_t>& lens) {
   return cu;
 }
 
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (int64_t i = 0; i < t.numel(); ++i)
-    if (std::isfinite(t.data<float>()[i])) m = std::max(m, static_cast<double>(std::fabs(t.data<float>()[i])));
-  return m;
-}
-
-// A result against the reference with error <= rtol |expected| + rel_max * max|expected| + atol.
-::testing::AssertionResult close_scaled(const Guarded& actual, const Tensor& expected, double rtol, double rel_max,
-                                        double atol) {
-  const double scale = max_abs(expected);
-  ::testing::AssertionResult r = close_within(actual.view(), expected, [&](int64_t, double e) {
-    return rtol * std::fabs(e) + rel_max * scale + atol;
-  });
-  if (!r) return r;
-  return actual.guards_intact();
-}
-
 // lse: -inf exactly where the reference has -inf (rows that see no key), close elsewhere.
 ::testing::AssertionResult lse_matches(const Guarded& actual, const Tensor& expected, double atol) {
   const Tensor a = to_cpu_f32(actual.view());

@@ -34,24 +34,6 @@ const PagedCase kCases[] = {
     {"prefill_d128_gqa8", {300, 129}, {100, 129}, 8, 1, 128, 16},
 };
 
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (int64_t i = 0; i < t.numel(); ++i)
-    if (std::isfinite(t.data<float>()[i])) m = std::max(m, static_cast<double>(std::fabs(t.data<float>()[i])));
-  return m;
-}
-
-// error <= rtol |expected| + rel_max * max|expected| + atol for every element, no NaN, guards intact.
-::testing::AssertionResult close_scaled(const Guarded& actual, const Tensor& expected, double rtol, double rel_max,
-                                        double atol) {
-  const double scale = max_abs(expected);
-  ::testing::AssertionResult r = close_within(actual.view(), expected, [&](int64_t, double e) {
-    return rtol * std::fabs(e) + rel_max * scale + atol;
-  });
-  if (!r) return r;
-  return actual.guards_intact();
-}
-
 struct GpuProblem {
   Tensor q, k_cache, v_cache, block_tables, context_lens, cu_q;
 };
