@@ -34,11 +34,11 @@ Status parse_float(const std::string& flag, const std::string& text, float* out)
 }  // namespace
 
 int cmd_generate(int argc, char** argv, int first) {
-  std::string prompt, requests_path, out_path, device_name, dtype_name;
-  std::vector<std::string> images, overrides, stops;
+  std::string prompt, requests_path, out_path;
+  std::vector<std::string> images, stops;
   std::string temperature, top_p, min_p, rep, freq, pres, length_penalty;
   int64_t max_tokens = 64, top_k = 0, n = 1, logprobs = -1, beam_width = 1, seed = -1;
-  EngineFlags engine_flags;
+  InferenceFlags inference;
   bool quiet = false;
   Flags f("vlm generate MODEL (--prompt TEXT [--image FILE]... | --requests IN.jsonl [--out OUT.jsonl]) [flags]",
           "Generate with a trained model through the paged-KV engine. MODEL is a run directory (its config.toml and "
@@ -63,10 +63,7 @@ int cmd_generate(int argc, char** argv, int first) {
   f.add_multi("--stop", &stops, "stop string (repeatable)");
   f.add_int("--logprobs", &logprobs,
             "log-probabilities in the JSON output: 0 the chosen token's, N also the N most likely (default -1: none)");
-  engine_flags.add_to(f);
-  f.add_string("--device", &device_name, "cpu | cuda[:N] (default: the run's train.device)");
-  f.add_string("--dtype", &dtype_name, "f32 | bf16 (default: bf16 on cuda, f32 on cpu)");
-  f.add_multi("--set", &overrides, "override one run option, e.g. --set model.text.max_seq_len=1024 (repeatable)");
+  inference.add_to(f);
   f.add_bool("--quiet", &quiet, "no progress line");
   if (int code = parse_command_flags(f, argc, argv, first); code >= 0) return code;
   const std::vector<std::string> pos = f.positional();
@@ -93,11 +90,11 @@ int cmd_generate(int argc, char** argv, int first) {
         std::tuple{"--length-penalty", &length_penalty, &defaults.length_penalty}})
     if (Status s = parse_float(flag, *text, target); !s.ok()) return fail(s);
   if (Status s = defaults.validate(); !s.ok()) return fail(s);
-  auto loaded = load_inference_model(pos[0], overrides, device_name, dtype_name);
+  auto loaded = inference.load_model(pos[0]);
   if (!loaded.ok()) return fail(loaded.status());
   VlmModel& model = *(*loaded)->model;
   const infer::PromptBuilder* builder = (*loaded)->prompts.get();
-  auto eo = engine_flags.engine_options(**loaded);
+  auto eo = inference.engine_options(**loaded);
   if (!eo.ok()) return fail(eo.status());
   infer::Engine engine(model, *eo);
 

@@ -49,12 +49,11 @@ int cmd_serve(int argc, char** argv, int first) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  std::string host = "127.0.0.1", api_key, api_key_file, name, device_name, dtype_name;
+  std::string host = "127.0.0.1", api_key, api_key_file, name;
   std::string max_body_text = "32M", max_image_text = "20M", timeout_text = "600", shutdown_text = "30";
-  std::vector<std::string> overrides;
   int64_t port = 8000, max_queue = 128, max_tokens = 0, default_max_tokens = 256, max_n = 8, max_images = 8;
   int64_t seed = 0;
-  EngineFlags engine_flags;
+  InferenceFlags inference;
   bool allow_remote_images = false;
   std::string remote_timeout_text = "10";
   Flags f("vlm serve MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--served-model-name NAME] [flags]",
@@ -79,11 +78,8 @@ int cmd_serve(int argc, char** argv, int first) {
   f.add_int("--max-n", &max_n, "largest n (completions per request)");
   f.add_string("--request-timeout", &timeout_text, "seconds a request may take before it is cancelled (504)");
   f.add_string("--shutdown-timeout", &shutdown_text, "seconds in-flight requests get to finish on SIGINT/SIGTERM");
-  engine_flags.add_to(f);
   f.add_int("--seed", &seed, "seeds requests that carry none (with their arrival number)");
-  f.add_string("--device", &device_name, "cpu | cuda[:N] (default: the run's train.device; cpu for a model folder)");
-  f.add_string("--dtype", &dtype_name, "f32 | bf16 (default: bf16 on cuda, f32 on cpu)");
-  f.add_multi("--set", &overrides, "override one run option, e.g. --set model.text.max_seq_len=1024 (repeatable)");
+  inference.add_to(f);
   if (int code = parse_command_flags(f, argc, argv, first); code >= 0) return code;
   const std::vector<std::string> pos = f.positional();
   if (pos.size() != 1) return fail(invalid_argument("expected one MODEL argument, got " + std::to_string(pos.size())));
@@ -107,10 +103,10 @@ int cmd_serve(int argc, char** argv, int first) {
                           shutdown_timeout.status(), remote_timeout.status()})
     if (!s.ok()) return fail(s);
 
-  auto loaded = load_inference_model(pos[0], overrides, device_name, dtype_name);
+  auto loaded = inference.load_model(pos[0]);
   if (!loaded.ok()) return fail(loaded.status());
   InferenceModel& m = **loaded;
-  auto engine_options = engine_flags.engine_options(m);
+  auto engine_options = inference.engine_options(m);
   if (!engine_options.ok()) return fail(engine_options.status());
   infer::EngineOptions eo = std::move(*engine_options);
   eo.seed = static_cast<uint64_t>(seed);

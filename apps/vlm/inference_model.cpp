@@ -101,15 +101,18 @@ Expected<int64_t> parse_bytes(const std::string& flag, const std::string& text) 
   return static_cast<int64_t>(v * scale);
 }
 
-void EngineFlags::add_to(Flags& f) {
+void InferenceFlags::add_to(Flags& f) {
   f.add_string("--kv-memory", &kv_memory, "KV cache size, e.g. 4G (default: 90% of free GPU memory; 1G on CPU)");
   f.add_int("--block-size", &block_size, "tokens per KV block");
   f.add_int("--max-num-seqs", &max_seqs, "sequences decoded at once");
   f.add_int("--max-step-tokens", &step_tokens, "rows per forward step (decodes + prompt chunks)");
   f.add_bool("--no-prefix-cache", &no_prefix_cache, "do not share KV blocks of identical prefixes");
+  f.add_string("--device", &device, "cpu | cuda[:N] (default: the run's train.device; cpu for a model folder)");
+  f.add_string("--dtype", &dtype, "f32 | bf16 (default: bf16 on cuda, f32 on cpu)");
+  f.add_multi("--set", &overrides, "override one run option, e.g. --set model.text.max_seq_len=1024 (repeatable)");
 }
 
-Expected<infer::EngineOptions> EngineFlags::engine_options(const InferenceModel& m) const {
+Expected<infer::EngineOptions> InferenceFlags::engine_options(const InferenceModel& m) const {
   if (block_size < 1 || max_seqs < 1 || step_tokens < 1)
     return invalid_argument("--block-size, --max-num-seqs and --max-step-tokens must be positive");
   VLM_ASSIGN_OR_RETURN(int64_t kv_bytes, parse_bytes("--kv-memory", kv_memory));

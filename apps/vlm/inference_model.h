@@ -34,13 +34,18 @@ Expected<std::unique_ptr<InferenceModel>> load_inference_model(const std::string
                                                                const std::string& device_name,
                                                                const std::string& dtype_name);
 
-// The engine flags `vlm generate` and `vlm serve` share: --kv-memory, --block-size, --max-num-seqs,
-// --max-step-tokens, --no-prefix-cache.
-struct EngineFlags {
-  std::string kv_memory;
+// The flags `vlm generate` and `vlm serve` share: the engine's (--kv-memory, --block-size, --max-num-seqs,
+// --max-step-tokens, --no-prefix-cache) and the model's (--device, --dtype, --set).
+struct InferenceFlags {
+  std::string kv_memory, device, dtype;
+  std::vector<std::string> overrides;
   int64_t block_size = 16, max_seqs = 256, step_tokens = 2048;
   bool no_prefix_cache = false;
   void add_to(Flags& f);
+  // load_inference_model(path, --set, --device, --dtype).
+  Expected<std::unique_ptr<InferenceModel>> load_model(const std::string& path) const {
+    return load_inference_model(path, overrides, device, dtype);
+  }
   // The engine's options for `m` (its image token, its tokenizer as the detokenizer: `m` must outlive them).
   // Errors name the flag.
   Expected<infer::EngineOptions> engine_options(const InferenceModel& m) const;
