@@ -42,12 +42,6 @@ Expected<PromptBuilder> PromptBuilder::create(const Tokenizer& tokenizer, const 
   return b;
 }
 
-Expected<std::vector<int32_t>> PromptBuilder::tokenize(const std::vector<Turn>& turns, int n_images) const {
-  VLM_ASSIGN_OR_RETURN(TokenizedChat chat,
-                       tokenize_chat(*tokenizer_, chat_, turns, n_images, image_tokens_, /*generation_prompt=*/true));
-  return std::move(chat.tokens);
-}
-
 Expected<ImageInput> PromptBuilder::image(std::string_view encoded) const {
   const int64_t S = pipeline_.size;
   Tensor pixels = Tensor::empty({3, S, S}, DType::f32);

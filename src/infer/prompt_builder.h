@@ -33,20 +33,17 @@ class PromptBuilder {
   static Expected<PromptBuilder> create(const Tokenizer& tokenizer, const ChatTemplate& chat, int image_tokens,
                                         const ImagePipelineOptions& pipeline);
   Expected<Request> build(const RequestSpec& spec) const;
-  // The parts of build() for callers that hold conversations and encoded images rather than files (the server):
-  // the chat's tokens with the generation prompt and `n_images` placeholders in the first user turn, and one
-  // encoded image decoded and preprocessed (errors: the decoder's, or the pixel limit's). Thread-safe.
-  Expected<std::vector<int32_t>> tokenize(const std::vector<Turn>& turns, int n_images) const;
-  Expected<ImageInput> image(std::string_view encoded) const;
   // SmolVLM / Idefics3 checkpoints: every image becomes its tiles and global image (data/loader/idefics3_pixels.h)
   // and its placeholder the processor's layout (<fake_token_around_image>, <row_r_col_c>, <global-img>). Errors:
   // the layout's tokens missing from the tokenizer, an image_seq_len other than image_tokens, a tile size other
   // than the pipeline's.
   Status use_idefics3(const Idefics3Options& options);
   bool idefics3() const { return idefics3_.has_value(); }
-  // An encoded image's inputs and placeholder tokens (errors: the decoder's; invalid_argument for the pixel limit).
+  // The parts of build() for callers that hold conversations and encoded images rather than files (the server),
+  // thread-safe: an encoded image's inputs and placeholder tokens (errors: the decoder's; invalid_argument for the
+  // pixel limit), and the chat's tokens with the generation prompt and each image's placeholder in the first user
+  // turn, in order.
   Expected<PreparedImage> prepare_image(std::string_view encoded) const;
-  // The chat's tokens with each image's placeholder in the first user turn, in order.
   Expected<std::vector<int32_t>> tokenize(const std::vector<Turn>& turns,
                                           const std::vector<PreparedImage>& images) const;
   const ImagePipelineOptions& pipeline() const { return pipeline_; }
@@ -57,6 +54,8 @@ class PromptBuilder {
 
  private:
   PromptBuilder() = default;
+  // One encoded image decoded and preprocessed as the held-out data is.
+  Expected<ImageInput> image(std::string_view encoded) const;
   const Tokenizer* tokenizer_ = nullptr;
   ChatTemplate chat_;
   int image_tokens_ = 0;

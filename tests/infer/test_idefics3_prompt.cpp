@@ -1,7 +1,7 @@
 // PromptBuilder in SmolVLM's Idefics3 mode, with SmolVLM's real tokenizer and chat template: an image becomes its
 // tiles and global image, each frame's pixels those of idefics3_pixel_values, and its placeholder the processor's
 // layout tokenized; the chat around it is the template's. Without the mode an image stays one input of image_tokens
-// placeholders, as tokenize(turns, n) gives. Mismatched settings are errors naming them. With the fixture made by
+// placeholders, as tokenize_chat gives them. Mismatched settings are errors naming them. With the fixture made by
 // transformers, the token ids equal its Idefics3Processor's.
 #include <gtest/gtest.h>
 
@@ -86,9 +86,9 @@ TEST(Idefics3Prompt, WithoutTheModeAnImageIsOneInputAsBefore) {
   EXPECT_EQ(prepared->inputs.size(), 1u);
   EXPECT_EQ(prepared->placeholder, std::vector<int32_t>(3, b->image_token_id()));
   auto two = b->tokenize({{"Compare.", ""}}, {*prepared, *prepared});
-  auto before = b->tokenize({{"Compare.", ""}}, 2);
+  auto before = tokenize_chat(s.tok, s.chat, {{"Compare.", ""}}, 2, 3, /*generation_prompt=*/true);
   ASSERT_TRUE(two.ok() && before.ok());
-  EXPECT_EQ(*two, *before);
+  EXPECT_EQ(*two, before->tokens);
 }
 
 TEST(Idefics3Prompt, MismatchedSettingsAreErrorsNamingThem) {
