@@ -138,34 +138,26 @@ Expected<std::vector<Turn>> prepare_sample_into(const WebDatasetSample& sample, 
     if (j.is_discarded() || !j.is_object()) return parse_error(where + ".json: not a JSON object");
   }
   Philox rng(o.seed ^ kSampleRngSalt, sample_ordinal);
+  // The caption as training reads it: the filters' cleaned one as is, else checked for UTF-8 (failing as utf8).
+  auto caption = [&](std::string cap) -> Expected<std::string> {
+    if (clean_caption) return cap;
+    Expected<std::string> checked = checked_caption(std::move(cap), o, where, utf8_repaired);
+    if (!checked.ok() && failed_part) *failed_part = SamplePart::utf8;
+    return checked;
+  };
   if (o.task == "vqa" || o.task == "mixed") {
     if (!has_json) return parse_error(where + ": no .json with \"qa\" pairs");
     VLM_ASSIGN_OR_RETURN(turns, qa_turns(j, where + ".json"));
     if (o.task == "mixed") {
-      std::string cap = clean_caption ? *clean_caption : caption_of(sample, &j);
-      if (!clean_caption) {
-        Expected<std::string> checked = checked_caption(std::move(cap), o, where, utf8_repaired);
-        if (!checked.ok()) {
-          if (failed_part) *failed_part = SamplePart::utf8;
-          return checked.status();
-        }
-        cap = std::move(*checked);
-      }
+      VLM_ASSIGN_OR_RETURN(std::string cap, caption(clean_caption ? *clean_caption : caption_of(sample, &j)));
       if (!cap.empty()) turns.push_back({o.caption_prompt, cap, true});
     }
     for (size_t i = turns.size(); i > 1; --i) std::swap(turns[i - 1], turns[rng.uniform_int(i)]);
     if (static_cast<int>(turns.size()) > o.max_turns) turns.resize(static_cast<size_t>(o.max_turns));
   } else if (o.task == "caption") {
-    std::string cap = clean_caption ? *clean_caption : caption_of(sample, has_json ? &j : nullptr);
-    if (cap.empty()) return parse_error(where + ": no caption (.txt or json \"caption\")");
-    if (!clean_caption) {
-      Expected<std::string> checked = checked_caption(std::move(cap), o, where, utf8_repaired);
-      if (!checked.ok()) {
-        if (failed_part) *failed_part = SamplePart::utf8;
-        return checked.status();
-      }
-      cap = std::move(*checked);
-    }
+    std::string raw = clean_caption ? *clean_caption : caption_of(sample, has_json ? &j : nullptr);
+    if (raw.empty()) return parse_error(where + ": no caption (.txt or json \"caption\")");
+    VLM_ASSIGN_OR_RETURN(std::string cap, caption(std::move(raw)));
     turns.push_back({o.caption_prompt, cap, true});
   } else {
     return invalid_argument("unknown task '" + o.task + "'");
