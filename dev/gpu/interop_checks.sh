@@ -52,6 +52,7 @@ if [ ! -d "$pack" ]; then
   pack=/tmp/$(basename "$pack")
 fi
 BIN=$(cd "$pack" && pwd)
+system_ld_path=${LD_LIBRARY_PATH:-}
 export LD_LIBRARY_PATH="$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader 2>&1 | sed 's/^/gpu: /' \
   | tee -a "$session"
@@ -144,7 +145,8 @@ step_coldstart() {
 step_nccl() { bash "$here/nccl_check.sh" "$BIN"; }
 # vlm serve under load (dev/gpu/serve_bench.sh), two concurrencies by default to fit the call.
 step_serve() {
-  SERVE_BIN=$BIN OUT=/tmp/serve_bench CONCURRENCY=${SERVE_CONCURRENCY:-1 32} ROUND_SECONDS=${SERVE_SECONDS:-10} \
+  # serve_bench.sh gives the pack's libraries to vlm alone: its curl needs the system's libcurl.
+  LD_LIBRARY_PATH=$system_ld_path SERVE_BIN=$BIN OUT=/tmp/serve_bench CONCURRENCY=${SERVE_CONCURRENCY:-1 32} ROUND_SECONDS=${SERVE_SECONDS:-10} \
     bash "$here/serve_bench.sh"
   local rc=$?
   cp /tmp/serve_bench/serve_bench.jsonl "$OUT/" 2>/dev/null
