@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench/bench_options.h"
+#include "bench/train/kernel_trace_report.h"
 #include "core/device.h"
 #include "core/philox.h"
 #include "infer/engine.h"
@@ -30,7 +31,8 @@ struct Options {
   int max_step_tokens = 8192, max_num_seqs = 256;
   double kv_memory_gb = 0;  // 0: the engine's default (90% of free memory on CUDA)
   std::string device = "auto", dtype = "auto";
-  bool same_image = false;
+  bool same_image = false, cuda_graphs = true;
+  int trace = 0;  // decode steps traced per batch after the measured run (0: none)
   std::string peer_json, json_out;
 };
 
@@ -83,6 +85,10 @@ const std::vector<OptionSpec<Options>>& option_specs() {
        nullptr},
       {"--same-image", "every VLM request shows the same image (exercises the image and prefix caches)", nullptr,
        [](Options& o) { o.same_image = true; }},
+      {"--eager", "launch every kernel of a decode step instead of replaying CUDA graphs", nullptr,
+       [](Options& o) { o.cuda_graphs = false; }},
+      {"--trace", "after each measured run, trace this many decode steps' kernels with CUPTI (default 0: none)",
+       [](Options& o, const std::string& v) { return to_int(v, &o.trace, 0); }, nullptr},
       {"--peer", "JSON lines of the PyTorch peers ({\"peer\", \"shape\", \"batch\", \"tok_per_s\", ...})",
        [](Options& o, const std::string& v) { return !(o.peer_json = v).empty(); }, nullptr},
       {"--json", "also write every figure to this JSON lines file",
@@ -134,10 +140,10 @@ struct RunResult {
   int64_t generated = 0, kv_bytes = 0, peak_held_bytes = 0, peak_running = 0, fits_at_full_length = 0;
   double peak_unused_fraction = 0;  // slots of held blocks holding no token, at the step where most blocks were held
   double prefix_hit_rate = 0, image_hit_rate = 0;
-  int64_t preemptions = 0, steps = 0;
+  int64_t preemptions = 0, steps = 0, graph_steps = 0;
 };
 
-RunResult run_once(VlmModel& model, bool vlm, int batch, const Options& o, int32_t image_token, uint64_t seed) {
+infer::EngineOptions engine_options(const VlmModel& model, const Options& o, int32_t image_token) {
   infer::EngineOptions eo;
   eo.block_size = o.block_size;
   eo.kv_memory = static_cast<int64_t>(o.kv_memory_gb * 1e9);
@@ -145,7 +151,21 @@ RunResult run_once(VlmModel& model, bool vlm, int batch, const Options& o, int32
   eo.max_tokens_per_step = o.max_step_tokens;
   eo.max_context = std::max(model.config().text.max_seq_len, o.prompt + o.gen);
   eo.image_token_id = image_token;
-  infer::Engine engine(model, eo);
+  eo.cuda_graphs = o.cuda_graphs;
+  return eo;
+}
+
+// The kernels of `o.trace` decode steps at `batch`: a fresh engine runs the prefill untraced (until every request
+// has its first token), then the traced steps.
+std::string trace_decode(VlmModel& model, bool vlm, int batch, const Options& o, int32_t image_token) {
+  infer::Engine engine(model, engine_options(model, o, image_token));
+  for (infer::Request& q : make_requests(model.config(), vlm, batch, o, image_token, 7)) engine.add_request(std::move(q));
+  while (engine.has_unfinished() && engine.stats().generated_tokens < batch) engine.step();
+  return trace_kernels(o.trace, [&] { engine.step(); }, 25).text;
+}
+
+RunResult run_once(VlmModel& model, bool vlm, int batch, const Options& o, int32_t image_token, uint64_t seed) {
+  infer::Engine engine(model, engine_options(model, o, image_token));
   std::vector<infer::Request> reqs = make_requests(model.config(), vlm, batch, o, image_token, seed);
   RunResult r;
   const int64_t blocks_per_seq = (o.prompt + o.gen + o.block_size - 1) / o.block_size;
@@ -190,6 +210,7 @@ RunResult run_once(VlmModel& model, bool vlm, int batch, const Options& o, int32
                          : 0;
   r.preemptions = s.preemptions;
   r.steps = s.steps;
+  r.graph_steps = s.graph_steps;
   return r;
 }
 
@@ -232,8 +253,9 @@ int bench_decode_main(int argc, char** argv) {
   }
   std::ofstream json_out;
   if (!o.json_out.empty()) json_out.open(o.json_out);
-  std::printf("vlm bench decode: %s %s, prompt %d + %d generated, KV blocks of %d tokens\n", dev.to_string().c_str(),
-              dtype_name(dtype), o.prompt, o.gen, o.block_size);
+  std::printf("vlm bench decode: %s %s, prompt %d + %d generated, KV blocks of %d tokens, decode steps %s\n",
+              dev.to_string().c_str(), dtype_name(dtype), o.prompt, o.gen, o.block_size,
+              o.cuda_graphs && dev.is_cuda() ? "from CUDA graphs" : "launched eagerly");
   std::printf("%-5s %5s %10s %9s %9s %9s %9s %9s %11s %8s %8s %8s\n", "shape", "batch", "tok/s", "TTFT p50", "TTFT max",
               "ITL p50", "ITL p99", "KV GB", "held GB", "unused", "running", "fits");
   for (const std::string shape : {"text", "vlm"}) {
@@ -251,9 +273,11 @@ int bench_decode_main(int argc, char** argv) {
                   batch, r.tok_per_s, r.ttft_p50_ms, r.ttft_max_ms, r.itl_p50_ms, r.itl_p99_ms, r.kv_bytes / 1e9,
                   r.peak_held_bytes / 1e9, 100 * r.peak_unused_fraction, static_cast<long long>(r.peak_running),
                   static_cast<long long>(r.fits_at_full_length));
-      std::printf("      cache hits: prefix %.1f%% of prompt tokens, images %.1f%%; %lld steps, %lld preemptions\n",
-                  100 * r.prefix_hit_rate, 100 * r.image_hit_rate, static_cast<long long>(r.steps),
-                  static_cast<long long>(r.preemptions));
+      std::printf(
+          "      cache hits: prefix %.1f%% of prompt tokens, images %.1f%%; %lld steps (%lld from CUDA graphs), %lld "
+          "preemptions\n",
+          100 * r.prefix_hit_rate, 100 * r.image_hit_rate, static_cast<long long>(r.steps),
+          static_cast<long long>(r.graph_steps), static_cast<long long>(r.preemptions));
       nlohmann::json ours = {{"peer", "vlm.cpp"},
                              {"shape", shape},
                              {"batch", batch},
@@ -274,6 +298,8 @@ int bench_decode_main(int argc, char** argv) {
                              {"prefix_hit_rate", r.prefix_hit_rate},
                              {"image_hit_rate", r.image_hit_rate},
                              {"preemptions", r.preemptions},
+                             {"cuda_graphs", o.cuda_graphs},
+                             {"graph_steps", r.graph_steps},
                              {"wall_s", r.wall_s}};
       for (const nlohmann::json& p : peers) {
         // The peer names shapes by model (bench/peers/decode_peer.py): smollm2-135m is text, nanovlm-222m is vlm.
@@ -289,6 +315,7 @@ int bench_decode_main(int argc, char** argv) {
         ours["ratio_" + p.value("mode", p.value("peer", std::string("peer")))] = r.tok_per_s / ptps;
       }
       if (json_out) json_out << ours.dump() << "\n";
+      if (o.trace > 0) std::printf("%s", trace_decode(model, vlm, batch, o, image_token).c_str());
     }
   }
   return 0;

@@ -13,9 +13,12 @@
 #   sanitize  compute-sanitizer memcheck and racecheck over the paged kernel cases
 #   gtests    the other test binaries in the pack (model, training, recompute, flash, the whole kernel suite)
 #   finetune  dev/gpu/hf_finetune.sh: full-size random SmolVLM-256M and nanoVLM-222M checkpoints train in bf16
+#   graphs    test_decode_graphs_gpu (decode steps replayed from CUDA graphs against the same ops run eagerly) and
+#             test_engine_gpu
 #   decode    bench/peers/decode_peer.py (transformers generate, eager and static cache + torch.compile; PEER_ARGS
-#             adds flags, e.g. "--modes static_compile"), then `vlm bench decode --peer` on the same shapes; figures
-#             in $OUT/decode_*.jsonl
+#             adds flags, e.g. "--modes static_compile"), then `vlm bench decode --peer` on the same shapes with
+#             CUDA graphs and with --eager (DECODE_ARGS adds flags, e.g. "--shapes text --trace 20"); figures in
+#             logs/decode_*.jsonl
 #   nccl      dev/gpu/nccl_check.sh on the pack (test_dist_nccl, dist_collectives_driver, dist_nccl_bandwidth)
 #   serve     dev/gpu/serve_bench.sh: vlm serve of a nanoVLM-222M-shaped run under load (SERVE_CONCURRENCY,
 #             SERVE_SECONDS)
@@ -113,14 +116,24 @@ step_gtests() {
 }
 step_finetune() { HF_BIN=$BIN OUT=/tmp/hf_finetune STEPS=30 bash "$here/hf_finetune.sh"; }
 step_decode() {
-  local rc=0
-  # shellcheck disable=SC2086  # PEER_ARGS is a list of flags
+  local rc=0 d=$OUT/logs
+  # shellcheck disable=SC2086  # PEER_ARGS and DECODE_ARGS are lists of flags
   python3 bench/peers/decode_peer.py --batches "${DECODE_BATCHES:-1,32,128}" --max-seconds "${PEER_SECONDS:-300}" \
-    ${PEER_ARGS:-} --out "$OUT/decode_peer.jsonl" || rc=1
-  "$BIN/vlm" bench decode --batch "${DECODE_BATCHES:-1,32,128}" --peer "$OUT/decode_peer.jsonl" \
-    --json "$OUT/decode_vlm.jsonl" || rc=1
-  "$BIN/vlm" bench decode --shapes vlm --batch 32 --same-image --peer "$OUT/decode_peer.jsonl" \
-    --json "$OUT/decode_vlm_same_image.jsonl" || rc=1
+    ${PEER_ARGS:-} --out "$d/decode_peer.jsonl" || rc=1
+  # shellcheck disable=SC2086
+  "$BIN/vlm" bench decode --batch "${DECODE_BATCHES:-1,32,128}" --peer "$d/decode_peer.jsonl" ${DECODE_ARGS:-} \
+    --json "$d/decode_vlm.jsonl" || rc=1
+  # shellcheck disable=SC2086
+  "$BIN/vlm" bench decode --eager --batch "${DECODE_BATCHES:-1,32,128}" --peer "$d/decode_peer.jsonl" \
+    ${DECODE_ARGS:-} --json "$d/decode_vlm_eager.jsonl" || rc=1
+  "$BIN/vlm" bench decode --shapes vlm --batch 32 --same-image --peer "$d/decode_peer.jsonl" \
+    --json "$d/decode_vlm_same_image.jsonl" || rc=1
+  return $rc
+}
+step_graphs() {
+  local rc=0
+  "$BIN/test_decode_graphs_gpu" || rc=1
+  "$BIN/test_engine_gpu" || rc=1
   return $rc
 }
 # Cold start: a nanoVLM-222M-shaped run (one bf16 training step writes its checkpoint), then `vlm generate` of one

@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #ifdef VLM_HAVE_CUDA
@@ -24,6 +25,10 @@ bool cuda_sync_after_launch() {
 
 namespace {
 
+// The pool a CudaPoolScope made current on this thread (nullptr: none).
+thread_local int tl_pool_device = -1;
+thread_local const void* tl_pool = nullptr;
+
 constexpr size_t kSmallGranule = 512;             // small tensors share few bytes of slack
 constexpr size_t kLargeGranule = 2u << 20;        // large blocks round to 2 MiB so they can be reused widely
 constexpr size_t kSmallLimit = 1u << 20;          // below 1 MiB counts as small
@@ -42,6 +47,10 @@ class CudaCachingAllocator final : public Allocator {
     const size_t size = round_block(bytes);
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.n_allocs;
+    if (tl_pool != nullptr && tl_pool_device == device_) {  // a graph's pool: its own free list, kept for good
+      stream = const_cast<void*>(tl_pool);
+      private_.insert(stream);
+    }
     auto& free_list = free_[stream];
     auto it = free_list.lower_bound(size);
     // Best fit, but never hand out a block more than twice as large as asked (it would strand memory).
@@ -82,6 +91,12 @@ class CudaCachingAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     release_cached();
   }
+  void release_pool(const void* pool) {
+    std::lock_guard<std::mutex> lock(mu_);
+    StreamHandle key = const_cast<void*>(pool);
+    if (private_.erase(key) == 0) return;
+    release_list(free_[key]);
+  }
 
  private:
   struct Live {
@@ -119,20 +134,25 @@ class CudaCachingAllocator final : public Allocator {
     VLM_CUDA_CHECK(cudaGetDevice(&prev));
     VLM_CUDA_CHECK(cudaSetDevice(device_));
     VLM_CUDA_CHECK(cudaDeviceSynchronize());
-    for (auto& [stream, list] : free_) {
-      for (auto& [size, p] : list) {
-        VLM_CUDA_CHECK(cudaFree(p));
-        stats_.bytes_reserved -= size;
-      }
-      list.clear();
-    }
+    for (auto& [stream, list] : free_)
+      if (private_.count(stream) == 0) release_list(list);
     VLM_CUDA_CHECK(cudaSetDevice(prev));
+  }
+
+  // Caller holds mu_, on the allocator's device, with the device idle.
+  void release_list(std::multimap<size_t, void*>& list) {
+    for (auto& [size, p] : list) {
+      VLM_CUDA_CHECK(cudaFree(p));
+      stats_.bytes_reserved -= size;
+    }
+    list.clear();
   }
 
   int device_;
   mutable std::mutex mu_;
   std::unordered_map<StreamHandle, std::multimap<size_t, void*>> free_;
   std::unordered_map<void*, Live> live_;
+  std::unordered_set<StreamHandle> private_;  // graph pools: never released by empty_cache
   AllocatorStats stats_;
 };
 
@@ -195,12 +215,35 @@ Allocator& pinned_allocator() {
   return *a;
 }
 
+CudaPoolScope::CudaPoolScope(int device, const void* pool) : previous_device_(tl_pool_device), previous_pool_(tl_pool) {
+  VLM_CHECK(pool != nullptr, "CudaPoolScope: a pool key must not be null");
+  tl_pool_device = device;
+  tl_pool = pool;
+}
+
+CudaPoolScope::~CudaPoolScope() {
+  tl_pool_device = previous_device_;
+  tl_pool = previous_pool_;
+}
+
+void release_cuda_pool(int device, const void* pool) {
+  int prev = 0;
+  VLM_CUDA_CHECK(cudaGetDevice(&prev));
+  VLM_CUDA_CHECK(cudaSetDevice(device));
+  VLM_CUDA_CHECK(cudaDeviceSynchronize());  // no replay may still use the blocks
+  static_cast<CudaCachingAllocator&>(cuda_allocator(device)).release_pool(pool);
+  VLM_CUDA_CHECK(cudaSetDevice(prev));
+}
+
 #else  // !VLM_HAVE_CUDA
 
 Allocator& cuda_allocator(int device_index) {
   VLM_FAIL("cuda:", device_index, " requested, but this binary was built without CUDA (configure with --preset cuda)");
 }
 Allocator& pinned_allocator() { VLM_FAIL("pinned memory requested, but this binary was built without CUDA"); }
+CudaPoolScope::CudaPoolScope(int device, const void* pool) : previous_device_(device), previous_pool_(pool) {}
+CudaPoolScope::~CudaPoolScope() = default;
+void release_cuda_pool(int, const void*) {}
 
 #endif
 

@@ -39,6 +39,10 @@ Engine::Engine(VlmModel& model, const EngineOptions& options)
   scheduler_ = std::make_unique<Scheduler>(*pool_, so);
   counters_.kv_bytes = kv_->bytes();
   counters_.block_size = options.block_size;
+  if (options.cuda_graphs && ops::OpGraph::supported(model.device()))
+    graphs_ = std::make_unique<DecodeGraphs>(model.text_decoder(), kv_->caches(), model.device(), options.block_size,
+                                             static_cast<int>(max_context_), options.max_num_seqs,
+                                             options.image_token_id);
 }
 
 Engine::~Engine() = default;
@@ -294,39 +298,53 @@ std::vector<RequestOutput> Engine::step() {
       sampled.push_back(&c);
     }
   }
-  std::vector<int32_t> tables(plan.chunks.size() * max_blocks, 0);
-  for (size_t i = 0; i < plan.chunks.size(); ++i)
-    std::copy(plan.chunks[i].seq->blocks.begin(), plan.chunks[i].seq->blocks.end(),
-              tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
-
-  PagedStep ps;
-  ps.positions = i32_tensor(positions, dev);
-  ps.slot_mapping = i32_tensor(slots, dev);
-  ps.block_tables =
-      Tensor::from_vector(tables, {static_cast<int64_t>(plan.chunks.size()), static_cast<int64_t>(max_blocks)}).to(dev);
-  ps.context_lens = i32_tensor(context_lens, dev);
-  ps.cu_seqlens_q = i32_tensor(cu, dev);
-  ps.max_seqlen_q = max_q;
-  ps.max_context_len = max_ctx;
-  const TextDecoder& text = model_.text_decoder();
-  Tensor x0 = text.embed(i32_tensor(tokens, dev));
-  for (const auto& [request, rows] : image_rows) {
-    const Tensor& emb = live_.at(request)->image_embeddings;
-    Tensor part = Tensor::empty({static_cast<int64_t>(rows.second.size()), emb.dim(1)}, emb.dtype(), dev);
-    ops::gather_rows(part, emb, i32_tensor(rows.second, dev));
-    ops::scatter_rows(x0, part, i32_tensor(rows.first, dev));
-  }
-  Tensor logits = text.forward_paged(x0, ps, kv_->caches(), i32_tensor(logit_rows, dev));
   // Greedy steps take R ids from the device instead of R x vocab logits.
   const bool greedy = std::all_of(sampled.begin(), sampled.end(),
                                   [&](const ScheduledChunk* c) { return plain_greedy(*live_.at(c->seq->request)); });
-  Tensor picked;
-  if (greedy && !sampled.empty()) {
-    picked = Tensor::empty({static_cast<int64_t>(sampled.size())}, DType::i32, dev);
-    ops::argmax_rows(picked, logits, options_.image_token_id);
-    picked = picked.to(Device::cpu());
+  Tensor logits, picked;
+  const bool decode_only = max_q == 1 && image_rows.empty() && sampled.size() == plan.chunks.size();
+  if (graphs_ && decode_only && graphs_->covers(static_cast<int>(sampled.size()), max_ctx)) {
+    DecodeRows rows{tokens, positions, slots, context_lens, {}, max_ctx};
+    for (const ScheduledChunk& c : plan.chunks) rows.blocks.push_back(&c.seq->blocks);
+    const DecodeGraphs::Outputs out = graphs_->run(rows);
+    ++counters_.graph_steps;
+    counters_.graphs = static_cast<int64_t>(graphs_->graphs());
+    if (greedy) {
+      picked = out.ids.to(Device::cpu());
+    } else {
+      logits = out.logits.to(Device::cpu());
+    }
   } else {
-    logits = logits.to(Device::cpu());
+    std::vector<int32_t> tables(plan.chunks.size() * max_blocks, 0);
+    for (size_t i = 0; i < plan.chunks.size(); ++i)
+      std::copy(plan.chunks[i].seq->blocks.begin(), plan.chunks[i].seq->blocks.end(),
+                tables.begin() + static_cast<std::ptrdiff_t>(i * max_blocks));
+    PagedStep ps;
+    ps.positions = i32_tensor(positions, dev);
+    ps.slot_mapping = i32_tensor(slots, dev);
+    ps.block_tables =
+        Tensor::from_vector(tables, {static_cast<int64_t>(plan.chunks.size()), static_cast<int64_t>(max_blocks)})
+            .to(dev);
+    ps.context_lens = i32_tensor(context_lens, dev);
+    ps.cu_seqlens_q = i32_tensor(cu, dev);
+    ps.max_seqlen_q = max_q;
+    ps.max_context_len = max_ctx;
+    const TextDecoder& text = model_.text_decoder();
+    Tensor x0 = text.embed(i32_tensor(tokens, dev));
+    for (const auto& [request, rows] : image_rows) {
+      const Tensor& emb = live_.at(request)->image_embeddings;
+      Tensor part = Tensor::empty({static_cast<int64_t>(rows.second.size()), emb.dim(1)}, emb.dtype(), dev);
+      ops::gather_rows(part, emb, i32_tensor(rows.second, dev));
+      ops::scatter_rows(x0, part, i32_tensor(rows.first, dev));
+    }
+    logits = text.forward_paged(x0, ps, kv_->caches(), i32_tensor(logit_rows, dev));
+    if (greedy && !sampled.empty()) {
+      picked = Tensor::empty({static_cast<int64_t>(sampled.size())}, DType::i32, dev);
+      ops::argmax_rows(picked, logits, options_.image_token_id);
+      picked = picked.to(Device::cpu());
+    } else {
+      logits = logits.to(Device::cpu());
+    }
   }
   scheduler_->commit(plan);
   ++counters_.steps;
@@ -338,7 +356,9 @@ std::vector<RequestOutput> Engine::step() {
     Sequence& s = *sampled[r]->seq;
     Live& live = *live_.at(s.request);
     if (picked.defined()) {
-      if (append_token(live, s, SampledToken{picked.data<int32_t>()[r]})) finish_sequence(live, s);
+      SampledToken t;
+      t.id = picked.data<int32_t>()[r];
+      if (append_token(live, s, t)) finish_sequence(live, s);
       continue;
     }
     float* row = logits.data<float>() + static_cast<int64_t>(r) * V;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "infer/block_pool.h"
+#include "infer/decode_graphs.h"
 #include "infer/image_cache.h"
 #include "infer/kv_cache.h"
 #include "infer/request.h"
@@ -48,6 +49,9 @@ struct EngineOptions {
   // Turns output ids into text: needed for stop strings and Completion::text (optional otherwise).
   std::function<std::string(const std::vector<int32_t>&)> detokenize;
   bool check_invariants = false;  // verify scheduler and pool invariants after every step (tests)
+  // On a CUDA device, steps made only of decodes replay a CUDA graph per batch and context bucket (DecodeGraphs)
+  // instead of launching each kernel; the same kernels and results, rows padded up to the bucket.
+  bool cuda_graphs = true;
   // Called on the stepping thread with every token a sampled (not beam) completion generates, as it is appended:
   // what a streaming caller forwards before the request finishes.
   std::function<void(const TokenEvent&)> on_token;
@@ -67,6 +71,8 @@ struct EngineStats {
   BlockPoolStats blocks;
   int64_t waste_slots = 0;                     // slots of held blocks that hold no token right now
   int64_t waiting_seqs = 0, running_seqs = 0;  // in the scheduler now
+  int64_t graph_steps = 0;                     // steps replayed from a CUDA graph
+  int64_t graphs = 0;                          // CUDA graphs captured
 };
 
 class Engine {
@@ -119,6 +125,7 @@ class Engine {
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<DecodeGraphs> graphs_;  // CUDA, options_.cuda_graphs
   ImageEmbeddingCache image_cache_;
   std::map<int64_t, std::unique_ptr<Live>> live_;
   std::vector<RequestOutput> done_;

@@ -1,10 +1,11 @@
 // What ops.h declares besides the op families of ops/: supports(), the device-level switches and streams
-// (GEMM autotuning, the compute stream, the weight-gradient side stream, the attention backward and kernels) and the
-// index-error check. The ops themselves are in ops/<family>.cpp.
+// (GEMM autotuning, the compute stream, the weight-gradient side stream, the attention backward and kernels), CUDA
+// graphs and the index-error check. The ops themselves are in ops/<family>.cpp.
 #include "kernels/ops.h"
 
 #include <algorithm>
 
+#include "core/cuda_allocator.h"
 #include "core/env.h"
 #ifdef VLM_HAVE_CUDA
 #include "kernels/cuda/cuda_context.h"
@@ -135,6 +136,44 @@ bool attention_deterministic() {
   return cuda::attention_deterministic();
 #else
   return true;  // the CPU kernels always are
+#endif
+}
+
+// ---- graphs ------------------------------------------------------------------------------------------------
+
+GraphPool::GraphPool(Device device) : device_(device) {
+  VLM_CHECK(OpGraph::supported(device), "ops::GraphPool: CUDA graphs need a CUDA device, not ", device.to_string());
+}
+
+GraphPool::~GraphPool() { release_cuda_pool(device_.index, key()); }
+
+bool OpGraph::supported(Device device) {
+#ifdef VLM_HAVE_CUDA
+  return device.is_cuda();
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+OpGraph::OpGraph(GraphPool& pool, const std::function<void()>& ops) : device_(pool.device()) {
+#ifdef VLM_HAVE_CUDA
+  exec_ = cuda::graph_capture(device_, pool.key(), ops, nodes_);
+#else
+  (void)ops;
+  VLM_FAIL("ops::OpGraph: CUDA graphs need a CUDA build");
+#endif
+}
+
+OpGraph::~OpGraph() {
+#ifdef VLM_HAVE_CUDA
+  if (exec_) cuda::graph_destroy(exec_);
+#endif
+}
+
+void OpGraph::replay() const {
+#ifdef VLM_HAVE_CUDA
+  cuda::graph_replay(exec_, device_);
 #endif
 }
 

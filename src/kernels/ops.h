@@ -38,6 +38,7 @@
 // HostReadback's first read synchronize (the last with its own copy only).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -368,6 +369,50 @@ class HostReadback {
  private:
   struct Impl;
   std::shared_ptr<Impl> impl_;
+};
+
+// ---- graphs (ops.cpp; cuda/op_graph.cpp) ----------------------------------------------------------------------
+// CUDA graphs: a sequence of ops captured once and replayed with one launch, for work bound by kernel launches (the
+// inference engine's decode step: a few hundred small kernels). Only CUDA ops may run inside a capture: no host
+// copy, no synchronization, nothing on the CPU.
+//
+// The memory a graph's temporaries live in: a private pool of the caching allocator (core/cuda_allocator.h) that
+// no other work is handed and empty_cache() keeps. Graphs sharing one pool must not run concurrently (replays on
+// one stream never do). Destroy the graphs before their pool.
+class GraphPool {
+ public:
+  explicit GraphPool(Device device);
+  ~GraphPool();  // gives the pool's memory back (waits for the device)
+  GraphPool(const GraphPool&) = delete;
+  GraphPool& operator=(const GraphPool&) = delete;
+  Device device() const { return device_; }
+  const void* key() const { return this; }
+
+ private:
+  Device device_;
+};
+
+class OpGraph {
+ public:
+  // A CUDA build and a CUDA device.
+  static bool supported(Device device);
+  // Records `ops` without running them: on a capture stream of pool.device(), every allocation from `pool`. The
+  // tensors the ops read and write keep their addresses, so each replay recomputes from their contents at that
+  // time; tensors `ops` allocates and frees are the graph's temporaries. Aborts naming the CUDA error when an op
+  // cannot be captured.
+  OpGraph(GraphPool& pool, const std::function<void()>& ops);
+  ~OpGraph();
+  OpGraph(const OpGraph&) = delete;
+  OpGraph& operator=(const OpGraph&) = delete;
+  // Launches the recorded kernels on the device's current stream (asynchronous, like every op).
+  void replay() const;
+  // Kernel and copy nodes recorded.
+  size_t nodes() const { return nodes_; }
+
+ private:
+  Device device_;
+  void* exec_ = nullptr;  // cudaGraphExec_t
+  size_t nodes_ = 0;
 };
 
 // ---- errors (ops.cpp) --------------------------------------------------------------------------------------

@@ -61,7 +61,10 @@ class TextDecoder {
   // Inference over paged KV: x0 [T, hidden] (embeddings of the step's rows) -> f32 logits [R, vocab] at
   // `logit_rows` (i32 [R]). Each layer writes the rows' K/V into `caches` (ops::paged_kv_write) and attends over
   // its sequence's cached context (ops::paged_attention). The same parameters and ops as training; nothing saved.
-  Tensor forward_paged(const Tensor& x0, const PagedStep& step, PagedKvCaches& caches, const Tensor& logit_rows) const;
+  // With `logits_out` (f32 [R, vocab] on the model's device) the logits are written there and it is returned: a
+  // CUDA graph's output that stays put across replays.
+  Tensor forward_paged(const Tensor& x0, const PagedStep& step, PagedKvCaches& caches, const Tensor& logit_rows,
+                       Tensor* logits_out = nullptr) const;
   const Linear& lm_head() const { return lm_head_; }
   // The sharding unit holding the LM head's weight: its own, or the embeddings' when tied.
   int lm_head_unit() const { return lm_head_unit_; }

@@ -7,7 +7,7 @@
 namespace vlm {
 
 Tensor TextDecoder::forward_paged(const Tensor& x0, const PagedStep& step, PagedKvCaches& caches,
-                                  const Tensor& logit_rows) const {
+                                  const Tensor& logit_rows, Tensor* logits_out) const {
   const TextConfig& c = config_;
   const int64_t T = x0.dim(0);
   const int H = c.heads, Hkv = c.kv_heads, D = c.head_dim();
@@ -42,6 +42,12 @@ Tensor TextDecoder::forward_paged(const Tensor& x0, const PagedStep& step, Paged
   ops::gather_rows(sel, x, logit_rows);
   RMSNorm::Saved fs;
   const Tensor logits = lm_head_.forward(final_norm_.forward(sel, fs));
+  if (logits_out) {
+    VLM_CHECK(logits_out->dtype() == DType::f32 && logits_out->shape() == logits.shape(), "forward_paged: logits_out ",
+              logits_out->describe(), " for logits ", logits.describe());
+    ops::cast(*logits_out, logits);
+    return *logits_out;
+  }
   if (logits.dtype() == DType::f32) return logits;
   Tensor logits_f32 = new_f32_like(logits.shape(), logits);
   ops::cast(logits_f32, logits);

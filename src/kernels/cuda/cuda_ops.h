@@ -5,6 +5,7 @@
 // No CUDA headers here: the op boundary includes this file when built with VLM_HAVE_CUDA.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -28,6 +29,13 @@ void set_gemm_autotune(bool on);
 // ops::WeightGradOverlap's scope on `device` (nested scopes count; the outermost end joins the side stream).
 void weight_grad_overlap_begin(Device device);
 void weight_grad_overlap_end(Device device);
+
+// ---- op_graph.cpp (ops::OpGraph) ----------------------------------------------------------------------------------
+// Captures `ops` on a capture stream of `device` with allocations from the pool `pool`; returns the instantiated
+// cudaGraphExec_t and sets the node count.
+void* graph_capture(Device device, const void* pool, const std::function<void()>& ops, size_t& nodes);
+void graph_replay(void* exec, Device device);
+void graph_destroy(void* exec);
 
 // ---- pdl.cuh (defined in elementwise.cu) -------------------------------------------------------------------------
 // Tests: every later launch of our kernels with programmatic dependent launch (1), without (0), or back to the

@@ -1,0 +1,78 @@
+// DecodeGraphs: the engine's decode steps replayed from CUDA graphs. A decode step of a small model is a few hundred
+// small kernels (about ten per layer), so launching them costs more than running them; captured once per bucket
+// and replayed, a step is one graph launch. A graph is keyed by a batch bucket (rows padded up to it) and a context
+// bucket (the bound the paged attention kernel splits the context by); both are captured on first use. The inputs
+// (tokens, positions, KV slots, context lengths, block tables) travel in one upload into the bucket's input
+// buffer, which the graph reads in place; the outputs (f32 logits and the greedy ids) stay in buffers per batch
+// bucket. Padding rows write no KV (slot -1) and attend to one slot of block 0; their outputs are ignored.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/text_decoder.h"
+
+namespace vlm::infer {
+
+// One decode step's rows, one per sequence, on the host.
+struct DecodeRows {
+  std::vector<int32_t> tokens, positions, slots, context_lens;  // [B] each
+  std::vector<const std::vector<int32_t>*> blocks;              // [B] each sequence's KV blocks, in order
+  int max_context_len = 0;                                      // the largest of context_lens
+};
+
+// The smallest batch bucket holding `batch` rows (1, 2, 4, 8, then steps of 8 to 64, of 16 to 128, of 32 beyond),
+// never above max_batch; 0 when batch > max_batch.
+int decode_batch_bucket(int batch, int max_batch);
+// The context bound a step with contexts up to `max_context_len` is captured for: the next power of two from 256,
+// a multiple of block_size, at most max_context rounded up to a block; 0 when max_context_len exceeds that.
+int decode_context_bucket(int max_context_len, int block_size, int max_context);
+
+class DecodeGraphs {
+ public:
+  // The decoder and caches must outlive this object; graphs exist on CUDA devices only (ops::OpGraph::supported).
+  DecodeGraphs(const TextDecoder& text, PagedKvCaches& caches, Device device, int block_size, int max_context,
+               int max_batch, int32_t banned_id);
+  ~DecodeGraphs();
+
+  // Whether a step of `batch` rows with contexts up to `max_context_len` has a bucket.
+  bool covers(int batch, int max_context_len) const;
+  struct Outputs {
+    Tensor logits;  // f32 [B, vocab] on the device: the step's rows of the bucket's logits
+    Tensor ids;     // i32 [B] on the device: each row's argmax, banned_id never chosen (ops::argmax_rows)
+  };
+  // Uploads the rows, replays the bucket's graph (capturing it first when new) and returns views of its outputs,
+  // valid until the next run.
+  Outputs run(const DecodeRows& rows);
+  size_t graphs() const { return graphs_.size(); }
+
+ private:
+  struct BatchBuffers {
+    Tensor logits, ids, logit_rows;  // f32 [Bk, V], i32 [Bk], i32 [Bk] = 0..Bk-1
+  };
+  struct Graph {
+    Tensor input;  // i32 device: tokens, positions, slots, context_lens [Bk] each, cu_seqlens [Bk+1], tables [Bk, W]
+    std::unique_ptr<ops::OpGraph> graph;
+  };
+  Graph& graph_for(int batch_bucket, int context_bucket);
+  // The step's ops on the graph's input buffer: embeddings, the decoder over the paged cache, argmax.
+  void step_ops(const Tensor& input, int batch_bucket, int context_bucket, BatchBuffers& out) const;
+  // Fills host_ with the rows (padded to the bucket) in the input buffer's layout.
+  void pack(const DecodeRows* rows, int batch_bucket, int context_bucket);
+
+  const TextDecoder& text_;
+  PagedKvCaches& caches_;
+  Device device_;
+  int block_size_, max_context_, max_batch_;
+  int32_t banned_id_;
+  std::unique_ptr<ops::GraphPool> pool_;  // declared before the graphs: destroyed after them
+  std::map<int, BatchBuffers> batches_;
+  std::map<std::pair<int, int>, Graph> graphs_;
+  std::vector<int32_t> host_;
+};
+
+}  // namespace vlm::infer
