@@ -4,6 +4,7 @@
 #include <filesystem>
 
 
+#include "core/logging.h"
 #include "core/safetensors.h"
 #include "data/image/image_pipeline.h"
 #include "data/loader/data_config.h"
@@ -25,6 +26,8 @@ Status maybe_use_idefics3(const std::string& source, const std::optional<Idefics
                           const Tokenizer& tokenizer, infer::PromptBuilder& builder) {
   if (!o || !has_idefics3_tokens(tokenizer)) return Status();
   if (Status s = builder.use_idefics3(*o); !s.ok()) return invalid_argument(source + ": " + s.message());
+  VLM_INFO("images: Idefics3 tiles of ", o->max_image_size, " px plus the global image (longest edge ",
+           o->longest_edge, o->do_image_splitting ? "" : ", splitting off", ")");
   return Status();
 }
 
@@ -165,7 +168,8 @@ Expected<std::unique_ptr<InferenceModel>> load_inference_model(const std::string
   VLM_ASSIGN_OR_RETURN(
       infer::PromptBuilder builder,
       infer::PromptBuilder::create(out->tokenizer, out->chat, out->model->config().image_tokens(), pipeline));
-  VLM_RETURN_IF_ERROR(maybe_use_idefics3(files.config.empty() ? path : files.config, idefics3, out->tokenizer, builder));
+  VLM_RETURN_IF_ERROR(
+      maybe_use_idefics3(files.config.empty() ? path : files.config, idefics3, out->tokenizer, builder));
   out->prompts = std::make_unique<infer::PromptBuilder>(std::move(builder));
   return out;
 }

@@ -5,11 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 
-#include "data/tokenizer/bpe_trainer.h"
-#include "data/tools/synth_shapes.h"
-#include "model/hf_export.h"
 #include "testing/test_util.h"
 #include "train/trainer.h"
 #include "train_fixture.h"
@@ -22,52 +18,8 @@ std::string data_dir() {
   return dir;
 }
 
-// The fixture's BPE tokenizer with SmolVLM's layout tokens added (its text vocabulary stays within 300 ids).
-std::string idefics3_tokenizer(const std::string& dir) {
-  const std::string path = dir + "/tokenizer_idefics3.json";
-  std::vector<std::string> corpus = {"<|im_start|>user\n", "<|im_end|>\n", "<|im_start|>assistant\n",
-                                     "describe the image."};
-  for (uint64_t i = 0; i < 160; ++i) {
-    SynthShapesSample s = synth_shapes_sample(1, i, 16);
-    corpus.push_back(s.caption);
-    for (const auto& qa : s.qa) {
-      corpus.push_back(qa.question);
-      corpus.push_back(qa.answer);
-    }
-  }
-  BpeTrainOptions bo;
-  bo.vocab_size = 300;
-  bo.special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>",  "<image>",       "<pad>",
-                       "<fake_token_around_image>", "<global-img>", "<row_1_col_1>", "<row_1_col_2>",
-                       "<row_2_col_1>", "<row_2_col_2>"};
-  auto tok = train_bpe(corpus, bo);
-  EXPECT_TRUE(tok.ok());
-  EXPECT_TRUE(tok->save(path).ok());
-  return path;
-}
-
-// A SmolVLM folder of the run's model shape: Idefics3 config.json and weights, and the image processor's settings.
-std::string smolvlm_folder(const ModelConfig& c, const std::string& tokenizer) {
-  VlmModel m(c, Device::cpu());
-  m.init_weights(11);
-  const std::string dir = testing::scratch_dir("idefics3_folder");
-  auto tok = Tokenizer::load(tokenizer);
-  EXPECT_TRUE(tok.ok());
-  HfExportOptions eo;
-  eo.image_token_id = tok.ok() ? tok->token_to_id("<image>").value_or(-1) : -1;
-  Status exported = hf_export_model(m, dir, eo);
-  EXPECT_TRUE(exported.ok()) << exported.to_string();
-  std::ofstream(dir + "/preprocessor_config.json")
-      << R"({"image_processor_type": "Idefics3ImageProcessor", "do_image_splitting": true, "resample": 1,
-             "size": {"longest_edge": 32}, "max_image_size": {"longest_edge": 16}})";
-  return dir;
-}
-
 RunConfig idefics3_run() {
-  RunConfig c = testing::tiny_run_config(data_dir());
-  c.data.tokenizer = idefics3_tokenizer(data_dir());
-  c.train.init_from = smolvlm_folder(c.model, c.data.tokenizer);
-  c.data.val_shards = "";
+  RunConfig c = testing::tiny_idefics3_run_config(data_dir());
   c.train.steps = 16;
   c.train.ckpt_every = 0;
   c.train.grad_accum = 1;
