@@ -138,7 +138,10 @@ Expected<std::unique_ptr<InferenceModel>> load_inference_model(const std::string
       data.std[i] = config.data.image_std[static_cast<size_t>(i)];
     }
     VLM_ASSIGN_OR_RETURN(pipeline, image_pipeline_options(data));
-    // A run fine-tuned from a SmolVLM folder generates with the tiling it trained with.
+    // A run fine-tuned from a SmolVLM folder generates with the tiling it trained with (read from that folder).
+    if (!config.train.init_from.empty() && !fs::exists(config.train.init_from))
+      VLM_WARN("train.init_from ", config.train.init_from, " is gone: if it is a SmolVLM folder, images are not tiled "
+               "as in training (restore the folder)");
     VLM_ASSIGN_OR_RETURN(idefics3, run_idefics3_preprocessing(config.data, config.train.init_from,
                                                               config.model.image_tokens()));
     out->model = std::make_unique<VlmModel>(config.model, device, dtype);
