@@ -127,9 +127,7 @@ Expected<VlmDataOptions> build_loader_options(const DataConfig& data, const Data
     VLM_ASSIGN_OR_RETURN(d.filters, filter.filter_config());
   }
   VLM_ASSIGN_OR_RETURN(d.chat, chat_template_for(data.chat_template, data.tokenizer));
-  if (!for_eval) {  // eval prompts keep one image at the model's input size
-    VLM_ASSIGN_OR_RETURN(d.idefics3, run_idefics3_preprocessing(data, shape.model_dir, shape.image_tokens));
-  }
+  VLM_ASSIGN_OR_RETURN(d.idefics3, run_idefics3_preprocessing(data, shape.model_dir, shape.image_tokens));
   return d;
 }
 
@@ -138,8 +136,8 @@ Expected<std::optional<Idefics3Options>> run_idefics3_preprocessing(const DataCo
   VLM_ASSIGN_OR_RETURN(std::optional<Idefics3Options> o, read_idefics3_preprocessing(model_dir, image_tokens));
   if (!o) {
     if (data.image_splitting != "auto" || data.longest_edge != 0)
-      VLM_WARN("data.image_splitting and data.longest_edge apply to SmolVLM / Idefics3 models only (train.init_from '",
-               model_dir, "' has no Idefics3 preprocessor_config.json): ignored");
+      VLM_WARN("data.image_splitting and data.longest_edge apply to SmolVLM / Idefics3 models only (train.init_from "
+               "is not a folder whose preprocessor_config.json is Idefics3's): ignored");
     return o;
   }
   if (data.image_splitting != "auto") o->do_image_splitting = data.image_splitting == "on";

@@ -90,7 +90,8 @@ Expected<std::optional<Idefics3Options>> run_idefics3_preprocessing(const DataCo
 
 // The loader options for `shard_spec` (expanded; not_found when it matches nothing). Training reads data.* as set,
 // with the filters of [filter] when any is on and `seed` for the data order; eval (`for_eval`) reads one pass in a
-// fixed order, center-cropped, without filters, online dedup or prefetching.
+// fixed order, center-cropped, without filters, online dedup or prefetching. Both tile as shape.model_dir's
+// Idefics3 preprocessing says (run_idefics3_preprocessing).
 Expected<VlmDataOptions> build_loader_options(const DataConfig& data, const DataFilterConfig& filter,
                                               const LoaderModelShape& shape, uint64_t seed,
                                               const std::string& shard_spec, bool for_eval);

@@ -145,7 +145,7 @@ TEST(DataConfig, BadFiltersAndEmptyShardListsAreErrorsNamingTheKey) {
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-// A SmolVLM folder's preprocessor_config.json turns on Idefics3 tiling for training (not eval), image_seq_len from
+// A SmolVLM folder's preprocessor_config.json turns on Idefics3 tiling (training and eval), image_seq_len from
 // processor_config.json; data.image_splitting and data.longest_edge override the file; other image processors, a
 // missing file or a safetensors path leave it off; malformed files are errors naming them.
 TEST(DataConfig, AnIdefics3ModelFolderTurnsOnTilingWithTheRunsOverrides) {
@@ -164,7 +164,7 @@ TEST(DataConfig, AnIdefics3ModelFolderTurnsOnTilingWithTheRunsOverrides) {
   EXPECT_EQ(o->idefics3->max_image_size, 32);
   EXPECT_EQ(o->idefics3->image_seq_len, 16);
   EXPECT_TRUE(o->idefics3->do_image_splitting);
-  EXPECT_FALSE(build_loader_options(d, DataFilterConfig{}, shape, 1, "a.tar", true)->idefics3.has_value());
+  EXPECT_TRUE(build_loader_options(d, DataFilterConfig{}, shape, 1, "a.tar", true)->idefics3.has_value());  // eval
 
   Sections s;
   ASSERT_TRUE(s.options.load_toml_string("[data]\nimage_splitting = \"off\"\nlongest_edge = 512\n", "t.toml").ok());
