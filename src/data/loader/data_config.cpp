@@ -131,8 +131,8 @@ Expected<VlmDataOptions> build_loader_options(const DataConfig& data, const Data
   return d;
 }
 
-Expected<std::optional<Idefics3Options>> run_idefics3_preprocessing(const DataConfig& data, const std::string& model_dir,
-                                                                   int image_tokens) {
+Expected<std::optional<Idefics3Options>> run_idefics3_preprocessing(const DataConfig& data,
+                                                                   const std::string& model_dir, int image_tokens) {
   VLM_ASSIGN_OR_RETURN(std::optional<Idefics3Options> o, read_idefics3_preprocessing(model_dir, image_tokens));
   if (!o) {
     if (data.image_splitting != "auto" || data.longest_edge != 0)

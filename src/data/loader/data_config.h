@@ -85,8 +85,8 @@ struct LoaderModelShape {
 // The Idefics3 preprocessing a run feeds its model: model folder `model_dir`'s (read_idefics3_preprocessing) with
 // data.image_splitting and data.longest_edge applied; nullopt when the folder declares none. Errors: the folder's
 // files, naming them.
-Expected<std::optional<Idefics3Options>> run_idefics3_preprocessing(const DataConfig& data, const std::string& model_dir,
-                                                                   int image_tokens);
+Expected<std::optional<Idefics3Options>> run_idefics3_preprocessing(const DataConfig& data,
+                                                                   const std::string& model_dir, int image_tokens);
 
 // The loader options for `shard_spec` (expanded; not_found when it matches nothing). Training reads data.* as set,
 // with the filters of [filter] when any is on and `seed` for the data order; eval (`for_eval`) reads one pass in a

@@ -51,7 +51,8 @@ bool has_idefics3_tokens(const Tokenizer& tokenizer) {
   return tokenizer.token_to_id(kFakeToken).has_value() && tokenizer.token_to_id(kGlobalToken).has_value();
 }
 
-Status check_idefics3_for_model(const Idefics3Options& o, int image_size, int image_tokens, const Tokenizer& tokenizer) {
+Status check_idefics3_for_model(const Idefics3Options& o, int image_size, int image_tokens,
+                                const Tokenizer& tokenizer) {
   if (o.image_seq_len != image_tokens)
     return invalid_argument("Idefics3 preprocessing: image_seq_len " + std::to_string(o.image_seq_len) +
                             " differs from the model's " + std::to_string(image_tokens) + " tokens per image");
@@ -91,7 +92,8 @@ Expected<Idefics3Pixels> idefics3_sample_pixels(const WebDatasetSample& sample, 
     const auto* bytes = sample.get(field);
     if (!bytes) continue;
     Expected<Image> img = decode_image(bytes->data(), bytes->size(), {}, decode);
-    if (!img.ok()) return img.status().with_context(str(sample.shard, ": sample '", sample.key, "' field '", field, "'"));
+    if (!img.ok())
+      return img.status().with_context(str(sample.shard, ": sample '", sample.key, "' field '", field, "'"));
     return idefics3_pixel_values(*img, o);
   }
   return not_found(str(sample.shard, ": sample '", sample.key, "' has no jpg/jpeg/png/webp field"));

@@ -30,7 +30,8 @@ bool has_idefics3_tokens(const Tokenizer& tokenizer);
 
 // `o` against the model it feeds: image_seq_len equal to `image_tokens` and max_image_size (the tile side) equal to
 // the vision tower's `image_size`, and the layout tokens present. Errors name the mismatched setting.
-Status check_idefics3_for_model(const Idefics3Options& o, int image_size, int image_tokens, const Tokenizer& tokenizer);
+Status check_idefics3_for_model(const Idefics3Options& o, int image_size, int image_tokens,
+                                const Tokenizer& tokenizer);
 
 // The prompt tokens that stand for one image of layout `l`: o.image_seq_len `image_token` ids per frame (its
 // rows * cols tiles and the global image) inside the processor's layout. `image_token` must be in the tokenizer.

@@ -543,7 +543,8 @@ struct VlmBatchLoader::Impl {
       }
       const WebDatasetSample& s = slots[i].sample;
       std::vector<int32_t> placeholder;
-      if (tiling) placeholder = idefics3_placeholder(tokenizer, tiled[i].layout, *options.idefics3, options.chat.image_token);
+      if (tiling)
+        placeholder = idefics3_placeholder(tokenizer, tiled[i].layout, *options.idefics3, options.chat.image_token);
       prepared[i] = tokenize_sample(s.shard + ": " + s.key, std::move(*turns), tokenizer, options, &fits[i],
                                     tiling ? &placeholder : nullptr);
       if (!prepared[i]->ok()) failed[i] = SamplePart::tokens;

@@ -155,8 +155,9 @@ class VlmBatchLoader {
 // Decodes and prepares one webdataset sample's image (image_pipeline to size x size in resize_mode, normalize; with
 // options.idefics3 its tiles and global image) and its text turns for `task`, after the filters when
 // options.filters is set (the caption is then the filters' cleaned one). The per-sample random choices (turn order,
-// random_resized_crop window) come from Philox streams of (seed, sample ordinal). Errors name shard and key. On failure, `failed_part` (if given) says whether the text or
-// the image was at fault or the filters rejected the sample, and `filter` (if given) receives the filters' verdict.
+// random_resized_crop window) come from Philox streams of (seed, sample ordinal). Errors name shard and key. On
+// failure, `failed_part` (if given) says whether the text or the image was at fault or the filters rejected the
+// sample, and `filter` (if given) receives the filters' verdict.
 struct WebDatasetSample;
 // tokens: the loader's packing (a turn over max_seq_len); utf8: a caption that is not UTF-8.
 enum class SamplePart { text, image, filtered, tokens, utf8 };
