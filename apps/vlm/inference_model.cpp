@@ -3,11 +3,12 @@
 
 #include <filesystem>
 
-#include <nlohmann/json.hpp>
 
+#include "core/logging.h"
 #include "core/safetensors.h"
 #include "data/image/image_pipeline.h"
-#include "data/loader/idefics3_layout.h"
+#include "data/loader/data_config.h"
+#include "data/loader/idefics3_prompt.h"
 #include "data/loader/vlm_batch.h"
 #include "model/model_io.h"
 #include "train/checkpoint.h"
@@ -19,32 +20,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A model folder's JSON file, or null when it is absent. Errors: unreadable or malformed JSON, naming the file.
-Expected<nlohmann::json> optional_json(const fs::path& file) {
-  if (!fs::exists(file)) return nlohmann::json();
-  VLM_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, read_file_bytes(file.string()));
-  nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return parse_error(file.string() + ": not valid JSON");
-  return j;
-}
-
-// SmolVLM / Idefics3 folders: when the image processor is Idefics3's and the tokenizer has its layout tokens,
-// images go in as tiles plus a global image (image_seq_len from processor_config.json, else the model's).
-Status maybe_use_idefics3(const std::string& path, const Tokenizer& tokenizer, int image_tokens,
-                          infer::PromptBuilder& builder) {
-  VLM_ASSIGN_OR_RETURN(nlohmann::json pp, optional_json(fs::path(path) / "preprocessor_config.json"));
-  if (!pp.is_object()) return Status();
-  const auto type = pp.find("image_processor_type");
-  if (type == pp.end() || !type->is_string() || type->get<std::string>().find("Idefics3") == std::string::npos ||
-      !tokenizer.token_to_id("<fake_token_around_image>"))
-    return Status();
-  VLM_ASSIGN_OR_RETURN(nlohmann::json proc, optional_json(fs::path(path) / "processor_config.json"));
-  if (!pp.contains("image_seq_len"))
-    pp["image_seq_len"] = proc.is_object() && proc.contains("image_seq_len") ? proc["image_seq_len"]
-                                                                              : nlohmann::json(image_tokens);
-  VLM_ASSIGN_OR_RETURN(Idefics3Options o,
-                       Idefics3Options::from_preprocessor_config(pp, path + "/preprocessor_config.json"));
-  if (Status s = builder.use_idefics3(o); !s.ok()) return invalid_argument(path + ": " + s.message());
+// SmolVLM / Idefics3 preprocessing `o` (a model folder's, or the one a run trained with) when the tokenizer has its
+// layout tokens: images go in as tiles plus a global image, as the training loader feeds them.
+Status maybe_use_idefics3(const std::string& source, const std::optional<Idefics3Options>& o,
+                          const Tokenizer& tokenizer, infer::PromptBuilder& builder) {
+  if (!o || !has_idefics3_tokens(tokenizer)) return Status();
+  if (Status s = builder.use_idefics3(*o); !s.ok()) return invalid_argument(source + ": " + s.message());
+  VLM_INFO("images: Idefics3 tiles of ", o->max_image_size, " px plus the global image (longest edge ",
+           o->longest_edge, o->do_image_splitting ? "" : ", splitting off", ")");
   return Status();
 }
 
@@ -137,12 +120,13 @@ Expected<std::unique_ptr<InferenceModel>> load_inference_model(const std::string
   if (out->name.empty() || out->name == ".") out->name = fs::path(path).lexically_normal().parent_path().filename();
   VLM_ASSIGN_OR_RETURN(RunFiles files, find_run_files(path));
   ImagePipelineOptions pipeline;
+  std::optional<Idefics3Options> idefics3;
   if (!files.config.empty()) {  // a training run
     VLM_ASSIGN_OR_RETURN(RunConfig config, load_run_config(files.config, overrides));
     VLM_ASSIGN_OR_RETURN(Device device, parse_device(device_name.empty() ? config.train.device : device_name));
     VLM_ASSIGN_OR_RETURN(DType dtype, pick_dtype(device, dtype_name));
     VLM_ASSIGN_OR_RETURN(out->tokenizer, Tokenizer::load(config.data.tokenizer));
-    VLM_ASSIGN_OR_RETURN(out->chat, chat_template_by_name(config.data.chat_template));
+    VLM_ASSIGN_OR_RETURN(out->chat, chat_template_for(config.data.chat_template, config.data.tokenizer));
     VlmDataOptions data;  // the held-out preprocessing: center crop, no augmentation
     data.image_size = config.model.vision.image_size;
     data.resize = config.data.resize;
@@ -154,6 +138,12 @@ Expected<std::unique_ptr<InferenceModel>> load_inference_model(const std::string
       data.std[i] = config.data.image_std[static_cast<size_t>(i)];
     }
     VLM_ASSIGN_OR_RETURN(pipeline, image_pipeline_options(data));
+    // A run fine-tuned from a SmolVLM folder generates with the tiling it trained with (read from that folder).
+    if (!config.train.init_from.empty() && !fs::exists(config.train.init_from))
+      VLM_WARN("train.init_from ", config.train.init_from, " is gone: if it is a SmolVLM folder, images are not tiled "
+               "as in training (restore the folder)");
+    VLM_ASSIGN_OR_RETURN(idefics3, run_idefics3_preprocessing(config.data, config.train.init_from,
+                                                              config.model.image_tokens()));
     out->model = std::make_unique<VlmModel>(config.model, device, dtype);
     VLM_RETURN_IF_ERROR(out->model->params().load(files.weights));
   } else {  // a model folder: config.json (Hugging Face) or model.toml, with its tokenizer.json
@@ -176,12 +166,13 @@ Expected<std::unique_ptr<InferenceModel>> load_inference_model(const std::string
     }
     pipeline.size = mc->vision.image_size;
     VLM_ASSIGN_OR_RETURN(out->model, load_model_dir(path, device, {}, dtype));
+    VLM_ASSIGN_OR_RETURN(idefics3, read_idefics3_preprocessing(path, out->model->config().image_tokens()));
   }
   VLM_ASSIGN_OR_RETURN(
       infer::PromptBuilder builder,
       infer::PromptBuilder::create(out->tokenizer, out->chat, out->model->config().image_tokens(), pipeline));
-  if (files.config.empty())  // a model folder
-    VLM_RETURN_IF_ERROR(maybe_use_idefics3(path, out->tokenizer, out->model->config().image_tokens(), builder));
+  VLM_RETURN_IF_ERROR(
+      maybe_use_idefics3(files.config.empty() ? path : files.config, idefics3, out->tokenizer, builder));
   out->prompts = std::make_unique<infer::PromptBuilder>(std::move(builder));
   return out;
 }

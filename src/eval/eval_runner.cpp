@@ -2,9 +2,11 @@
 #include "eval/eval_runner.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/logging.h"
 #include "data/image/image_pipeline.h"
+#include "data/loader/idefics3_prompt.h"
 #include "data/loader/sample_stream.h"
 #include "eval/caption_tokenizer.h"
 #include "eval/eval_sample.h"
@@ -62,6 +64,8 @@ void add(std::map<std::string, Breakdown>& m, const std::string& group, double s
 struct PendingImage {
   EvalSampleText text;
   bool ask_questions = false, ask_caption = false;
+  int frames = 1;                    // model inputs: 1, or with Idefics3 tiling its tiles and global image
+  std::vector<int32_t> placeholder;  // tiling: its layout's tokens (else image_tokens image ids)
 };
 
 // What the caption task collects before the corpus-level scores.
@@ -74,8 +78,9 @@ struct CaptionCorpus {
 class EvalRun {
  public:
   EvalRun(VlmModel& model, const Tokenizer& tokenizer, const VlmDataOptions& data, const EvalOptions& o,
-          std::vector<std::string> tasks, int32_t image_id, int32_t stop_id)
-      : model_(model), tok_(tokenizer), data_(data), o_(o), image_id_(image_id), stop_id_(stop_id) {
+          std::vector<std::string> tasks, int32_t image_id, int32_t stop_id, std::optional<Idefics3Options> tiling)
+      : model_(model), tok_(tokenizer), data_(data), o_(o), image_id_(image_id), stop_id_(stop_id),
+        tiling_(std::move(tiling)) {
     r_.tasks = std::move(tasks);
     if (has(r_.tasks, "vqa")) r_.vqa.emplace();
     if (has(r_.tasks, "caption")) r_.caption.emplace();
@@ -109,6 +114,7 @@ class EvalRun {
   const VlmDataOptions& data_;
   const EvalOptions& o_;
   int32_t image_id_, stop_id_;
+  std::optional<Idefics3Options> tiling_;  // vqa and caption prompts tiled as training tiles them
   EvalResult r_;
   std::map<std::string, int> examples_per_task_;
   std::vector<std::vector<float>> pixels_;
@@ -140,17 +146,33 @@ void EvalRun::score_question(const EvalQuestion& q, const std::string& key, cons
 Status EvalRun::flush() {
   if (pending_.empty()) return Status();
   const int64_t S = data_.image_size;
-  Tensor images = Tensor::empty({static_cast<int64_t>(pixels_.size()), 3, S, S}, DType::f32);
-  for (size_t i = 0; i < pixels_.size(); ++i)
-    std::copy(pixels_[i].begin(), pixels_[i].end(), images.data<float>() + static_cast<int64_t>(i) * 3 * S * S);
+  int64_t frames = 0;
+  std::vector<int> first_frame;  // per pending image
+  for (const PendingImage& p : pending_) {
+    first_frame.push_back(static_cast<int>(frames));
+    frames += p.frames;
+  }
+  Tensor images = Tensor::empty({frames, 3, S, S}, DType::f32);
+  float* dst = images.data<float>();
+  for (const std::vector<float>& px : pixels_) dst = std::copy(px.begin(), px.end(), dst);
   std::vector<GenerationPrompt> questions, captions;
-  auto prompt = [&](const std::string& user, int image) -> Expected<GenerationPrompt> {
-    VLM_ASSIGN_OR_RETURN(TokenizedChat chat, tokenize_chat(tok_, data_.chat, {{user, ""}}, 1, data_.image_tokens,
-                                                           /*generation_prompt=*/true));
-    return GenerationPrompt{chat.tokens, {image}};
+  auto prompt = [&](const std::string& user, size_t i) -> Expected<GenerationPrompt> {
+    const PendingImage& p = pending_[i];
+    GenerationPrompt g;
+    for (int f = 0; f < p.frames; ++f) g.images.push_back(first_frame[i] + f);
+    if (p.placeholder.empty()) {
+      VLM_ASSIGN_OR_RETURN(TokenizedChat chat, tokenize_chat(tok_, data_.chat, {{user, ""}}, 1, data_.image_tokens,
+                                                             /*generation_prompt=*/true));
+      g.tokens = std::move(chat.tokens);
+    } else {
+      VLM_ASSIGN_OR_RETURN(TokenizedChat chat, tokenize_chat_with_images(tok_, data_.chat, {{user, ""}},
+                                                                         {p.placeholder}, /*generation_prompt=*/true));
+      g.tokens = std::move(chat.tokens);
+    }
+    return g;
   };
   for (size_t i = 0; i < pending_.size(); ++i) {
-    const int image = static_cast<int>(i);
+    const size_t image = i;
     if (pending_[i].ask_questions)
       for (const EvalQuestion& q : pending_[i].text.questions) {
         VLM_ASSIGN_OR_RETURN(GenerationPrompt p, prompt(q.question, image));
@@ -257,11 +279,23 @@ Expected<EvalResult> EvalRun::run() {
       ++unusable;
       continue;
     }
-    std::vector<float> pixels(pixel_count);
+    std::vector<float> pixels(pixel_count);  // the model's input size: retrieval, and prompts without tiling
     if (Status s = image_pipeline_sample(sample, pipe, nullptr, pixels.data()); !s.ok()) {
       VLM_WARN("eval: skipping sample: ", s.message());
       ++r_.skipped;
       continue;
+    }
+    std::vector<float> frames;
+    if (tiling_ && (p.ask_questions || p.ask_caption)) {
+      Expected<Idefics3Pixels> t = idefics3_sample_pixels(sample, *tiling_, data_.max_pixels);
+      if (!t.ok()) {
+        VLM_WARN("eval: skipping sample: ", t.status().message());
+        ++r_.skipped;
+        continue;
+      }
+      frames.assign(t->frames.data<float>(), t->frames.data<float>() + t->frames.numel());
+      p.frames = static_cast<int>(t->frames.dim(0));
+      p.placeholder = idefics3_placeholder(tok_, t->layout, *tiling_, data_.chat.image_token);
     }
     ++r_.images;
     if (o_.on_image) o_.on_image(r_.images, o_.samples);
@@ -272,7 +306,7 @@ Expected<EvalResult> EvalRun::run() {
     p.text = std::move(*text);
     pending_prompts_ += (p.ask_questions ? static_cast<int>(p.text.questions.size()) : 0) + (p.ask_caption ? 1 : 0);
     if (p.ask_questions || p.ask_caption) {
-      pixels_.push_back(std::move(pixels));
+      pixels_.push_back(tiling_ ? std::move(frames) : std::move(pixels));
       pending_.push_back(std::move(p));
     }
     if (pending_prompts_ >= o_.batch_size) VLM_RETURN_IF_ERROR(flush());
@@ -310,7 +344,13 @@ Expected<EvalResult> evaluate(VlmModel& model, const Tokenizer& tokenizer, const
   if (!image_id || !stop_id)
     return invalid_argument("the tokenizer lacks '" + data.chat.image_token + "' or '" + data.chat.assistant_suffix +
                             "'");
-  EvalRun run(model, tokenizer, data, options, std::move(tasks), *image_id, *stop_id);
+  // SmolVLM / Idefics3 models prompt with the tiles training fed (the same trigger as the loader's).
+  std::optional<Idefics3Options> tiling;
+  if (data.idefics3 && has_idefics3_tokens(tokenizer)) {
+    VLM_RETURN_IF_ERROR(check_idefics3_for_model(*data.idefics3, data.image_size, data.image_tokens, tokenizer));
+    tiling = data.idefics3;
+  }
+  EvalRun run(model, tokenizer, data, options, std::move(tasks), *image_id, *stop_id, std::move(tiling));
   return run.run();
 }
 

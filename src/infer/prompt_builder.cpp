@@ -7,7 +7,7 @@
 
 #include "core/safetensors.h"
 #include "data/image/image.h"
-#include "data/loader/idefics3_pixels.h"
+#include "data/loader/idefics3_prompt.h"
 #include "infer/prefix_hash.h"
 
 namespace vlm::infer {
@@ -52,14 +52,7 @@ Expected<ImageInput> PromptBuilder::image(std::string_view encoded) const {
 }
 
 Status PromptBuilder::use_idefics3(const Idefics3Options& o) {
-  if (o.image_seq_len != image_tokens_)
-    return invalid_argument("Idefics3 preprocessing: image_seq_len " + std::to_string(o.image_seq_len) +
-                            " differs from the model's " + std::to_string(image_tokens_) + " tokens per image");
-  if (o.max_image_size != pipeline_.size)
-    return invalid_argument("Idefics3 preprocessing: max_image_size " + std::to_string(o.max_image_size) +
-                            " differs from the vision tower's input size " + std::to_string(pipeline_.size));
-  for (const char* t : {"<fake_token_around_image>", "<global-img>"})
-    if (!tokenizer_->token_to_id(t)) return invalid_argument(std::string("the tokenizer lacks Idefics3's '") + t + "'");
+  VLM_RETURN_IF_ERROR(check_idefics3_for_model(o, pipeline_.size, image_tokens_, *tokenizer_));
   idefics3_ = o;
   std::ostringstream p;
   p << " idefics3 longest=" << o.longest_edge << " resize=" << o.do_resize << " split=" << o.do_image_splitting
@@ -82,39 +75,25 @@ Expected<PreparedImage> PromptBuilder::prepare_image(std::string_view encoded) c
   decode.max_pixels = pipeline_.max_pixels;
   VLM_ASSIGN_OR_RETURN(Image img,
                        decode_image(reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size(), {}, decode));
-  const Idefics3Pixels px = idefics3_pixel_values(img, *idefics3_);
+  Idefics3Image tiled = idefics3_image(img, *idefics3_, *tokenizer_, chat_.image_token);
   const int64_t S = idefics3_->max_image_size, per_frame = 3 * S * S;
-  for (int64_t f = 0; f < px.frames.dim(0); ++f) {
+  const Tensor& frames = tiled.pixels.frames;
+  for (int64_t f = 0; f < frames.dim(0); ++f) {
     Tensor frame = Tensor::empty({3, S, S}, DType::f32);
-    std::copy_n(px.frames.data<float>() + f * per_frame, per_frame, frame.data<float>());
+    std::copy_n(frames.data<float>() + f * per_frame, per_frame, frame.data<float>());
     out.inputs.push_back({std::move(frame), image_key(encoded, preprocessing_ + " frame=" + std::to_string(f))});
   }
-  out.placeholder = tokenizer_->encode(
-      idefics3_image_prompt(px.layout.rows, px.layout.cols, image_tokens_, chat_.image_token));
-  const auto placeholders = std::count(out.placeholder.begin(), out.placeholder.end(), image_id_);
-  VLM_CHECK(placeholders == px.frames.dim(0) * image_tokens_, "PromptBuilder: the Idefics3 prompt holds ",
-            placeholders, " image tokens for ", px.frames.dim(0), " frames of ", image_tokens_);
+  out.placeholder = std::move(tiled.placeholder);
   return out;
 }
 
 Expected<std::vector<int32_t>> PromptBuilder::tokenize(const std::vector<Turn>& turns,
                                                        const std::vector<PreparedImage>& images) const {
-  VLM_ASSIGN_OR_RETURN(TokenizedChat chat, tokenize_chat(*tokenizer_, chat_, turns, static_cast<int>(images.size()),
-                                                         /*image_tokens=*/1, /*generation_prompt=*/true));
-  std::vector<int32_t> out;
-  size_t k = 0;
-  for (int32_t id : chat.tokens) {
-    if (id == image_id_ && k < images.size()) {
-      out.insert(out.end(), images[k].placeholder.begin(), images[k].placeholder.end());
-      ++k;
-      continue;
-    }
-    out.push_back(id);
-  }
-  if (k != images.size())
-    return invalid_argument("the chat template placed " + std::to_string(k) + " image placeholders for " +
-                            std::to_string(images.size()) + " images");
-  return out;
+  std::vector<std::vector<int32_t>> placeholders;
+  for (const PreparedImage& im : images) placeholders.push_back(im.placeholder);
+  VLM_ASSIGN_OR_RETURN(TokenizedChat chat,
+                       tokenize_chat_with_images(*tokenizer_, chat_, turns, placeholders, /*generation_prompt=*/true));
+  return std::move(chat.tokens);
 }
 
 Expected<Request> PromptBuilder::build(const RequestSpec& spec) const {

@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 
 #include "core/logging.h"
 #include "core/safetensors.h"
+#include "data/loader/idefics3_prompt.h"
 #include "kernels/ops.h"
 #include "model/model_io.h"
 #include "track/metrics.h"
@@ -33,7 +35,9 @@
 namespace vlm {
 
 Expected<VlmDataOptions> make_data_options(const RunConfig& c, const std::string& shard_spec, bool for_eval) {
-  const LoaderModelShape shape{c.model.vision.image_size, c.model.image_tokens(), c.model.text.max_seq_len};
+  // A SmolVLM folder's preprocessor_config.json (train.init_from) decides Idefics3 tiling, as at inference.
+  const LoaderModelShape shape{c.model.vision.image_size, c.model.image_tokens(), c.model.text.max_seq_len,
+                               c.train.init_from};
   return build_loader_options(c.data, c.filter, shape, static_cast<uint64_t>(c.train.seed), shard_spec, for_eval);
 }
 
@@ -221,6 +225,14 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
              "others wait for them (choose a world size that divides ", n_streams, ")");
   VLM_ASSIGN_OR_RETURN(VlmDataOptions train_data, make_data_options(c, c.data.train_shards, false));
   VLM_ASSIGN_OR_RETURN(DataStreams data, DataStreams::open(train_data, tokenizer, n_streams, dp.rank(), dp.size()));
+  if (const auto& t = train_data.idefics3; t && has_idefics3_tokens(tokenizer)) {
+    const int side = (std::min(t->longest_edge, 4096) + t->max_image_size - 1) / t->max_image_size;
+    const int frames = t->do_image_splitting && side > 1 ? side * side + 1 : 1;  // a square image's
+    VLM_INFO("images: Idefics3 preprocessing of ", c.train.init_from, ": longest edge ", t->longest_edge,
+             t->do_image_splitting ? ", tiles of " : ", the global image alone of ", t->max_image_size,
+             " px; at most ", frames, " frames (", frames * t->image_seq_len,
+             " image tokens) per image; data.longest_edge and data.image_splitting lower it");
+  }
   if (resume_from) {
     VLM_RETURN_IF_ERROR(load_model_and_optimizer(resume_from->path, *fsdp, opt));
     VLM_RETURN_IF_ERROR(data.restore(st.stream_states).with_context(resume_from->path));

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "data/image/image.h"
+#include "data/loader/idefics3_prompt.h"
+#include "data/loader/prompt.h"
 #include "data/tools/synth_shapes.h"
 #include "testing/test_util.h"
 #include "train_fixture.h"
@@ -126,6 +128,43 @@ TEST(GenerateCli, RequestsFileAnswersGoodRequestsAndNamesBadOnes) {
   EXPECT_EQ(answers["a"]["completions"][0]["tokens"], answers["b"]["completions"][0]["tokens"]);
   EXPECT_GT(answers["b"]["cached_prompt_tokens"].get<int64_t>(), 0);
   EXPECT_EQ(answers["a"]["cached_prompt_tokens"].get<int64_t>(), 0);
+}
+
+// A run fine-tuned from a SmolVLM folder (Idefics3 preprocessor_config.json, a tokenizer with the layout tokens)
+// generates with the tiling it trained with: the request's prompt is the tiled one, token for token as long.
+TEST(GenerateCli, ARunFineTunedFromASmolVlmFolderGeneratesWithItsTiling) {
+  const std::string dir = testing::scratch_dir("generate_cli_idefics3");
+  const RunConfig c = testing::tiny_idefics3_run_config(dir);
+  const std::string toml = dir + "/run.toml";
+  write_file(toml, "[data]\ntrain_shards = \"" + c.data.train_shards + "\"\ntokenizer = \"" + c.data.tokenizer +
+                       "\"\ntask = \"mixed\"\n[train]\nsteps = 2\nbatch_size = 4\nckpt_every = 2\nwarmup_steps = 1\n"
+                       "init_from = \"" + c.train.init_from + "\"\n");
+  const CliResult trained = run("train --config " + toml + " --run-dir " + dir + "/run --quiet");
+  ASSERT_EQ(trained.code, 0) << trained.out;
+  const std::string img = dir + "/a.png", in = dir + "/in.jsonl", out = dir + "/out.jsonl";
+  write_file(img, png_of(synth_shapes_sample(1, 3, 16).image));
+  write_file(in, "{\"id\": \"a\", \"prompt\": \"what color is the square?\", \"images\": [\"" + img + "\"]}\n");
+  const CliResult r = run("generate " + dir + "/run --requests " + in + " --out " + out + " --max-tokens 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Idefics3 tiles of 16 px"), std::string::npos) << r.out;
+  std::ifstream f(out);
+  std::string line;
+  ASSERT_TRUE(std::getline(f, line));
+  const auto answer = nlohmann::json::parse(line);
+  // The chat template's prompt with the image's layout: 2 x 2 tiles of a 32 px upscale plus the global image.
+  auto tok = Tokenizer::load(c.data.tokenizer);
+  auto chat = chat_template_by_name("chat");
+  ASSERT_TRUE(tok.ok() && chat.ok());
+  Idefics3Options o;
+  o.longest_edge = 32;
+  o.max_image_size = 16;
+  o.image_seq_len = 4;
+  const Idefics3Layout layout = idefics3_layout(16, 16, o);
+  ASSERT_EQ(layout.tiles.size(), 4u);
+  auto want = tokenize_chat_with_images(*tok, *chat, {{"what color is the square?", ""}},
+                                        {idefics3_placeholder(*tok, layout, o, "<image>")}, true);
+  ASSERT_TRUE(want.ok()) << want.status().to_string();
+  EXPECT_EQ(answer["prompt_tokens"].get<int64_t>(), static_cast<int64_t>(want->tokens.size())) << line;
 }
 
 }  // namespace

@@ -4,16 +4,37 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "data/tokenizer/bpe_trainer.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tools/synth_shapes.h"
+#include "model/hf_export.h"
 #include "track/metrics.h"
 #include "train/device_batch.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
 
 namespace vlm::testing {
+
+namespace {
+
+// The shapes corpus the fixture's tokenizers are trained on.
+std::vector<std::string> shapes_corpus() {
+  std::vector<std::string> corpus = {"<|im_start|>user\n", "<|im_end|>\n", "<|im_start|>assistant\n",
+                                     "describe the image."};
+  for (uint64_t i = 0; i < 160; ++i) {
+    SynthShapesSample s = synth_shapes_sample(1, i, 16);
+    corpus.push_back(s.caption);
+    for (const auto& qa : s.qa) {
+      corpus.push_back(qa.question);
+      corpus.push_back(qa.answer);
+    }
+  }
+  return corpus;
+}
+
+}  // namespace
 
 RunConfig tiny_run_config(const std::string& dir) {
   if (!std::filesystem::exists(dir + "/tokenizer.json")) {
@@ -28,20 +49,10 @@ RunConfig tiny_run_config(const std::string& dir) {
     so.samples = 20;
     so.out_dir = dir + "/val";
     EXPECT_TRUE(synth_shapes_write(so).ok());
-    std::vector<std::string> corpus = {"<|im_start|>user\n", "<|im_end|>\n", "<|im_start|>assistant\n",
-                                       "describe the image."};
-    for (uint64_t i = 0; i < 160; ++i) {
-      SynthShapesSample s = synth_shapes_sample(1, i, 16);
-      corpus.push_back(s.caption);
-      for (const auto& qa : s.qa) {
-        corpus.push_back(qa.question);
-        corpus.push_back(qa.answer);
-      }
-    }
     BpeTrainOptions bo;
     bo.vocab_size = 300;
     bo.special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<pad>"};
-    auto tok = train_bpe(corpus, bo);
+    auto tok = train_bpe(shapes_corpus(), bo);
     EXPECT_TRUE(tok.ok());
     EXPECT_TRUE(tok->save(dir + "/tokenizer.json").ok());
   }
@@ -69,6 +80,31 @@ RunConfig tiny_run_config(const std::string& dir) {
   c.train.threads = 2;
   c.eval.samples = 5;
   c.eval.max_new_tokens = 4;
+  return c;
+}
+
+RunConfig tiny_idefics3_run_config(const std::string& dir) {
+  RunConfig c = tiny_run_config(dir);
+  c.data.tokenizer = dir + "/tokenizer_idefics3.json";
+  c.data.val_shards = "";
+  c.train.init_from = dir + "/smolvlm";
+  if (std::filesystem::exists(c.train.init_from + "/preprocessor_config.json")) return c;
+  BpeTrainOptions bo;
+  bo.vocab_size = 300;
+  bo.special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<pad>", "<fake_token_around_image>",
+                       "<global-img>", "<row_1_col_1>", "<row_1_col_2>", "<row_2_col_1>", "<row_2_col_2>"};
+  auto tok = train_bpe(shapes_corpus(), bo);
+  EXPECT_TRUE(tok.ok());
+  EXPECT_TRUE(tok->save(c.data.tokenizer).ok());
+  VlmModel m(c.model, Device::cpu());
+  m.init_weights(11);
+  HfExportOptions eo;
+  eo.image_token_id = tok.ok() ? tok->token_to_id("<image>").value_or(-1) : -1;
+  const Status exported = hf_export_model(m, c.train.init_from, eo);
+  EXPECT_TRUE(exported.ok()) << exported.to_string();
+  std::ofstream(c.train.init_from + "/preprocessor_config.json")
+      << R"({"image_processor_type": "Idefics3ImageProcessor", "do_image_splitting": true, "resample": 1,
+             "size": {"longest_edge": 32}, "max_image_size": {"longest_edge": 16}})";
   return c;
 }
 

@@ -14,6 +14,12 @@ namespace vlm::testing {
 // Writes shards + tokenizer.json under `dir` (once per process per dir) and returns a run config that uses them.
 RunConfig tiny_run_config(const std::string& dir);
 
+// tiny_run_config fine-tuning a SmolVLM-shaped Hugging Face folder (written under `dir`): train.init_from is an
+// Idefics3 config.json with random weights and an Idefics3 preprocessor_config.json (longest edge 32, tiles of
+// 16 px: a 16 px shapes image becomes 2 x 2 tiles plus the global image), data.tokenizer the fixture's BPE with
+// SmolVLM's layout tokens; no held-out shards.
+RunConfig tiny_idefics3_run_config(const std::string& dir);
+
 // A trainer's options for a test run: `config` trained into `run_dir`, quietly.
 TrainerOptions trainer_options(const RunConfig& config, const std::string& run_dir);
 

@@ -1,7 +1,9 @@
 // The [data] and [filter] run-file sections: option declarations, checks, and the loader options built from them.
 #include "data/loader/data_config.h"
 
+#include "core/logging.h"
 #include "data/io/shard_spec.h"
+#include "data/loader/idefics3_prompt.h"
 
 namespace vlm {
 
@@ -64,6 +66,14 @@ void add_data_options(OptionSet& o, DataConfig& d, DataFilterConfig& f) {
   o.add("data.invalid_utf8", &d.invalid_utf8,
         "a .txt caption that is not valid UTF-8: skip the sample, or repair it (U+FFFD for each bad sequence); counted",
         one_of({"skip", "repair"}));
+  o.add("data.image_splitting", &d.image_splitting,
+        "SmolVLM / Idefics3 models: cut each image into tiles plus a global image (on), feed the global image alone "
+        "(off: 1 frame per image), or as the model's preprocessor_config.json says (auto)",
+        one_of({"auto", "on", "off"}));
+  o.add("data.longest_edge", &d.longest_edge,
+        "SmolVLM / Idefics3 models: resize images to this longest edge before tiling (0: preprocessor_config.json's "
+        "size.longest_edge; lower means fewer tiles, image tokens and activation memory)",
+        in_range(0, 4096));
   o.add("data.max_skip_fraction", &d.max_skip_fraction,
         "training stops with an error when more than this fraction of the last data.skip_window samples were bad "
         "(1 = never)",
@@ -117,7 +127,22 @@ Expected<VlmDataOptions> build_loader_options(const DataConfig& data, const Data
     VLM_ASSIGN_OR_RETURN(d.filters, filter.filter_config());
   }
   VLM_ASSIGN_OR_RETURN(d.chat, chat_template_for(data.chat_template, data.tokenizer));
+  VLM_ASSIGN_OR_RETURN(d.idefics3, run_idefics3_preprocessing(data, shape.model_dir, shape.image_tokens));
   return d;
+}
+
+Expected<std::optional<Idefics3Options>> run_idefics3_preprocessing(const DataConfig& data,
+                                                                   const std::string& model_dir, int image_tokens) {
+  VLM_ASSIGN_OR_RETURN(std::optional<Idefics3Options> o, read_idefics3_preprocessing(model_dir, image_tokens));
+  if (!o) {
+    if (data.image_splitting != "auto" || data.longest_edge != 0)
+      VLM_WARN("data.image_splitting and data.longest_edge apply to SmolVLM / Idefics3 models only (train.init_from "
+               "is not a folder whose preprocessor_config.json is Idefics3's): ignored");
+    return o;
+  }
+  if (data.image_splitting != "auto") o->do_image_splitting = data.image_splitting == "on";
+  if (data.longest_edge > 0) o->longest_edge = data.longest_edge;
+  return o;
 }
 
 }  // namespace vlm

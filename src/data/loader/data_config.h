@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/options.h"
 #include "data/loader/filters.h"
+#include "data/loader/idefics3_layout.h"
 #include "data/loader/vlm_batch.h"
 
 namespace vlm {
@@ -35,6 +37,11 @@ struct DataConfig {
   bool dedup_exact = false;               // drop samples whose image bytes repeat within the epoch (per rank)
   std::string overlong_caption = "truncate";  // a caption longer than max_seq_len: truncate | skip (counted)
   std::string invalid_utf8 = "skip";      // a .txt caption that is not UTF-8: skip | repair (U+FFFD; counted)
+  // SmolVLM / Idefics3 models (the model folder's preprocessor_config.json; idefics3_prompt.h): tiles plus the
+  // global image (on), the global image alone (off), or as the file says (auto); and the longest edge images are
+  // resized to before tiling (0: the file's size.longest_edge). Both lower the image tokens per sample.
+  std::string image_splitting = "auto";
+  int longest_edge = 0;
   // Training stops with an error when more than this fraction of the last skip_window samples were bad (skipped:
   // undecodable, malformed, too long, invalid UTF-8), naming the main reason; 1 = never.
   double max_skip_fraction = 0.5;
@@ -72,11 +79,19 @@ struct LoaderModelShape {
   int image_size = 0;    // model.vision.image_size
   int image_tokens = 0;  // placeholders per image
   int max_seq_len = 0;   // model.text.max_seq_len
+  std::string model_dir;  // the model folder trained from (train.init_from): its preprocessing, when Idefics3's
 };
+
+// The Idefics3 preprocessing a run feeds its model: model folder `model_dir`'s (read_idefics3_preprocessing) with
+// data.image_splitting and data.longest_edge applied; nullopt when the folder declares none. Errors: the folder's
+// files, naming them.
+Expected<std::optional<Idefics3Options>> run_idefics3_preprocessing(const DataConfig& data,
+                                                                   const std::string& model_dir, int image_tokens);
 
 // The loader options for `shard_spec` (expanded; not_found when it matches nothing). Training reads data.* as set,
 // with the filters of [filter] when any is on and `seed` for the data order; eval (`for_eval`) reads one pass in a
-// fixed order, center-cropped, without filters, online dedup or prefetching.
+// fixed order, center-cropped, without filters, online dedup or prefetching. Both tile as shape.model_dir's
+// Idefics3 preprocessing says (run_idefics3_preprocessing).
 Expected<VlmDataOptions> build_loader_options(const DataConfig& data, const DataFilterConfig& filter,
                                               const LoaderModelShape& shape, uint64_t seed,
                                               const std::string& shard_spec, bool for_eval);

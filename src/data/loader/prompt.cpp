@@ -177,6 +177,33 @@ Expected<TokenizedChat> tokenize_chat(const Tokenizer& tok, const ChatTemplate& 
   return out;
 }
 
+Expected<TokenizedChat> tokenize_chat_with_images(const Tokenizer& tok, const ChatTemplate& tmpl,
+                                                  const std::vector<Turn>& turns,
+                                                  const std::vector<std::vector<int32_t>>& placeholders,
+                                                  bool generation_prompt) {
+  const int n = static_cast<int>(placeholders.size());
+  VLM_ASSIGN_OR_RETURN(TokenizedChat chat, tokenize_chat(tok, tmpl, turns, n, /*image_tokens=*/1, generation_prompt));
+  if (n == 0) return chat;
+  const int32_t image_id = *tok.token_to_id(tmpl.image_token);  // tokenize_chat checked it
+  TokenizedChat out;
+  out.n_images = n;
+  size_t k = 0;
+  for (size_t t = 0; t < chat.tokens.size(); ++t) {
+    if (chat.tokens[t] == image_id && k < placeholders.size()) {
+      out.tokens.insert(out.tokens.end(), placeholders[k].begin(), placeholders[k].end());
+      out.is_target.insert(out.is_target.end(), placeholders[k].size(), 0);
+      ++k;
+      continue;
+    }
+    out.tokens.push_back(chat.tokens[t]);
+    out.is_target.push_back(chat.is_target[t]);
+  }
+  if (k != placeholders.size())
+    return invalid_argument("the chat template placed " + std::to_string(k) + " image placeholders for " +
+                            std::to_string(n) + " images");
+  return out;
+}
+
 std::string normalize_answer(const std::string& text) {
   std::string out;
   bool space = false;

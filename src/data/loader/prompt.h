@@ -62,6 +62,14 @@ Expected<TokenizedChat> tokenize_chat(const Tokenizer& tokenizer, const ChatTemp
                                       const std::vector<Turn>& turns, int n_images, int image_tokens,
                                       bool generation_prompt);
 
+// tokenize_chat with each image's placeholder tokens given: image k's `<image>` in the first user turn becomes
+// placeholders[k] (never trained), e.g. Idefics3's tile layout (idefics3_prompt.h). With every placeholder
+// image_tokens copies of the image id this is tokenize_chat(..., placeholders.size(), image_tokens, ...).
+Expected<TokenizedChat> tokenize_chat_with_images(const Tokenizer& tokenizer, const ChatTemplate& tmpl,
+                                                  const std::vector<Turn>& turns,
+                                                  const std::vector<std::vector<int32_t>>& placeholders,
+                                                  bool generation_prompt);
+
 // Answer normalization for exact-match scoring: lower case, trimmed, inner whitespace collapsed, trailing
 // '.', '!', '?' removed.
 std::string normalize_answer(const std::string& text);

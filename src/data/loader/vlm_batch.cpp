@@ -20,6 +20,7 @@
 #include "data/io/content_hash.h"
 #include "data/io/webdataset.h"
 #include "data/loader/batch_buffer_pool.h"
+#include "data/loader/idefics3_prompt.h"
 #include "data/loader/partitioned_stream.h"
 #include "data/loader/sample_stream.h"
 
@@ -108,11 +109,12 @@ Expected<std::string> checked_caption(std::string cap, const VlmDataOptions& o, 
   return repair_utf8(cap);
 }
 
-// prepare_sample with the pixels written to `pixels` (3 * S * S floats); returns the turns. `utf8_repaired` (if
-// given) is set when the caption's invalid UTF-8 was replaced.
+// prepare_sample with the pixels written to `pixels` (3 * S * S floats), or with o.idefics3 the frames to `tiled`;
+// returns the turns. `utf8_repaired` (if given) is set when the caption's invalid UTF-8 was replaced.
 Expected<std::vector<Turn>> prepare_sample_into(const WebDatasetSample& sample, const VlmDataOptions& o,
-                                                uint64_t sample_ordinal, float* pixels, SamplePart* failed_part,
-                                                FilterReason* filter, bool* utf8_repaired = nullptr) {
+                                                uint64_t sample_ordinal, float* pixels, Idefics3Pixels* tiled,
+                                                SamplePart* failed_part, FilterReason* filter,
+                                                bool* utf8_repaired = nullptr) {
   if (failed_part) *failed_part = SamplePart::text;
   const std::string where = sample.shard + ": " + sample.key;
   std::vector<Turn> turns;
@@ -164,6 +166,10 @@ Expected<std::vector<Turn>> prepare_sample_into(const WebDatasetSample& sample, 
   }
 
   if (failed_part) *failed_part = SamplePart::image;
+  if (o.idefics3) {
+    VLM_ASSIGN_OR_RETURN(*tiled, idefics3_sample_pixels(sample, *o.idefics3, o.max_pixels));
+    return turns;
+  }
   VLM_ASSIGN_OR_RETURN(ImagePipelineOptions pipe, image_pipeline_options(o));
   Philox crop_rng(o.seed ^ kCropRngSalt, sample_ordinal);
   VLM_RETURN_IF_ERROR(image_pipeline_sample(sample, pipe, &crop_rng, pixels));
@@ -190,9 +196,20 @@ std::string utf8_prefix(const std::string& text, size_t n) {
 
 // One sample's chat tokens fitted to max_seq_len: its last turns dropped while more than one is left, then a
 // caption turn cut to fit (o.truncate_long_captions). out_of_range naming `where` when it still does not fit: the
-// loader skips such a sample (too_long).
+// loader skips such a sample (too_long). The image is o.image_tokens image ids, or `placeholder` when given (an
+// Idefics3 tile layout).
 Expected<TokenizedChat> tokenize_sample(const std::string& where, std::vector<Turn> turns, const Tokenizer& tokenizer,
-                                        const VlmDataOptions& o, SampleFit* fit) {
+                                        const VlmDataOptions& o, SampleFit* fit,
+                                        const std::vector<int32_t>* placeholder = nullptr) {
+  auto chat_of = [&](const std::vector<Turn>& t, bool generation_prompt) {
+    return placeholder ? tokenize_chat_with_images(tokenizer, o.chat, t, {*placeholder}, generation_prompt)
+                       : tokenize_chat(tokenizer, o.chat, t, 1, o.image_tokens, generation_prompt);
+  };
+  // With tiles the image alone can be most of the sequence: say so, and how to make it shorter.
+  const std::string image_note =
+      placeholder ? str(" (its tiled image prompt is ", placeholder->size(),
+                        " tokens: a lower data.longest_edge or data.image_splitting = \"off\" shortens it)")
+                  : std::string();
   const size_t max_len = static_cast<size_t>(std::max(0, o.max_seq_len));
   bool caption_precut = false;
   if (o.truncate_long_captions)
@@ -203,7 +220,7 @@ Expected<TokenizedChat> tokenize_sample(const std::string& where, std::vector<Tu
       }
   TokenizedChat chat;
   for (;;) {
-    VLM_ASSIGN_OR_RETURN(chat, tokenize_chat(tokenizer, o.chat, turns, 1, o.image_tokens, false));
+    VLM_ASSIGN_OR_RETURN(chat, chat_of(turns, false));
     if (chat.tokens.size() <= max_len || turns.size() <= 1) break;
     turns.pop_back();
     ++fit->dropped_turns;
@@ -216,13 +233,13 @@ Expected<TokenizedChat> tokenize_sample(const std::string& where, std::vector<Tu
   if (t.caption && o.truncate_long_captions) {
     // The chat up to the answer, the caption's first tokens, the end-of-turn marker: tokenize_chat tokenizes each
     // piece on its own, so this is its sequence with the caption's tokens cut.
-    VLM_ASSIGN_OR_RETURN(TokenizedChat head, tokenize_chat(tokenizer, o.chat, turns, 1, o.image_tokens, true));
+    VLM_ASSIGN_OR_RETURN(TokenizedChat head, chat_of(turns, true));
     const std::vector<int32_t> tail =
         o.chat.assistant_suffix.empty() ? std::vector<int32_t>() : tokenizer.encode(o.chat.assistant_suffix);
     if (head.tokens.size() + tail.size() >= max_len)
       return out_of_range(str(where, ": the caption turn's image and prompt alone need ",
                               head.tokens.size() + tail.size(), " tokens, max_seq_len is ", o.max_seq_len,
-                              "; skipped (too_long)"));
+                              image_note, "; skipped (too_long)"));
     const size_t budget = max_len - head.tokens.size() - tail.size();
     std::vector<int32_t> ids = tokenizer.encode(utf8_prefix(t.assistant, budget * kCaptionBytesPerToken));
     if (ids.size() > budget) ids.resize(budget);
@@ -233,7 +250,8 @@ Expected<TokenizedChat> tokenize_sample(const std::string& where, std::vector<Tu
     return head;
   }
   return out_of_range(str(where, ": ", t.caption ? "the caption turn" : "one question/answer turn", " needs ",
-                          chat.tokens.size(), " tokens, more than max_seq_len ", o.max_seq_len, "; skipped (too_long)"));
+                          chat.tokens.size(), " tokens, more than max_seq_len ", o.max_seq_len, image_note,
+                          "; skipped (too_long)"));
 }
 
 // Appends one tokenized sample to the batch's token arrays.
@@ -258,9 +276,17 @@ Expected<PreparedSample> prepare_sample(const WebDatasetSample& sample, const Vl
                                         uint64_t sample_ordinal, SamplePart* failed_part, FilterReason* filter) {
   PreparedSample out;
   out.key = sample.key;
+  if (o.idefics3) {
+    Idefics3Pixels tiled;
+    VLM_ASSIGN_OR_RETURN(out.turns, prepare_sample_into(sample, o, sample_ordinal, nullptr, &tiled, failed_part,
+                                                        filter));
+    out.pixels.assign(tiled.frames.data<float>(), tiled.frames.data<float>() + tiled.frames.numel());
+    out.idefics3 = std::move(tiled.layout);
+    return out;
+  }
   out.pixels.resize(static_cast<size_t>(3) * o.image_size * o.image_size);
-  VLM_ASSIGN_OR_RETURN(out.turns, prepare_sample_into(sample, o, sample_ordinal, out.pixels.data(), failed_part,
-                                                      filter));
+  VLM_ASSIGN_OR_RETURN(out.turns, prepare_sample_into(sample, o, sample_ordinal, out.pixels.data(), nullptr,
+                                                      failed_part, filter));
   return out;
 }
 
@@ -269,15 +295,27 @@ Expected<PackedBatch> pack_samples(const std::vector<PreparedSample>& samples, c
   PackedBatch b;
   const int64_t n = static_cast<int64_t>(samples.size());
   const int64_t plane = static_cast<int64_t>(3) * o.image_size * o.image_size;
-  b.images = Tensor::empty({n, 3, o.image_size, o.image_size}, DType::f32);
+  int64_t frames = 0;
+  for (const PreparedSample& s : samples) {
+    if (s.pixels.size() % static_cast<size_t>(plane) != 0 || s.idefics3.has_value() != o.idefics3.has_value())
+      return invalid_argument(str("pack_samples: sample '", s.key, "' was not prepared with these options"));
+    frames += static_cast<int64_t>(s.pixels.size()) / plane;
+  }
+  if (o.idefics3 && !has_idefics3_tokens(tokenizer))
+    return invalid_argument("pack_samples: Idefics3 tiling needs the tokenizer's layout tokens");
+  b.images = Tensor::empty({frames, 3, o.image_size, o.image_size}, DType::f32);
   b.cu_seqlens.push_back(0);
   const int32_t image_id = *tokenizer.token_to_id(o.chat.image_token);
   uint64_t truncated = 0, truncated_captions = 0;
+  float* dst = b.images.data<float>();
   for (int64_t i = 0; i < n; ++i) {
     const PreparedSample& s = samples[static_cast<size_t>(i)];
-    std::copy(s.pixels.begin(), s.pixels.end(), b.images.data<float>() + i * plane);
+    dst = std::copy(s.pixels.begin(), s.pixels.end(), dst);
     SampleFit fit;
-    VLM_ASSIGN_OR_RETURN(TokenizedChat chat, tokenize_sample(s.key, s.turns, tokenizer, o, &fit));
+    std::optional<std::vector<int32_t>> placeholder;
+    if (s.idefics3) placeholder = idefics3_placeholder(tokenizer, *s.idefics3, *o.idefics3, o.chat.image_token);
+    VLM_ASSIGN_OR_RETURN(TokenizedChat chat, tokenize_sample(s.key, s.turns, tokenizer, o, &fit,
+                                                             placeholder ? &*placeholder : nullptr));
     truncated += fit.dropped_turns;
     truncated_captions += fit.caption_cut;
     append_chat(b, chat, image_id);
@@ -479,9 +517,12 @@ struct VlmBatchLoader::Impl {
     out.timing.read_s = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
     // Decode in parallel, each slot's pixels straight into its plane of a reused batch buffer, and tokenize there
-    // too: results are indexed by slot, so the batch never depends on the thread count.
+    // too: results are indexed by slot, so the batch never depends on the thread count. Idefics3 frames (a count
+    // known only after decoding) go to per-slot tensors first and are gathered into the batch buffer when packing.
     const int64_t plane = static_cast<int64_t>(3) * options.image_size * options.image_size;
-    Tensor images = buffers.get_f32({n, 3, options.image_size, options.image_size});
+    const bool tiling = options.idefics3.has_value();
+    Tensor images = tiling ? Tensor() : buffers.get_f32({n, 3, options.image_size, options.image_size});
+    std::vector<Idefics3Pixels> tiled(tiling ? slots.size() : 0);
     std::vector<std::optional<Expected<TokenizedChat>>> prepared(slots.size());
     std::vector<SamplePart> failed(slots.size(), SamplePart::text);
     std::vector<std::optional<FilterReason>> verdicts(slots.size());
@@ -492,8 +533,8 @@ struct VlmBatchLoader::Impl {
       FilterReason verdict = FilterReason::pass;
       bool utf8_repaired = false;
       auto turns = prepare_sample_into(slots[i].sample, options, slots[i].global_index,
-                                       images.data<float>() + static_cast<int64_t>(i) * plane, &failed[i], &verdict,
-                                       &utf8_repaired);
+                                       tiling ? nullptr : images.data<float>() + static_cast<int64_t>(i) * plane,
+                                       tiling ? &tiled[i] : nullptr, &failed[i], &verdict, &utf8_repaired);
       if (options.filters) verdicts[i] = verdict;
       repaired[i] = utf8_repaired;
       if (!turns.ok()) {
@@ -501,7 +542,11 @@ struct VlmBatchLoader::Impl {
         return;
       }
       const WebDatasetSample& s = slots[i].sample;
-      prepared[i] = tokenize_sample(s.shard + ": " + s.key, std::move(*turns), tokenizer, options, &fits[i]);
+      std::vector<int32_t> placeholder;
+      if (tiling)
+        placeholder = idefics3_placeholder(tokenizer, tiled[i].layout, *options.idefics3, options.chat.image_token);
+      prepared[i] = tokenize_sample(s.shard + ": " + s.key, std::move(*turns), tokenizer, options, &fits[i],
+                                    tiling ? &placeholder : nullptr);
       if (!prepared[i]->ok()) failed[i] = SamplePart::tokens;
     };
     if (pool) {
@@ -516,6 +561,7 @@ struct VlmBatchLoader::Impl {
     batch.cu_seqlens.push_back(0);
     const int32_t image_id = *tokenizer.token_to_id(options.chat.image_token);
     int64_t n_good = 0;
+    std::vector<size_t> good;  // tiling: the slots whose frames the batch holds
     for (size_t i = 0; i < slots.size(); ++i) {
       ++counters.slots;
       if (!slots[i].ok) {
@@ -547,15 +593,31 @@ struct VlmBatchLoader::Impl {
       counters.truncated_sequences += fits[i].dropped_turns;
       counters.truncated_captions += fits[i].caption_cut;
       counters.repaired_utf8 += repaired[i];
-      float* base = images.data<float>();
-      if (n_good != static_cast<int64_t>(i))
+      if (tiling) {
+        good.push_back(i);
+      } else if (n_good != static_cast<int64_t>(i)) {
+        float* base = images.data<float>();
         std::memmove(base + n_good * plane, base + static_cast<int64_t>(i) * plane, sizeof(float) * plane);
+      }
       append_chat(batch, **prepared[i], image_id);
       ++n_good;
     }
     counters.shards_failed = shards_broken_at_open + stream->counters().shards_failed;
     counters.unsafe_members = stream->counters().unsafe_members;
-    batch.images = images.slice(0, 0, n_good);
+    int64_t n_images = n_good;  // rows of the batch's image tensor
+    if (tiling) {
+      int64_t frames = 0;
+      for (size_t i : good) frames += tiled[i].frames.dim(0);
+      const int64_t S = options.image_size;
+      images = buffers.get_f32({std::max<int64_t>(frames, 1), 3, S, S});
+      float* dst = images.data<float>();
+      for (size_t i : good) {
+        const Tensor& f = tiled[i].frames;
+        dst = std::copy(f.data<float>(), f.data<float>() + f.numel(), dst);
+      }
+      n_images = frames;
+    }
+    batch.images = images.slice(0, 0, n_images);
     batch.n_samples = static_cast<int>(n_good);
     out.batch = std::move(batch);
     out.position = stream->position();
@@ -635,6 +697,16 @@ Expected<std::unique_ptr<VlmBatchLoader>> VlmBatchLoader::open(const VlmDataOpti
   if (options.filters) VLM_RETURN_IF_ERROR(options.filters->validate());
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  if (const auto& t = options.idefics3) {
+    // As at inference (idefics3_prompt.h): without the layout tokens the model's images go in untiled.
+    if (!has_idefics3_tokens(tokenizer)) {
+      VLM_WARN("the model's image processor is Idefics3's but the tokenizer lacks <fake_token_around_image> and "
+               "<global-img>: images are not tiled (use the model folder's tokenizer to tile them)");
+      impl->options.idefics3.reset();
+    } else {
+      VLM_RETURN_IF_ERROR(check_idefics3_for_model(*t, options.image_size, options.image_tokens, tokenizer));
+    }
+  }
   impl->tokenizer = tokenizer;
   const double t0 = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   std::vector<std::string> problems;

@@ -26,6 +26,7 @@
 #include "core/tensor.h"
 #include "data/image/image_pipeline.h"
 #include "data/loader/filters.h"
+#include "data/loader/idefics3_layout.h"
 #include "data/loader/prompt.h"
 
 namespace vlm {
@@ -67,11 +68,17 @@ struct VlmDataOptions {
   int decode_threads = 0;      // image decode workers besides the caller (0 = none)
   int prefetch_batches = 0;    // batches built ahead on a background thread (0 = build on demand)
   ChatTemplate chat;
+  // SmolVLM / Idefics3 models (idefics3_prompt.h): each image becomes its tiles plus the global image (frames of
+  // idefics3->max_image_size = image_size) and its placeholder the processor's layout with image_seq_len =
+  // image_tokens image tokens per frame; resize, resize_mode, mean, std and dct_scaling do not apply (the processor
+  // has no augmentation). A sample whose tiled prompt does not fit max_seq_len follows the rules above (later turns
+  // dropped, a caption cut, else skipped as too_long). Needs the tokenizer's Idefics3 layout tokens.
+  std::optional<Idefics3Options> idefics3;
 };
 
 // Host-side packed batch. The model's inputs are built from it (see train/).
 struct PackedBatch {
-  Tensor images;                      // f32 [N, 3, S, S]
+  Tensor images;                      // f32 [N, 3, S, S]: one per sample, or with Idefics3 each sample's frames
   std::vector<int32_t> tokens;        // [T]
   std::vector<int32_t> positions;     // [T]
   std::vector<int32_t> cu_seqlens;    // [B+1]
@@ -118,8 +125,9 @@ struct LoaderTiming {
 // One image-text sample turned into model inputs (also used by eval).
 struct PreparedSample {
   std::string key;
-  std::vector<float> pixels;  // [3, S, S]
+  std::vector<float> pixels;  // [3, S, S], or with Idefics3 [frames, 3, S, S] (the tiles, then the global image)
   std::vector<Turn> turns;
+  std::optional<Idefics3Layout> idefics3;  // the image's tile layout (options.idefics3 only)
 };
 
 class VlmBatchLoader {
@@ -144,11 +152,12 @@ class VlmBatchLoader {
   std::unique_ptr<Impl> impl_;
 };
 
-// Decodes and prepares one webdataset sample's image (image_pipeline to size x size in resize_mode, normalize) and
-// its text turns for `task`, after the filters when options.filters is set (the caption is then the filters'
-// cleaned one). The per-sample random choices (turn order, random_resized_crop window) come from Philox streams of
-// (seed, sample ordinal). Errors name shard and key. On failure, `failed_part` (if given) says whether the text or
-// the image was at fault or the filters rejected the sample, and `filter` (if given) receives the filters' verdict.
+// Decodes and prepares one webdataset sample's image (image_pipeline to size x size in resize_mode, normalize; with
+// options.idefics3 its tiles and global image) and its text turns for `task`, after the filters when
+// options.filters is set (the caption is then the filters' cleaned one). The per-sample random choices (turn order,
+// random_resized_crop window) come from Philox streams of (seed, sample ordinal). Errors name shard and key. On
+// failure, `failed_part` (if given) says whether the text or the image was at fault or the filters rejected the
+// sample, and `filter` (if given) receives the filters' verdict.
 struct WebDatasetSample;
 // tokens: the loader's packing (a turn over max_seq_len); utf8: a caption that is not UTF-8.
 enum class SamplePart { text, image, filtered, tokens, utf8 };

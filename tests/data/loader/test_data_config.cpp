@@ -2,7 +2,10 @@
 // loader options built from them for training and for eval (filters, online dedup and shuffling are training's).
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "data/loader/data_config.h"
+#include "testing/test_util.h"
 
 namespace vlm {
 namespace {
@@ -14,7 +17,7 @@ struct Sections {
   Sections() { add_data_options(options, data, filter); }
 };
 
-const LoaderModelShape kShape{32, 16, 128};
+const LoaderModelShape kShape{32, 16, 128, ""};
 
 TEST(DataConfig, DeclaresEveryDataAndFilterKeyWithItsDefault) {
   Sections s;
@@ -22,7 +25,8 @@ TEST(DataConfig, DeclaresEveryDataAndFilterKeyWithItsDefault) {
                           "data.caption_prompt", "data.chat_template", "data.resize", "data.image_mean",
                           "data.image_std", "data.epochs", "data.shuffle_shards", "data.shuffle_window",
                           "data.decode_threads", "data.prefetch_batches", "data.resize_mode", "data.max_pixels",
-                          "data.dct_scaling", "data.dedup_exact", "filter.min_side", "filter.max_aspect_ratio",
+                          "data.dct_scaling", "data.dedup_exact", "data.image_splitting", "data.longest_edge",
+                          "filter.min_side", "filter.max_aspect_ratio",
                           "filter.min_caption_chars", "filter.max_caption_chars", "filter.min_similarity",
                           "filter.max_punsafe", "filter.max_pwatermark", "filter.rules", "filter.missing_field_fails"})
     EXPECT_TRUE(s.options.has(key)) << key;
@@ -137,6 +141,60 @@ TEST(DataConfig, BadFiltersAndEmptyShardListsAreErrorsNamingTheKey) {
   d.chat_template = "chat";
   o = build_loader_options(d, DataFilterConfig{}, kShape, 1, "", false);
   EXPECT_FALSE(o.ok());
+}
+
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+// A SmolVLM folder's preprocessor_config.json turns on Idefics3 tiling (training and eval), image_seq_len from
+// processor_config.json; data.image_splitting and data.longest_edge override the file; other image processors, a
+// missing file or a safetensors path leave it off; malformed files are errors naming them.
+TEST(DataConfig, AnIdefics3ModelFolderTurnsOnTilingWithTheRunsOverrides) {
+  const std::string dir = testing::scratch_dir("data_config_idefics3");
+  write_text(dir + "/preprocessor_config.json",
+             R"({"image_processor_type": "Idefics3ImageProcessor", "do_image_splitting": true,
+                 "size": {"longest_edge": 1536}, "max_image_size": {"longest_edge": 32}})");
+  write_text(dir + "/processor_config.json", R"({"image_seq_len": 16})");
+  LoaderModelShape shape = kShape;
+  shape.model_dir = dir;
+  DataConfig d;
+  auto o = build_loader_options(d, DataFilterConfig{}, shape, 1, "a.tar", false);
+  ASSERT_TRUE(o.ok()) << o.status().to_string();
+  ASSERT_TRUE(o->idefics3.has_value());
+  EXPECT_EQ(o->idefics3->longest_edge, 1536);
+  EXPECT_EQ(o->idefics3->max_image_size, 32);
+  EXPECT_EQ(o->idefics3->image_seq_len, 16);
+  EXPECT_TRUE(o->idefics3->do_image_splitting);
+  EXPECT_TRUE(build_loader_options(d, DataFilterConfig{}, shape, 1, "a.tar", true)->idefics3.has_value());  // eval
+
+  Sections s;
+  ASSERT_TRUE(s.options.load_toml_string("[data]\nimage_splitting = \"off\"\nlongest_edge = 512\n", "t.toml").ok());
+  ASSERT_TRUE(s.options.validate().ok());
+  EXPECT_NE(s.options.help().find("data.longest_edge"), std::string::npos);
+  o = build_loader_options(s.data, DataFilterConfig{}, shape, 1, "a.tar", false);
+  ASSERT_TRUE(o.ok() && o->idefics3.has_value());
+  EXPECT_FALSE(o->idefics3->do_image_splitting);
+  EXPECT_EQ(o->idefics3->longest_edge, 512);
+  for (const char* bad : {"data.image_splitting=maybe", "data.longest_edge=-1", "data.longest_edge=5000"}) {
+    Sections t;
+    ASSERT_TRUE(t.options.set(bad).ok()) << bad;
+    Status st = t.options.validate();
+    EXPECT_NE(st.message().find(std::string(bad).substr(0, std::string(bad).find('='))), std::string::npos)
+        << bad << ": " << st.message();
+  }
+
+  write_text(dir + "/preprocessor_config.json", R"({"image_processor_type": "SiglipImageProcessor"})");
+  EXPECT_FALSE(build_loader_options(d, DataFilterConfig{}, shape, 1, "a.tar", false)->idefics3.has_value());
+  shape.model_dir = dir + "/model.safetensors";
+  EXPECT_FALSE(build_loader_options(d, DataFilterConfig{}, shape, 1, "a.tar", false)->idefics3.has_value());
+  shape.model_dir = dir;
+  write_text(dir + "/preprocessor_config.json", R"({"image_processor_type": "Idefics3ImageProcessor", "size": 7})");
+  o = build_loader_options(d, DataFilterConfig{}, shape, 1, "a.tar", false);
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("preprocessor_config.json: size"), std::string::npos) << o.status().message();
+  write_text(dir + "/preprocessor_config.json", "{not json");
+  o = build_loader_options(d, DataFilterConfig{}, shape, 1, "a.tar", false);
+  ASSERT_FALSE(o.ok());
+  EXPECT_NE(o.status().message().find("preprocessor_config.json"), std::string::npos) << o.status().message();
 }
 
 }  // namespace
