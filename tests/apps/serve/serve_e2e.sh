@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `vlm serve` end to end (ctest serve.e2e, label cpu): trains a tiny 16 px run through the CLI (seconds), serves it
-# on a free loopback port with an API key, drives it with the official OpenAI Node client (openai_client.mjs), runs
+# on a free loopback port with an API key, drives it with the official OpenAI Node client (openai_client.mjs; its beam
+# search request must answer what `vlm generate` with the same beam flags answers), runs
 # the bounded load test (bench/serve/load.py: 4 clients, 3 rounds, no errors, flat server memory), then stops the
 # server with SIGTERM while a stream is in flight: the stream completes and the server exits 0; checks the per-request
 # timeout on a second server; and smoke-tests dev/gpu/serve_bench.sh on the CPU with the same run.
@@ -96,9 +97,14 @@ curl -sf "$base/v1/chat/completions" -H "Authorization: Bearer $key" -H "Content
 status=$(curl -s -o /dev/null -w '%{http_code}' "$base/v1/models")
 [ "$status" = 401 ] || { say "no key: got $status, want 401"; exit 1; }
 
+say "vlm generate with beam flags: what the served beam request must answer"
+echo '{"id": "beam", "prompt": "what color is the square?", "images": ["small.jpg"]}' > beam_request.jsonl
+"$vlm" generate run --requests beam_request.jsonl --out beam_expected.jsonl --beam-width 4 --n 2 \
+  --length-penalty 0.7 --max-tokens 8 --set data.max_pixels=1000 --quiet
+
 say "the official OpenAI client"
 OPENAI_MODULE="$npm_dir/node_modules/openai/index.mjs" BASE_URL=$base API_KEY=$key MODEL=shapes-tiny IMAGE_DIR=. \
-  MAX_QUEUE=$max_queue node "$here/openai_client.mjs"
+  MAX_QUEUE=$max_queue BEAM_EXPECTED=beam_expected.jsonl node "$here/openai_client.mjs"
 
 say "load: $max_queue clients, 3 rounds"
 $py "$repo/bench/serve/load.py" --url "$base" --api-key "$key" --model shapes-tiny --image small.jpg \
