@@ -106,6 +106,22 @@ say "the official OpenAI client"
 OPENAI_MODULE="$npm_dir/node_modules/openai/index.mjs" BASE_URL=$base API_KEY=$key MODEL=shapes-tiny IMAGE_DIR=. \
   MAX_QUEUE=$max_queue BEAM_EXPECTED=beam_expected.jsonl node "$here/openai_client.mjs"
 
+say "docs/serve.md: its metrics table is what /metrics lists, its flags table what --help lists"
+curl -sf "$base/metrics" -H "Authorization: Bearer $key" >metrics.txt
+"$vlm" serve --help >serve_help.txt 2>&1 || true
+$py - "$repo/docs/serve.md" <<'PY'
+import re, sys
+doc = open(sys.argv[1]).read()
+section = lambda title: doc.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+documented = set(re.findall(r"^\| `(vlm_[a-z_]+)", section("Metrics"), re.M))
+served = set(re.findall(r"^# TYPE (vlm_[a-z_]+) ", open("metrics.txt").read(), re.M))
+assert documented == served, f"only in docs/serve.md: {sorted(documented - served)}; only in /metrics: {sorted(served - documented)}"
+flags_doc = set(re.findall(r"`(--[a-z-]+)", section("Flags")))
+flags_help = set(re.findall(r"^  (--[a-z-]+)", open("serve_help.txt").read(), re.M))
+assert flags_doc == flags_help, f"only in docs/serve.md: {sorted(flags_doc - flags_help)}; only in --help: {sorted(flags_help - flags_doc)}"
+print(f"    {len(served)} metrics and {len(flags_help)} flags, documented and served alike")
+PY
+
 say "load: $max_queue clients, 3 rounds"
 $py "$repo/bench/serve/load.py" --url "$base" --api-key "$key" --model shapes-tiny --image small.jpg \
   --clients $max_queue --seconds 3 --rounds 3 --max-tokens 16 --pid $server --max-rss-growth-mb 16
