@@ -3,8 +3,8 @@
 
 #include <cctype>
 #include <cmath>
-#include <tuple>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "serve/base64.h"
 
@@ -269,6 +269,10 @@ ApiError read_beam_search(const json& j, const RequestLimits& limits, ApiRequest
     return bad_request(width_param, "the beam width ('" + std::string(width_param) + "' = " + std::to_string(width) +
                                         ") is over this server's limit of " + std::to_string(limits.max_beam_width) +
                                         " (--max-beam-width)");
+  if (width < 2)
+    return bad_request(width_param,
+                       "beam search needs a width of 2 or more ('best_of', or 'n' when best_of is left "
+                       "out); a width of 1 is greedy decoding: leave 'use_beam_search' out");
   if (s.n > width)
     return bad_request("n", "'n' = " + std::to_string(s.n) + " exceeds the beam width 'best_of' = " +
                                 std::to_string(width) + " (beam search returns the n best of best_of beams)");
@@ -287,8 +291,7 @@ ApiError read_beam_search(const json& j, const RequestLimits& limits, ApiRequest
     return bad_request("stop",
                        "'stop' strings are not supported with 'use_beam_search' (hypotheses end at the model's "
                        "end of turn or at max_tokens)");
-  if (out->logprobs)
-    return bad_request("logprobs", "'logprobs' is not supported with 'use_beam_search'");
+  if (out->logprobs) return bad_request("logprobs", "'logprobs' is not supported with 'use_beam_search'");
   s.beam_width = static_cast<int>(width);
   return {};
 }

@@ -126,23 +126,29 @@ TEST(ApiRequest, MalformedBodiesAreErrorsNamingTheField) {
       {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 9"), 400, "best_of"},
       {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 1e12"), 400, "best_of"},
       {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"n\": 9"), 400, "n"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true"), 400, "n"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"n\": 1, \"best_of\": 1"), 400, "best_of"},
       {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"n\": 3, \"best_of\": 2"), 400, "n"},
-      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"temperature\": 0.7"), 400, "temperature"},
-      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"top_p\": 0.5"), 400, "top_p"},
-      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"top_k\": 5"), 400, "top_k"},
-      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"min_p\": 0.1"), 400, "min_p"},
-      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"frequency_penalty\": 1"), 400, "frequency_penalty"},
-      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"presence_penalty\": -1"), 400, "presence_penalty"},
-      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"repetition_penalty\": 1.2"), 400,
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"temperature\": 0.7"), 400,
+       "temperature"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"top_p\": 0.5"), 400, "top_p"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"top_k\": 5"), 400, "top_k"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"min_p\": 0.1"), 400, "min_p"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"frequency_penalty\": 1"), 400,
+       "frequency_penalty"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"presence_penalty\": -1"), 400,
+       "presence_penalty"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"repetition_penalty\": 1.2"), 400,
        "repetition_penalty"},
-      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"stop\": \"x\""), 400, "stop"},
-      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"logprobs\": true"), 400, "logprobs"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"stop\": \"x\""), 400, "stop"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"logprobs\": true"), 400, "logprobs"},
       {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"length_penalty\": \"long\""), 400, "length_penalty"},
       {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"length_penalty\": 11"), 400, "length_penalty"},
       {Endpoint::chat, chat_body(", \"length_penalty\": 0.5"), 400, "length_penalty"},
       {Endpoint::chat, chat_body(", \"best_of\": 3"), 400, "best_of"},
       {Endpoint::chat, chat_body(", \"n\": 2, \"best_of\": 4"), 400, "best_of"},
-      {Endpoint::completion, "{\"prompt\": \"x\", \"use_beam_search\": true, \"logprobs\": 1}", 400, "logprobs"},
+      {Endpoint::completion, "{\"prompt\": \"x\", \"use_beam_search\": true, \"n\": 2, \"logprobs\": 1}", 400,
+       "logprobs"},
       {Endpoint::completion, "{\"prompt\": \"x\", \"use_beam_search\": true, \"best_of\": 16}", 400, "best_of"},
       {Endpoint::completion, "{\"prompt\": \"x\", \"best_of\": 2}", 400, "best_of"},
   };
@@ -220,7 +226,8 @@ TEST(ApiRequest, BeamSearchFieldsSetTheWidthAndKeepTheSamplingNeutral) {
   EXPECT_FLOAT_EQ(r.sampling.length_penalty, 1.f);
   // The width is capped by the server's limit, inclusive.
   limits.max_beam_width = 3;
-  EXPECT_TRUE(parse_api_request(Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 3"), limits, &r).ok());
+  EXPECT_TRUE(
+      parse_api_request(Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 3"), limits, &r).ok());
   const ApiError over =
       parse_api_request(Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 4"), limits, &r);
   EXPECT_EQ(over.param, "best_of");

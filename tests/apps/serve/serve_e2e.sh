@@ -149,11 +149,14 @@ status=$(curl -s -o timeout.json -w '%{http_code}' "$base/v1/chat/completions" -
 curl -sN "$base/v1/chat/completions" -d "{$long, \"stream\": true}" >timeout_stream.txt
 grep -q request_timeout timeout_stream.txt && tail -c 50 timeout_stream.txt | grep -q 'data: \[DONE\]' ||
   { tail -c 300 timeout_stream.txt; say "the timed-out stream has no error event"; exit 1; }
+# blocks_used: the gauge, read whole before grep looks at it (with pipefail, `curl | grep -q` fails whenever grep
+# exits before curl has written everything).
+blocks_used() { local m; m=$(curl -s "$base/metrics"); sed -n 's/^vlm_kv_blocks_used //p' <<<"$m"; }
 for _ in $(seq 100); do  # the gauges follow the engine loop's next pass
-  curl -s "$base/metrics" | grep -q '^vlm_kv_blocks_used 0$' && break
+  [ "$(blocks_used)" = 0 ] && break
   sleep 0.05
 done
-curl -s "$base/metrics" | grep -q '^vlm_kv_blocks_used 0$' || { say "blocks held after the timeouts"; exit 1; }
+[ "$(blocks_used)" = 0 ] || { say "blocks held after the timeouts: $(blocks_used)"; exit 1; }
 kill -TERM $server
 wait $server
 trap - EXIT
