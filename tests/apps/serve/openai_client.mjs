@@ -232,6 +232,22 @@ assert.equal(await metric("vlm_kv_blocks_used"), 0);
 assert.ok((await metric("vlm_requests_cancelled_total")) > cancelled, "the abandoned request was not cancelled");
 ok("abandoned non-streamed request cancelled; its blocks are back");
 
+// An abandoned beam search: every beam (the forks share their blocks) leaves the engine and the blocks come back.
+const beamAbort = new AbortController();
+const beamPending = client.chat.completions.create(
+  { model, messages: ask(jpg), max_tokens: 200, ignore_eos: true, use_beam_search: true, best_of: 8 },
+  { signal: beamAbort.signal });
+let beamsRunning = 0;
+for (let i = 0; i < 400 && (beamsRunning = await metric("vlm_running_sequences")) < 2; ++i) {
+  await new Promise((r) => setTimeout(r, 5));
+}
+beamAbort.abort();
+await assert.rejects(beamPending);
+assert.ok(beamsRunning >= 2, `the beams never ran (${beamsRunning} sequences)`);
+for (let i = 0; i < 100 && (await metric("vlm_kv_blocks_used")) !== 0; ++i) await new Promise((r) => setTimeout(r, 50));
+assert.equal(await metric("vlm_kv_blocks_used"), 0);
+ok(`abandoned beam search (${beamsRunning} beams running) cancelled; its blocks are back`);
+
 // A full queue: more long requests at once than --max-queue; the excess gets 429, the rest finish.
 const QUEUE = Number(process.env.MAX_QUEUE);
 const burst = await Promise.allSettled(Array.from({ length: QUEUE + 4 }, () => client.chat.completions.create({
