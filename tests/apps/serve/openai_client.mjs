@@ -43,6 +43,12 @@ async function metric(name) {
 const models = await client.models.list();
 assert.deepEqual(models.data.map((m) => m.id), [model]);
 ok("GET /v1/models lists the served model");
+const retrieved = await client.models.retrieve(model);
+assert.equal(retrieved.id, model);
+assert.ok(retrieved.max_model_len > 0);
+ok("GET /v1/models/{id} (models.retrieve)");
+await expectError(client.models.retrieve("no-such-model"), 404, "models.retrieve of an unknown model",
+  (e) => assert.equal(e.code, "model_not_found"));
 assert.equal((await fetch(`${base}/health`)).status, 200);
 ok("GET /health");
 
