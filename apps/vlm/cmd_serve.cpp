@@ -52,6 +52,7 @@ int cmd_serve(int argc, char** argv, int first) {
   std::string host = "127.0.0.1", api_key, api_key_file, name;
   std::string max_body_text = "32M", max_image_text = "20M", timeout_text = "600", shutdown_text = "30";
   int64_t port = 8000, max_queue = 128, max_tokens = 0, default_max_tokens = 256, max_n = 8, max_images = 8;
+  int64_t max_beam_width = 8;
   int64_t seed = 0;
   InferenceFlags inference;
   bool allow_remote_images = false;
@@ -76,6 +77,8 @@ int cmd_serve(int argc, char** argv, int first) {
   f.add_int("--max-tokens", &max_tokens, "largest max_tokens a request may ask (0: the context)");
   f.add_int("--default-max-tokens", &default_max_tokens, "max_tokens of a request that gives none");
   f.add_int("--max-n", &max_n, "largest n (completions per request)");
+  f.add_int("--max-beam-width", &max_beam_width,
+            "largest beam width of a \"use_beam_search\" request (best_of, or n; at most --max-num-seqs)");
   f.add_string("--request-timeout", &timeout_text, "seconds a request may take before it is cancelled (504)");
   f.add_string("--shutdown-timeout", &shutdown_text, "seconds in-flight requests get to finish on SIGINT/SIGTERM");
   f.add_int("--seed", &seed, "seeds requests that carry none (with their arrival number)");
@@ -84,8 +87,9 @@ int cmd_serve(int argc, char** argv, int first) {
   const std::vector<std::string> pos = f.positional();
   if (pos.size() != 1) return fail(invalid_argument("expected one MODEL argument, got " + std::to_string(pos.size())));
   if (port < 0 || port > 65535) return fail(invalid_argument("--port must be in 0..65535"));
-  if (max_queue < 1 || max_n < 1 || max_images < 0 || default_max_tokens < 1)
-    return fail(invalid_argument("--max-queue, --max-n and --default-max-tokens must be positive, --max-images >= 0"));
+  if (max_queue < 1 || max_n < 1 || max_beam_width < 1 || max_images < 0 || default_max_tokens < 1)
+    return fail(invalid_argument(
+        "--max-queue, --max-n, --max-beam-width and --default-max-tokens must be positive, --max-images >= 0"));
   if (!api_key_file.empty()) {
     if (!api_key.empty()) return fail(invalid_argument("give --api-key or --api-key-file, not both"));
     std::ifstream in(api_key_file);
@@ -124,6 +128,10 @@ int cmd_serve(int argc, char** argv, int first) {
   so.limits.max_tokens = static_cast<int>(max_tokens > 0 ? max_tokens : loop.max_context());
   so.limits.default_max_tokens = static_cast<int>(std::min<int64_t>(default_max_tokens, so.limits.max_tokens));
   so.limits.max_n = static_cast<int>(max_n);
+  if (max_beam_width > eo.max_num_seqs)
+    return fail(invalid_argument("--max-beam-width " + std::to_string(max_beam_width) + " is over the " +
+                                 std::to_string(eo.max_num_seqs) + " sequences decoded at once (--max-num-seqs)"));
+  so.limits.max_beam_width = static_cast<int>(max_beam_width);
   so.limits.max_images = static_cast<int>(max_images);
   so.limits.max_image_bytes = static_cast<size_t>(*max_image);
   so.limits.allow_remote_images = allow_remote_images;

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "serve/base64.h"
 
@@ -179,6 +180,8 @@ ApiError read_messages(const json& j, const RequestLimits& limits, ApiRequest* o
   return {};
 }
 
+ApiError read_beam_search(const json& j, const RequestLimits& limits, ApiRequest* out);
+
 ApiError read_sampling(const json& j, const RequestLimits& limits, ApiRequest* out) {
   infer::SamplingParams& s = out->sampling;
   int64_t v = 0;
@@ -237,7 +240,59 @@ ApiError read_sampling(const json& j, const RequestLimits& limits, ApiRequest* o
   }
   s.logprobs = out->logprobs ? out->top_logprobs : -1;
   VLM_API_TRY(read_bool(j, "ignore_eos", &out->ignore_eos));
+  VLM_API_TRY(read_beam_search(j, limits, out));
   if (Status st = s.validate(); !st.ok()) return bad_request("", st.message());
+  return {};
+}
+
+// vLLM's beam search fields: use_beam_search, best_of (the width; n when left out), length_penalty. A best_of or
+// length_penalty that would change a sampled request is refused rather than ignored.
+ApiError read_beam_search(const json& j, const RequestLimits& limits, ApiRequest* out) {
+  infer::SamplingParams& s = out->sampling;
+  VLM_API_TRY(read_bool(j, "use_beam_search", &out->use_beam_search));
+  int64_t best_of = 0;
+  VLM_API_TRY(read_int(j, "best_of", 1, 1 << 20, &best_of));
+  VLM_API_TRY(read_number(j, "length_penalty", -10, 10, &s.length_penalty));
+  if (!out->use_beam_search) {
+    if (best_of > 1 && best_of != s.n)
+      return bad_request("best_of",
+                         "'best_of' = " + std::to_string(best_of) +
+                             " is supported with beam search only (set 'use_beam_search': true; it is the beam width)");
+    if (s.length_penalty != 1.f)
+      return bad_request("length_penalty", "'length_penalty' applies to beam search; set 'use_beam_search': true");
+    return {};
+  }
+  const bool width_from_best_of = best_of > 0;
+  const int64_t width = width_from_best_of ? best_of : s.n;
+  const char* width_param = width_from_best_of ? "best_of" : "n";
+  if (width > limits.max_beam_width)
+    return bad_request(width_param, "the beam width ('" + std::string(width_param) + "' = " + std::to_string(width) +
+                                        ") is over this server's limit of " + std::to_string(limits.max_beam_width) +
+                                        " (--max-beam-width)");
+  if (width < 2)
+    return bad_request(width_param,
+                       "beam search needs a width of 2 or more ('best_of', or 'n' when best_of is left "
+                       "out); a width of 1 is greedy decoding: leave 'use_beam_search' out");
+  if (s.n > width)
+    return bad_request("n", "'n' = " + std::to_string(s.n) + " exceeds the beam width 'best_of' = " +
+                                std::to_string(width) + " (beam search returns the n best of best_of beams)");
+  auto refuse = [](const char* param, const std::string& why) {
+    return bad_request(param, std::string("'") + param + "' " + why + " (beam search is deterministic)");
+  };
+  if (s.temperature != 0.f) return refuse("temperature", "must be 0 (or left out) with 'use_beam_search'");
+  if (s.top_p != 1.f) return refuse("top_p", "must be 1 (or left out) with 'use_beam_search'");
+  if (s.top_k != 0) return refuse("top_k", "must be 0 (or left out) with 'use_beam_search'");
+  if (s.min_p != 0.f) return refuse("min_p", "must be 0 (or left out) with 'use_beam_search'");
+  for (auto [param, value, neutral] : {std::tuple{"frequency_penalty", s.frequency_penalty, 0.f},
+                                       std::tuple{"presence_penalty", s.presence_penalty, 0.f},
+                                       std::tuple{"repetition_penalty", s.repetition_penalty, 1.f}})
+    if (value != neutral) return refuse(param, "is not applied by beam search; leave it out");
+  if (!s.stop.empty())
+    return bad_request("stop",
+                       "'stop' strings are not supported with 'use_beam_search' (hypotheses end at the model's "
+                       "end of turn or at max_tokens)");
+  if (out->logprobs) return bad_request("logprobs", "'logprobs' is not supported with 'use_beam_search'");
+  s.beam_width = static_cast<int>(width);
   return {};
 }
 

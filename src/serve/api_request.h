@@ -4,7 +4,9 @@
 // (http(s) URLs are refused unless allowed, then fetched by remote_image.h);
 // decoding the pixels (and the pixel-count guard) happens when the prompt is built (api_prompt.h).
 // Every error is an ApiError naming the field; unknown keys are ignored as OpenAI's own server does, except those
-// asking for what this server cannot do (tools, response formats), which are refused.
+// asking for what this server cannot do (tools, response formats), which are refused. Beam search is vLLM's
+// extension: "use_beam_search": true with "best_of" (the width; default n), "n" (how many of the best come back)
+// and "length_penalty".
 #pragma once
 
 #include <cstddef>
@@ -23,6 +25,7 @@ struct RequestLimits {
   int max_tokens = 4096;                      // largest max_tokens accepted
   int default_max_tokens = 256;               // when the request gives none
   int max_n = 8;                              // completions per request
+  int max_beam_width = 8;                     // beam search: beams per request (best_of, or n)
   int max_images = 8;                         // images per request
   size_t max_image_bytes = size_t{20} << 20;  // one encoded image
   int max_stop = 4;                           // stop strings (OpenAI's limit)
@@ -55,6 +58,10 @@ struct ApiRequest {
   bool logprobs = false;       // chat: "logprobs": true; completions: "logprobs": N
   int top_logprobs = 0;
   bool ignore_eos = false;  // vLLM's extension: generate max_tokens whatever the model says (benchmarks)
+  // vLLM's extension: beam search of width best_of (or n when best_of is left out), returning the n best hypotheses
+  // by summed log-probability / length^length_penalty; sampling.beam_width holds the width. Deterministic, so it
+  // refuses the sampling settings (temperature > 0, top_p, top_k, min_p, penalties), stop strings and logprobs.
+  bool use_beam_search = false;
 };
 
 // Parses a request body for `endpoint` into `out`; the error names the field (ok() when none).

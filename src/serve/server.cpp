@@ -41,6 +41,7 @@ thread_local bool counted_on_this_thread = false;
 std::string endpoint_label(const std::string& path) {
   for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
     if (path == p) return p;
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
 }
 
@@ -115,13 +116,25 @@ Server::Server(ServerOptions options, EngineLoop& loop, const ApiPromptBuilder& 
   h.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generation(Endpoint::completion, req, res);
   });
-  h.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    json model = {{"id", options_.model_name},
-                  {"object", "model"},
-                  {"created", 0},
-                  {"owned_by", "vlm.cpp"},
-                  {"max_model_len", loop_.max_context()}};
-    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
+  auto model_object = [this] {
+    return json{{"id", options_.model_name},
+                {"object", "model"},
+                {"created", 0},
+                {"owned_by", "vlm.cpp"},
+                {"max_model_len", loop_.max_context()}};
+  };
+  h.Get("/v1/models", [model_object](const httplib::Request&, httplib::Response& res) {
+    res.set_content(json{{"object", "list"}, {"data", json::array({model_object()})}}.dump(), "application/json");
+  });
+  // What the clients' models.retrieve(id) asks.
+  h.Get(R"(/v1/models/(.+))", [this, model_object](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    if (id != options_.model_name)
+      return reply_error(
+          res, not_found_error("model",
+                               "the model '" + id + "' does not exist; this server has '" + options_.model_name + "'",
+                               "model_not_found"));
+    res.set_content(model_object().dump(), "application/json");
   });
   h.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (draining_) {

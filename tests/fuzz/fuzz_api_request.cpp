@@ -1,7 +1,8 @@
 // Fuzz target: the OpenAI request bodies `vlm serve` accepts (chat and completions; the first byte picks the
 // endpoint). Whatever the bytes, parse_api_request returns a request within its limits whose sampling settings
-// validate, or an error with an HTTP status and a message whose JSON body parses back; the images of an accepted
-// request go through the image pipeline with a small pixel limit (errors, never crashes).
+// validate (with beam search: a width within the limit, n of its best, no sampling settings), or an error with an
+// HTTP status and a message whose JSON body parses back; the images of an accepted request go through the image
+// pipeline with a small pixel limit (errors, never crashes).
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -30,6 +31,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const vlm::infer::SamplingParams& s = r.sampling;
   if (!s.validate().ok() || s.max_tokens > limits.max_tokens || s.n > limits.max_n) __builtin_trap();
   if (static_cast<int>(r.images.size()) > limits.max_images) __builtin_trap();
+  // Beam search: a width within the limit, n of its best, nothing a deterministic search would ignore.
+  if (r.use_beam_search && (s.beam_width > limits.max_beam_width || s.n > s.beam_width || s.temperature != 0.f ||
+                            !s.stop.empty() || r.logprobs))
+    __builtin_trap();
+  if (!r.use_beam_search && s.beam_width != 1) __builtin_trap();
   if (endpoint == vlm::serve::Endpoint::chat && (r.messages.empty() || r.messages.back().role != "user"))
     __builtin_trap();
   vlm::ImagePipelineOptions p;

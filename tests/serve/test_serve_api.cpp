@@ -116,6 +116,41 @@ TEST(ApiRequest, MalformedBodiesAreErrorsNamingTheField) {
       {Endpoint::completion, "{\"prompt\": [\"a\", \"b\"]}", 400, "prompt"},
       {Endpoint::completion, "{\"max_tokens\": 4}", 400, "prompt"},
       {Endpoint::completion, "{\"prompt\": \"x\", \"logprobs\": true}", 400, "logprobs"},
+      // Beam search (vLLM's fields): wrong types, widths over the limit, n over the width, and what a deterministic
+      // search cannot honour.
+      {Endpoint::chat, chat_body(", \"use_beam_search\": \"yes\""), 400, "use_beam_search"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": 1"), 400, "use_beam_search"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": \"4\""), 400, "best_of"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 0"), 400, "best_of"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2.5"), 400, "best_of"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 9"), 400, "best_of"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 1e12"), 400, "best_of"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"n\": 9"), 400, "n"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true"), 400, "n"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"n\": 1, \"best_of\": 1"), 400, "best_of"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"n\": 3, \"best_of\": 2"), 400, "n"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"temperature\": 0.7"), 400,
+       "temperature"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"top_p\": 0.5"), 400, "top_p"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"top_k\": 5"), 400, "top_k"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"min_p\": 0.1"), 400, "min_p"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"frequency_penalty\": 1"), 400,
+       "frequency_penalty"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"presence_penalty\": -1"), 400,
+       "presence_penalty"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"repetition_penalty\": 1.2"), 400,
+       "repetition_penalty"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"stop\": \"x\""), 400, "stop"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 2, \"logprobs\": true"), 400, "logprobs"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"length_penalty\": \"long\""), 400, "length_penalty"},
+      {Endpoint::chat, chat_body(", \"use_beam_search\": true, \"length_penalty\": 11"), 400, "length_penalty"},
+      {Endpoint::chat, chat_body(", \"length_penalty\": 0.5"), 400, "length_penalty"},
+      {Endpoint::chat, chat_body(", \"best_of\": 3"), 400, "best_of"},
+      {Endpoint::chat, chat_body(", \"n\": 2, \"best_of\": 4"), 400, "best_of"},
+      {Endpoint::completion, "{\"prompt\": \"x\", \"use_beam_search\": true, \"n\": 2, \"logprobs\": 1}", 400,
+       "logprobs"},
+      {Endpoint::completion, "{\"prompt\": \"x\", \"use_beam_search\": true, \"best_of\": 16}", 400, "best_of"},
+      {Endpoint::completion, "{\"prompt\": \"x\", \"best_of\": 2}", 400, "best_of"},
   };
   RequestLimits limits;
   limits.max_tokens = 1000;
@@ -162,6 +197,48 @@ TEST(ApiRequest, GoodBodiesFillTheRequest) {
   EXPECT_EQ(r.prompt, "abc");
   EXPECT_EQ(r.sampling.logprobs, 0);
   EXPECT_EQ(r.sampling.max_tokens, limits.default_max_tokens);
+}
+
+TEST(ApiRequest, BeamSearchFieldsSetTheWidthAndKeepTheSamplingNeutral) {
+  RequestLimits limits;
+  ApiRequest r;
+  // best_of is the width, n how many of the best come back; streaming is allowed (the choices come whole at the end).
+  ASSERT_TRUE(parse_api_request(Endpoint::chat,
+                                chat_body(", \"use_beam_search\": true, \"best_of\": 4, \"n\": 2, "
+                                          "\"length_penalty\": 0.6, \"stream\": true, \"temperature\": 0, "
+                                          "\"max_tokens\": 9, \"seed\": 3, \"ignore_eos\": true"),
+                                limits, &r)
+                  .ok());
+  EXPECT_TRUE(r.use_beam_search && r.stream && r.ignore_eos);
+  EXPECT_EQ(r.sampling.beam_width, 4);
+  EXPECT_EQ(r.sampling.n, 2);
+  EXPECT_FLOAT_EQ(r.sampling.length_penalty, 0.6f);
+  EXPECT_EQ(r.sampling.max_tokens, 9);
+  EXPECT_TRUE(r.sampling.validate().ok());
+  // Without best_of the width is n; the neutral sampling values (as clients send their defaults) are accepted.
+  ASSERT_TRUE(parse_api_request(Endpoint::completion,
+                                "{\"prompt\": \"abc\", \"use_beam_search\": true, \"n\": 3, \"top_p\": 1, "
+                                "\"top_k\": 0, \"frequency_penalty\": 0, \"repetition_penalty\": 1, \"stop\": []}",
+                                limits, &r)
+                  .ok());
+  EXPECT_EQ(r.sampling.beam_width, 3);
+  EXPECT_EQ(r.sampling.n, 3);
+  EXPECT_FLOAT_EQ(r.sampling.length_penalty, 1.f);
+  // The width is capped by the server's limit, inclusive.
+  limits.max_beam_width = 3;
+  EXPECT_TRUE(
+      parse_api_request(Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 3"), limits, &r).ok());
+  const ApiError over =
+      parse_api_request(Endpoint::chat, chat_body(", \"use_beam_search\": true, \"best_of\": 4"), limits, &r);
+  EXPECT_EQ(over.param, "best_of");
+  EXPECT_NE(over.message.find("--max-beam-width"), std::string::npos) << over.message;
+  // Not beam search: best_of equal to n (or 1) and length_penalty 1 change nothing, so they are accepted.
+  for (const char* extra : {", \"best_of\": 1", ", \"n\": 2, \"best_of\": 2, \"temperature\": 1",
+                            ", \"use_beam_search\": false, \"length_penalty\": 1"}) {
+    ASSERT_TRUE(parse_api_request(Endpoint::chat, chat_body(extra), limits, &r).ok()) << extra;
+    EXPECT_FALSE(r.use_beam_search);
+    EXPECT_EQ(r.sampling.beam_width, 1) << extra;
+  }
 }
 
 // A tiny tokenizer with the chat template's tokens, and prompts built against a 16 px pipeline.

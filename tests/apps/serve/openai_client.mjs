@@ -1,9 +1,10 @@
 // `vlm serve` through the official OpenAI Node client: models, plain and streamed chat with an image (PNG, JPEG,
-// WebP), n = 2, stop strings, seed reproducibility, log-probabilities, completions, and the error cases (each
-// asserting the status and that the client parsed OpenAI's error shape); then a stream dropped mid-way, whose KV
-// blocks must return to the pool (read from /metrics), and a full queue answering 429.
+// WebP), n = 2, stop strings, seed reproducibility, log-probabilities, completions, beam search (its choices against
+// `vlm generate`'s), and the error cases (each asserting the status and that the client parsed OpenAI's error
+// shape); then a stream dropped mid-way, whose KV blocks must return to the pool (read from /metrics), and a full
+// queue answering 429.
 // Env: OPENAI_MODULE (path to the installed package), BASE_URL, API_KEY, MODEL, IMAGE_DIR (small.jpg, small.png,
-// small.webp, big.png over the server's pixel limit).
+// small.webp, big.png over the server's pixel limit), BEAM_EXPECTED (`vlm generate`'s JSON answer to the beam request).
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 
@@ -42,6 +43,12 @@ async function metric(name) {
 const models = await client.models.list();
 assert.deepEqual(models.data.map((m) => m.id), [model]);
 ok("GET /v1/models lists the served model");
+const retrieved = await client.models.retrieve(model);
+assert.equal(retrieved.id, model);
+assert.ok(retrieved.max_model_len > 0);
+ok("GET /v1/models/{id} (models.retrieve)");
+await expectError(client.models.retrieve("no-such-model"), 404, "models.retrieve of an unknown model",
+  (e) => assert.equal(e.code, "model_not_found"));
 assert.equal((await fetch(`${base}/health`)).status, 200);
 ok("GET /health");
 
@@ -134,6 +141,44 @@ assert.equal(comp.usage.completion_tokens, 5);
 assert.equal(comp.choices[0].logprobs.tokens.length, 5);
 ok(`completions: "${comp.choices[0].text}"`);
 
+// Beam search (vLLM's extension fields, passed through the client as extra body params): width best_of = 4, the
+// n = 2 best, length_penalty 0.7. Deterministic, so the choices must be what `vlm generate --beam-width 4 --n 2
+// --length-penalty 0.7 --max-tokens 8` answered for the same image and question (BEAM_EXPECTED), streamed or not.
+const expected = JSON.parse(readFileSync(process.env.BEAM_EXPECTED, "utf8").trim().split("\n")[0]);
+assert.equal(expected.completions?.length, 2, `vlm generate's beam answer: ${JSON.stringify(expected)}`);
+const beamParams = {
+  model, messages: ask(jpg), max_tokens: 8, use_beam_search: true, best_of: 4, n: 2, length_penalty: 0.7,
+};
+const beam = await client.chat.completions.create(beamParams);
+assert.deepEqual(beam.choices.map((c) => [c.index, c.message.content, c.finish_reason]),
+  expected.completions.map((c, i) => [i, c.text, c.finish_reason]));
+assert.equal(beam.usage.completion_tokens, expected.completions.reduce((s, c) => s + c.tokens.length, 0));
+const beamStreamed = ["", ""], beamFinish = [null, null];
+for await (const chunk of await client.chat.completions.create({ ...beamParams, stream: true })) {
+  for (const c of chunk.choices) {
+    beamStreamed[c.index] += c.delta?.content ?? "";
+    beamFinish[c.index] = c.finish_reason ?? beamFinish[c.index];
+  }
+}
+assert.deepEqual(beamStreamed, expected.completions.map((c) => c.text));
+assert.deepEqual(beamFinish, expected.completions.map((c) => c.finish_reason));
+ok(`beam search (best_of 4, n 2) equals vlm generate's: ${JSON.stringify(beamStreamed)}, streamed too`);
+const beamComp = await client.completions.create({
+  model, prompt: "what color is the", max_tokens: 5, use_beam_search: true, n: 3, ignore_eos: true,
+});
+assert.deepEqual(beamComp.choices.map((c) => c.index), [0, 1, 2]);
+assert.equal(beamComp.usage.completion_tokens, 15);
+assert.equal(new Set(beamComp.choices.map((c) => c.text)).size, 3, "three beams, the same text twice");
+ok(`completions with beam search (width n = 3): ${JSON.stringify(beamComp.choices.map((c) => c.text))}`);
+await expectError(client.chat.completions.create({ ...beamParams, temperature: 0.8 }), 400, "beam search with temperature",
+  (e) => assert.equal(e.param, "temperature"));
+await expectError(client.chat.completions.create({ ...beamParams, n: 3, best_of: 2 }), 400, "beam search with n > best_of",
+  (e) => assert.equal(e.param, "n"));
+await expectError(client.chat.completions.create({ ...beamParams, best_of: 64 }), 400,
+  "beam width over --max-beam-width", (e) => assert.equal(e.param, "best_of"));
+await expectError(client.chat.completions.create({ ...beamParams, stop: "x" }), 400, "beam search with stop strings",
+  (e) => assert.equal(e.param, "stop"));
+
 // Errors: status, class and OpenAI's error shape, parsed by the client.
 await expectError(client.chat.completions.create({ model: "no-such-model", messages: ask(jpg) }), 404, "unknown model",
   (e) => assert.equal(e.code, "model_not_found"));
@@ -192,6 +237,22 @@ for (let i = 0; i < 100 && (await metric("vlm_kv_blocks_used")) !== 0; ++i) awai
 assert.equal(await metric("vlm_kv_blocks_used"), 0);
 assert.ok((await metric("vlm_requests_cancelled_total")) > cancelled, "the abandoned request was not cancelled");
 ok("abandoned non-streamed request cancelled; its blocks are back");
+
+// An abandoned beam search: every beam (the forks share their blocks) leaves the engine and the blocks come back.
+const beamAbort = new AbortController();
+const beamPending = client.chat.completions.create(
+  { model, messages: ask(jpg), max_tokens: 200, ignore_eos: true, use_beam_search: true, best_of: 8 },
+  { signal: beamAbort.signal });
+let beamsRunning = 0;
+for (let i = 0; i < 400 && (beamsRunning = await metric("vlm_running_sequences")) < 2; ++i) {
+  await new Promise((r) => setTimeout(r, 5));
+}
+beamAbort.abort();
+await assert.rejects(beamPending);
+assert.ok(beamsRunning >= 2, `the beams never ran (${beamsRunning} sequences)`);
+for (let i = 0; i < 100 && (await metric("vlm_kv_blocks_used")) !== 0; ++i) await new Promise((r) => setTimeout(r, 50));
+assert.equal(await metric("vlm_kv_blocks_used"), 0);
+ok(`abandoned beam search (${beamsRunning} beams running) cancelled; its blocks are back`);
 
 // A full queue: more long requests at once than --max-queue; the excess gets 429, the rest finish.
 const QUEUE = Number(process.env.MAX_QUEUE);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `vlm serve` end to end (ctest serve.e2e, label cpu): trains a tiny 16 px run through the CLI (seconds), serves it
-# on a free loopback port with an API key, drives it with the official OpenAI Node client (openai_client.mjs), runs
+# on a free loopback port with an API key, drives it with the official OpenAI Node client (openai_client.mjs; its beam
+# search request must answer what `vlm generate` with the same beam flags answers), runs
 # the bounded load test (bench/serve/load.py: 4 clients, 3 rounds, no errors, flat server memory), then stops the
 # server with SIGTERM while a stream is in flight: the stream completes and the server exits 0; checks the per-request
 # timeout on a second server; and smoke-tests dev/gpu/serve_bench.sh on the CPU with the same run.
@@ -96,9 +97,30 @@ curl -sf "$base/v1/chat/completions" -H "Authorization: Bearer $key" -H "Content
 status=$(curl -s -o /dev/null -w '%{http_code}' "$base/v1/models")
 [ "$status" = 401 ] || { say "no key: got $status, want 401"; exit 1; }
 
+say "vlm generate with beam flags: what the served beam request must answer"
+echo '{"id": "beam", "prompt": "what color is the square?", "images": ["small.jpg"]}' > beam_request.jsonl
+"$vlm" generate run --requests beam_request.jsonl --out beam_expected.jsonl --beam-width 4 --n 2 \
+  --length-penalty 0.7 --max-tokens 8 --set data.max_pixels=1000 --quiet
+
 say "the official OpenAI client"
 OPENAI_MODULE="$npm_dir/node_modules/openai/index.mjs" BASE_URL=$base API_KEY=$key MODEL=shapes-tiny IMAGE_DIR=. \
-  MAX_QUEUE=$max_queue node "$here/openai_client.mjs"
+  MAX_QUEUE=$max_queue BEAM_EXPECTED=beam_expected.jsonl node "$here/openai_client.mjs"
+
+say "docs/serve.md: its metrics table is what /metrics lists, its flags table what --help lists"
+curl -sf "$base/metrics" -H "Authorization: Bearer $key" >metrics.txt
+"$vlm" serve --help >serve_help.txt 2>&1 || true
+$py - "$repo/docs/serve.md" <<'PY'
+import re, sys
+doc = open(sys.argv[1]).read()
+section = lambda title: doc.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+documented = set(re.findall(r"^\| `(vlm_[a-z_]+)", section("Metrics"), re.M))
+served = set(re.findall(r"^# TYPE (vlm_[a-z_]+) ", open("metrics.txt").read(), re.M))
+assert documented == served, f"only in docs/serve.md: {sorted(documented - served)}; only in /metrics: {sorted(served - documented)}"
+flags_doc = set(re.findall(r"`(--[a-z-]+)", section("Flags")))
+flags_help = set(re.findall(r"^  (--[a-z-]+)", open("serve_help.txt").read(), re.M))
+assert flags_doc == flags_help, f"only in docs/serve.md: {sorted(flags_doc - flags_help)}; only in --help: {sorted(flags_help - flags_doc)}"
+print(f"    {len(served)} metrics and {len(flags_help)} flags, documented and served alike")
+PY
 
 say "load: $max_queue clients, 3 rounds"
 $py "$repo/bench/serve/load.py" --url "$base" --api-key "$key" --model shapes-tiny --image small.jpg \
@@ -127,11 +149,14 @@ status=$(curl -s -o timeout.json -w '%{http_code}' "$base/v1/chat/completions" -
 curl -sN "$base/v1/chat/completions" -d "{$long, \"stream\": true}" >timeout_stream.txt
 grep -q request_timeout timeout_stream.txt && tail -c 50 timeout_stream.txt | grep -q 'data: \[DONE\]' ||
   { tail -c 300 timeout_stream.txt; say "the timed-out stream has no error event"; exit 1; }
+# blocks_used: the gauge, read whole before grep looks at it (with pipefail, `curl | grep -q` fails whenever grep
+# exits before curl has written everything).
+blocks_used() { local m; m=$(curl -s "$base/metrics"); sed -n 's/^vlm_kv_blocks_used //p' <<<"$m"; }
 for _ in $(seq 100); do  # the gauges follow the engine loop's next pass
-  curl -s "$base/metrics" | grep -q '^vlm_kv_blocks_used 0$' && break
+  [ "$(blocks_used)" = 0 ] && break
   sleep 0.05
 done
-curl -s "$base/metrics" | grep -q '^vlm_kv_blocks_used 0$' || { say "blocks held after the timeouts"; exit 1; }
+[ "$(blocks_used)" = 0 ] || { say "blocks held after the timeouts: $(blocks_used)"; exit 1; }
 kill -TERM $server
 wait $server
 trap - EXIT
