@@ -305,6 +305,7 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return shared_->size; }
   const char* backend() const override { return "nccl"; }
   Device device() const override { return Device::cuda(shared_->device); }
+  StreamHandle stream() const override { return stream_; }
 
   Status barrier() override {
     Tensor one = Tensor::zeros({1}, DType::f32, device());

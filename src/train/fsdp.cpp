@@ -9,6 +9,10 @@
 #include "core/logging.h"
 #include "kernels/ops.h"
 
+#ifdef VLM_HAVE_CUDA
+#include "kernels/cuda/cuda_context.h"
+#endif
+
 namespace vlm {
 
 Expected<FsdpStrategy> parse_fsdp_strategy(const std::string& name) {
@@ -196,6 +200,13 @@ void Fsdp::track(uint64_t& current, uint64_t& peak, int64_t delta) {
   peak = std::max(peak, current);
 }
 
+StreamHandle Fsdp::compute_stream() const {
+#ifdef VLM_HAVE_CUDA
+  if (model_.device().is_cuda()) return ops::cuda::current_stream(model_.device());
+#endif
+  return nullptr;
+}
+
 void Fsdp::zero_grads() {
   if (!sharded()) {
     model_.params().zero_grads();
@@ -212,6 +223,8 @@ void Fsdp::zero_grads() {
 void Fsdp::begin_micro_batch(bool last_of_step) {
   last_micro_batch_ = last_of_step;
   cursor_ = 0;
+  collectives_.set_compute(compute_stream());
+  collectives_.note("begin", last_of_step ? 1 : 0);
 }
 
 Status Fsdp::end_micro_batch() {
@@ -225,6 +238,9 @@ Status Fsdp::end_micro_batch() {
               " is still in use at the end of a micro-batch");
     if (state_[u].resident) free_weights(static_cast<int>(u));  // shard_grad_op: units without a backward
   }
+  // The reductions still in flight: the optimizer (or the next micro-batch's accumulation) reads their results.
+  record(collectives_.join_all());
+  collectives_.note("end", 0);
   return error_;
 }
 
@@ -256,7 +272,7 @@ void Fsdp::run_acquire(int unit, UnitUse use) {
     ++s.weight_refs;
     if (sharded()) {
       if (!s.resident) gather(unit);
-      if (options_.prefetch) {  // the next unit whose weights the schedule reads, gathered before this one computes
+      if (options_.prefetch) {  // the next unit whose weights the schedule reads, gathered while this one computes
         for (size_t i = cursor_; i < schedule_.size(); ++i) {
           const UnitEvent& e = schedule_[i];
           if (!e.acquire || e.use == UnitUse::gradients || e.unit == unit) continue;
@@ -264,7 +280,10 @@ void Fsdp::run_acquire(int unit, UnitUse use) {
           break;
         }
       }
+      // The compute stream waits for this unit's gather (issued now, or ahead by the previous unit's prefetch).
+      record(collectives_.join("gather", unit).with_context("fsdp: gathering unit " + units_[static_cast<size_t>(unit)].name));
     }
+    collectives_.note("use", unit);
   }
   if (use != UnitUse::forward && units_[static_cast<size_t>(unit)].trainable && s.grad_refs++ == 0) alloc_grads(unit);
 }
@@ -277,6 +296,7 @@ void Fsdp::run_release(int unit, UnitUse use) {
     if (sharded() && s.weight_refs == 0) free_weights(unit);
     return;
   }
+  collectives_.note("done", unit);
   --s.weight_refs;
   if (!sharded() || s.weight_refs > 0) return;
   // shard_grad_op keeps the weights from the forward until the unit's backward (or the micro-batch) ends.
@@ -329,22 +349,31 @@ void Fsdp::gather(int unit) {
   const FsdpUnitLayout& u = units_[static_cast<size_t>(unit)];
   UnitState& s = state_[static_cast<size_t>(unit)];
   const Tensor& shard = s.shard_compute.defined() ? s.shard_compute : s.shard_value;
-  s.full_weights = Tensor::empty({u.padded}, shard.dtype(), shard.device());
-  if (world() == 1) {
-    s.full_weights.copy_from(shard);  // a world of one gathers its own shard: a device copy, any device
-  } else if (error_.ok()) {
-    record(comm_.all_gather(s.full_weights, shard).with_context("fsdp: gathering unit " + u.name));
-  } else {
-    s.full_weights.zero_();  // a collective failed before: compute on zeros until the step reports the error
-  }
+  const StreamHandle compute = collectives_.compute();
+  // On the compute stream, which reads it: once freed, the allocator hands it out again in that stream's order.
+  s.full_weights = Tensor::empty({u.padded}, shard.dtype(), shard.device(), compute);
   s.resident = true;
   track(gathered_, gathered_peak_, static_cast<int64_t>(s.full_weights.nbytes()));
   point_weights(unit, s.full_weights);
+  if (error_.ok()) {
+    Expected<dist::WorkHandle> w = comm_.all_gather_async(s.full_weights, shard, compute);
+    if (w.ok()) {
+      std::vector<dist::WorkHandle> works;
+      works.push_back(std::move(*w));
+      collectives_.add("gather", unit, std::move(works));
+      return;
+    }
+    record(w.status().with_context("fsdp: gathering unit " + u.name));
+  }
+  s.full_weights.zero_(compute);  // a collective failed: compute on zeros until the step reports the error
 }
 
 void Fsdp::free_weights(int unit) {
   UnitState& s = state_[static_cast<size_t>(unit)];
   if (!s.resident) return;
+  // A gather still in flight (prefetched for a use that never came) writes the buffer until joined.
+  record(collectives_.join("gather", unit));
+  collectives_.note("free", unit);
   track(gathered_, gathered_peak_, -static_cast<int64_t>(s.full_weights.nbytes()));
   point_weights(unit, Tensor());
   s.full_weights = Tensor();
@@ -355,80 +384,109 @@ void Fsdp::alloc_grads(int unit) {
   if (!sharded()) return;  // no_shard: the model's own gradients accumulate over the step's micro-batches
   const FsdpUnitLayout& u = units_[static_cast<size_t>(unit)];
   UnitState& s = state_[static_cast<size_t>(unit)];
-  s.full_grads = Tensor::zeros({u.padded}, DType::f32, s.shard_value.device());
+  s.full_grads = Tensor::empty({u.padded}, DType::f32, s.shard_value.device(), collectives_.compute());
+  s.full_grads.zero_(collectives_.compute());
   track(grad_buffers_, grad_buffers_peak_, static_cast<int64_t>(s.full_grads.nbytes()));
   point_grads(unit, s.full_grads);
+}
+
+void Fsdp::file_reduction(int unit, std::vector<Expected<dist::WorkHandle>> issued, std::function<void()> then) {
+  std::vector<dist::WorkHandle> works;
+  for (Expected<dist::WorkHandle>& w : issued) {
+    if (w.ok()) {
+      works.push_back(std::move(*w));
+    } else {
+      record(w.status().with_context("fsdp: reducing the gradients of unit " + units_[static_cast<size_t>(unit)].name));
+    }
+  }
+  collectives_.add("reduce", unit, std::move(works), std::move(then));
+  // One reduction stays in flight over the next unit's backward (the earlier ones are joined now); without overlap
+  // the compute stream waits for it at once.
+  record(collectives_.join_all("reduce", options_.prefetch ? 1 : 0));
 }
 
 void Fsdp::reduce_grads(int unit) {
   const FsdpUnitLayout& u = units_[static_cast<size_t>(unit)];
   UnitState& s = state_[static_cast<size_t>(unit)];
+  const StreamHandle compute = collectives_.compute();
   if (!sharded()) {
     // DDP: the step's gradients summed over the ranks once its last micro-batch's backward of this unit ended.
-    if (!last_micro_batch_ || world() == 1 || !error_.ok()) return;
-    for (ParamPack* pack : u.packs)
-      record(comm_.all_reduce(pack->grad, dist::ReduceOp::sum).with_context("fsdp: reducing unit " + u.name));
+    if (!last_micro_batch_ || !error_.ok()) return;
+    std::vector<Expected<dist::WorkHandle>> issued;
+    for (ParamPack* pack : u.packs) issued.push_back(comm_.all_reduce_async(pack->grad, dist::ReduceOp::sum, compute));
     for (Param* p : u.params)
-      if (p->pack == nullptr)
-        record(comm_.all_reduce(p->grad, dist::ReduceOp::sum).with_context("fsdp: reducing " + p->name));
+      if (p->pack == nullptr) issued.push_back(comm_.all_reduce_async(p->grad, dist::ReduceOp::sum, compute));
+    file_reduction(unit, std::move(issued), {});
     return;
   }
-  const std::string what = "fsdp: reducing the gradients of unit " + u.name;
-  if (options_.reduce_dtype == DType::bf16) {
-    Tensor wire = Tensor::empty({u.padded}, DType::bf16, s.full_grads.device());
-    Tensor mine = Tensor::empty({u.shard}, DType::bf16, s.full_grads.device());
-    Tensor f32 = Tensor::empty({u.shard}, DType::f32, s.full_grads.device());
-    const int64_t staged = static_cast<int64_t>(wire.nbytes() + mine.nbytes() + f32.nbytes());
-    track(staging_, staging_peak_, staged);
-    ops::cast(wire, s.full_grads);
-    if (world() == 1) {
-      mine.copy_from(wire);
-    } else if (error_.ok()) {
-      record(comm_.reduce_scatter(mine, wire, dist::ReduceOp::sum).with_context(what));
-    }
-    ops::cast(f32, mine);
-    if (s.grad_written) {
-      ops::add_inplace(s.shard_grad, f32);
-    } else {
-      s.shard_grad.copy_from(f32);
-    }
-    track(staging_, staging_peak_, -staged);
-  } else if (!s.grad_written) {
-    if (world() == 1) {
-      s.shard_grad.copy_from(s.full_grads);
-    } else if (error_.ok()) {
-      record(comm_.reduce_scatter(s.shard_grad, s.full_grads, dist::ReduceOp::sum).with_context(what));
-    }
-  } else {
-    Tensor mine = Tensor::empty({u.shard}, DType::f32, s.full_grads.device());
-    track(staging_, staging_peak_, static_cast<int64_t>(mine.nbytes()));
-    if (world() == 1) {
-      mine.copy_from(s.full_grads);
-    } else if (error_.ok()) {
-      record(comm_.reduce_scatter(mine, s.full_grads, dist::ReduceOp::sum).with_context(what));
-    }
-    ops::add_inplace(s.shard_grad, mine);
-    track(staging_, staging_peak_, -static_cast<int64_t>(mine.nbytes()));
-  }
+  // Gradients on the wire: the full f32 buffer itself, or its bf16 copy (the f32 buffer then goes at once). The
+  // shard lands in the f32 gradient shard directly (the step's first f32 reduction), else in a staging buffer that
+  // is added (or, bf16, converted) into it once the compute stream joined the collective.
+  const bool bf16 = options_.reduce_dtype == DType::bf16;
+  const bool first = !s.grad_written;
   s.grad_written = true;
-  track(grad_buffers_, grad_buffers_peak_, -static_cast<int64_t>(s.full_grads.nbytes()));
+  const Device dev = s.full_grads.device();
+  Tensor wire = s.full_grads;
+  int64_t grad_bytes = static_cast<int64_t>(s.full_grads.nbytes()), staged = 0;
+  if (bf16) {
+    wire = Tensor::empty({u.padded}, DType::bf16, dev, compute);
+    ops::cast(wire, s.full_grads);
+    track(grad_buffers_, grad_buffers_peak_, -grad_bytes);
+    grad_bytes = 0;
+    staged += static_cast<int64_t>(wire.nbytes());
+  }
+  Tensor mine = s.shard_grad;
+  if (bf16 || !first) {
+    mine = Tensor::empty({u.shard}, wire.dtype(), dev, compute);
+    staged += static_cast<int64_t>(mine.nbytes());
+  }
+  track(staging_, staging_peak_, staged);
   point_grads(unit, Tensor());
   s.full_grads = Tensor();
+  if (!error_.ok()) {  // a collective failed: nothing more is sent, the step reports the error
+    track(staging_, staging_peak_, -staged);
+    track(grad_buffers_, grad_buffers_peak_, -grad_bytes);
+    return;
+  }
+  std::vector<Expected<dist::WorkHandle>> issued;
+  issued.push_back(comm_.reduce_scatter_async(mine, wire, dist::ReduceOp::sum, compute));
+  Tensor shard_grad = s.shard_grad;
+  // `wire` rides along so that it lives until the join (the Work holds it too; this keeps the accounting honest).
+  file_reduction(unit, std::move(issued), [this, shard_grad, mine, wire, first, bf16, staged, grad_bytes]() mutable {
+    const StreamHandle cs = collectives_.compute();
+    if (mine.raw_data() != shard_grad.raw_data()) {
+      if (first) {
+        ops::cast(shard_grad, mine);  // bf16 -> f32 (exact), or an f32 copy
+      } else if (bf16) {
+        Tensor f32 = Tensor::empty({mine.numel()}, DType::f32, mine.device(), cs);
+        track(staging_, staging_peak_, static_cast<int64_t>(f32.nbytes()));
+        ops::cast(f32, mine);
+        ops::add_inplace(shard_grad, f32);
+        track(staging_, staging_peak_, -static_cast<int64_t>(f32.nbytes()));
+      } else {
+        ops::add_inplace(shard_grad, mine);
+      }
+    }
+    wire = mine = Tensor();
+    track(staging_, staging_peak_, -staged);
+    track(grad_buffers_, grad_buffers_peak_, -grad_bytes);
+  });
 }
 
 Status Fsdp::reduce_norm(Tensor& norm_sq) {
-  if (!sharded() || world() == 1) return Status();
-  Tensor host = norm_sq.to(Device::cpu());
-  VLM_RETURN_IF_ERROR(comm_.all_reduce(host, dist::ReduceOp::sum).with_context("fsdp: gradient norm"));
-  norm_sq.copy_from(host);
-  return Status();
+  if (!sharded()) return Status();
+  // On the device beside the optimizer's other work: the compute stream waits for the sum, the host does not.
+  VLM_ASSIGN_OR_RETURN(dist::WorkHandle w, comm_.all_reduce_async(norm_sq, dist::ReduceOp::sum, compute_stream()));
+  return w->wait_on(compute_stream()).with_context("fsdp: gradient norm");
 }
 
 Status Fsdp::begin_full_weights() {
   model_.params().set_unit_hooks(nullptr);
   if (!sharded()) return Status();
+  collectives_.set_compute(compute_stream());
   for (size_t u = 0; u < units_.size(); ++u)
     if (!state_[u].resident) gather(static_cast<int>(u));
+  record(collectives_.join_all("gather"));
   return error_;
 }
 
@@ -543,11 +601,35 @@ FsdpMemory Fsdp::memory_formula(int grad_accum) const {
                                            b * static_cast<uint64_t>(units_[static_cast<size_t>(order[i])].padded +
                                                                      units_[static_cast<size_t>(order[i + 1])].padded));
   }
-  m.grad_buffers_peak = 4 * largest_trainable;
+  // Reductions in the order the backward ends them; with overlap (prefetch) one stays in flight while the next
+  // unit's backward fills its buffers, so the peaks are over consecutive pairs.
+  std::vector<int> reduce_order, refs(units_.size(), 0);
+  for (const UnitEvent& e : schedule_) {
+    if (e.use == UnitUse::forward || !units_[static_cast<size_t>(e.unit)].trainable) continue;
+    int& r = refs[static_cast<size_t>(e.unit)];
+    r += e.acquire ? 1 : -1;
+    if (!e.acquire && r == 0) reduce_order.push_back(e.unit);
+  }
+  auto window_max = [&](auto bytes_of) {
+    uint64_t best = 0;
+    for (size_t i = 0; i < reduce_order.size(); ++i) {
+      uint64_t b = bytes_of(units_[static_cast<size_t>(reduce_order[i])]);
+      if (options_.prefetch && i + 1 < reduce_order.size())
+        b += bytes_of(units_[static_cast<size_t>(reduce_order[i + 1])]);
+      best = std::max(best, b);
+    }
+    return best;
+  };
+  const auto P = [](const FsdpUnitLayout& u) { return static_cast<uint64_t>(u.padded); };
+  const auto S = [](const FsdpUnitLayout& u) { return static_cast<uint64_t>(u.shard); };
   if (options_.reduce_dtype == DType::bf16) {
-    m.comm_buffers_peak = 2 * largest_trainable + 6 * (largest_trainable / static_cast<uint64_t>(world()));
-  } else if (grad_accum > 1) {
-    m.comm_buffers_peak = 4 * largest_shard;
+    // The f32 buffer goes once cast to the bf16 wire copy; the wire copy and the bf16 shard stay until joined.
+    m.grad_buffers_peak = 4 * largest_trainable;
+    m.comm_buffers_peak = window_max([&](const FsdpUnitLayout& u) { return 2 * P(u) + 2 * S(u); }) +
+                          (grad_accum > 1 ? 4 * largest_shard : 0);
+  } else {
+    m.grad_buffers_peak = window_max([&](const FsdpUnitLayout& u) { return 4 * P(u); });
+    if (grad_accum > 1) m.comm_buffers_peak = window_max([&](const FsdpUnitLayout& u) { return 4 * S(u); });
   }
   return m;
 }

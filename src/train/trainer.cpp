@@ -459,6 +459,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
 Expected<TrainResult> run_training(const TrainerOptions& o) {
   VLM_ASSIGN_OR_RETURN(Device device, parse_device(o.config.train.device));
   VLM_ASSIGN_OR_RETURN(DataParallel dp, DataParallel::open(device));  // a world of one unless launched on several
+  if (device.is_cuda()) device = dp.device();  // each GPU rank trains on its own GPU (LOCAL_RANK)
   Expected<TrainResult> r = train_rank(o, device, dp);
   if (!r.ok() && dp.distributed()) {
     // The other ranks wait in a collective this rank will never join: end the whole job, with this rank's error.

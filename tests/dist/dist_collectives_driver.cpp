@@ -4,7 +4,8 @@
 // all_gathers and reduce_scatters in flight at once, waited for out of order.
 //   dist_collectives_driver check      exit 0 when every check passed on this rank (prints "rank r of n: k checks")
 //   dist_collectives_driver check-gpu  the same checks on GPU tensors through NCCL (one rank per GPU: alone, or under
-//                                      vlm launch, mpirun or srun); the host-only helpers are left out
+//                                      vlm launch, mpirun or srun); the host helpers' CPU tensors are staged through
+//                                      device buffers
 //   dist_collectives_driver has-mpi    exit 0 when vlm_dist was built with MPI
 //   dist_collectives_driver hang       every rank but the last issues an all_gather the last never joins: rank 0's
 //                                      wait() must end with the timeout's error (VLM_DIST_TIMEOUT_S), which it
@@ -239,7 +240,7 @@ int run_checks(Communicator& comm) {
   check_collectives(Collectives{comm, false}, c);
   check_collectives(Collectives{comm, true}, c);
   check_sharded_units(comm, c);
-  if (comm.device().is_cpu()) check_host_helpers(comm, c);
+  check_host_helpers(comm, c);  // on a GPU: host tensors staged through device buffers
   // A bad call is refused on every rank before anything is sent, and the next collective still works.
   Tensor wrong = on(comm, Tensor::zeros({n + 1}, DType::f32));
   const vlm::Status refused = comm.all_gather(wrong, on(comm, make(1, DType::f32, [](int64_t) { return 1; })));
@@ -253,7 +254,8 @@ int run_checks(Communicator& comm) {
   return c.failures == 0 ? 0 : 1;
 }
 
-// The helpers over host data: all_reduce_value, the string gathers and broadcast_string.
+// The helpers over host data: all_reduce_value, the string gathers and broadcast_string (CPU tensors, on a GPU
+// backend staged through device buffers by the blocking forms).
 void check_host_helpers(Communicator& comm, Checker& c) {
   const int r = comm.rank(), n = comm.size();
   // One value: the sum of r + 1 over the ranks.

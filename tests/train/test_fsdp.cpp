@@ -1,6 +1,8 @@
 // FSDP in one process (a world of one; the multi-rank tests are fsdp_test.py under mpirun):
 //   * the strategies train the same losses as no_shard, bit for bit (one micro-batch a step: the same sums in the
 //     same order), and a sharded checkpoint resumes under another strategy bit for bit;
+//   * the collectives keep their order (fsdp_order.h) under every strategy, with and without prefetch, and the
+//     order check fails on a schedule that does not prefetch or overlap;
 //   * strategy names, and malformed sharded checkpoint indexes, are clear errors naming the file and the field.
 // On CUDA: test_device_batch_gpu.cpp (FsdpGpu).
 #include <gtest/gtest.h>
@@ -8,6 +10,8 @@
 #include <filesystem>
 
 #include "core/safetensors.h"
+#include "dist/collective_schedule.h"
+#include "fsdp_order.h"
 #include "testing/test_util.h"
 #include "train/fsdp.h"
 #include "train/sharded_checkpoint.h"
@@ -68,6 +72,46 @@ TEST(Fsdp, ShardedCheckpointResumesUnderAnotherStrategy) {
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().to_string();
   EXPECT_FALSE(ckpt->sharded());
   EXPECT_EQ(ckpt->optimizer_step(), 6);
+}
+
+TEST(Fsdp, CollectivesKeepTheirOrder) {
+  RunConfig c = config("cpu");
+  c.train.threads = 1;
+  for (const char* name : {"no_shard", "shard_grad_op", "full_shard"}) {
+    for (bool prefetch : {true, false}) {
+      VlmModel model(c.model, Device::cpu());
+      model.init_weights(1);
+      std::unique_ptr<dist::Communicator> comm = dist::make_local_communicator();
+      auto fsdp = Fsdp::create(model, *comm, {*parse_fsdp_strategy(name), prefetch, DType::f32});
+      ASSERT_TRUE(fsdp.ok()) << fsdp.status().to_string();
+      EXPECT_EQ(testing::traced_micro_batches(c, **fsdp, 2, 0, 1), "") << name << " prefetch " << prefetch;
+      const auto& events = (*fsdp)->collectives().events();
+      if (!prefetch && (*fsdp)->sharded()) {
+        // The check can fail: a schedule without prefetch or overlap is not what it demands of one with them.
+        const std::string e = testing::check_fsdp_order(events, **fsdp, true);
+        EXPECT_TRUE(e.find("no prefetch") != std::string::npos || e.find("joined before the next") != std::string::npos)
+            << e;
+      }
+      // And it catches a reduction issued twice or a use before the gather's join.
+      std::vector<dist::ScheduleEvent> broken = events;
+      for (size_t i = 0; i < broken.size(); ++i)
+        if (broken[i].type == dist::ScheduleEvent::Type::issued && broken[i].tag == "reduce") {
+          broken.insert(broken.begin() + static_cast<std::ptrdiff_t>(i), broken[i]);
+          break;
+        }
+      EXPECT_NE(testing::check_fsdp_order(broken, **fsdp, prefetch).find("reduction(s) in a micro-batch"),
+                std::string::npos);
+      if ((*fsdp)->sharded()) {
+        broken = events;
+        for (size_t i = 0; i < broken.size(); ++i)
+          if (broken[i].type == dist::ScheduleEvent::Type::joined && broken[i].tag == "gather") {
+            std::swap(broken[i], broken[i + 1]);  // the join moves after the use that follows it
+            break;
+          }
+        EXPECT_NE(testing::check_fsdp_order(broken, **fsdp, prefetch), "");
+      }
+    }
+  }
 }
 
 TEST(Fsdp, StrategyNamesAndBadIndexesAreClearErrors) {
