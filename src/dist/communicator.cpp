@@ -69,6 +69,10 @@ class LocalCommunicator final : public Communicator {
   bool serves(Device) const override { return true; }
   Status barrier() override { return Status(); }
   void abort(int) override {}
+  Expected<std::unique_ptr<Communicator>> split(int color, int) override {
+    if (color < 0) return invalid_argument(str("split: color ", color, " is negative"));
+    return std::unique_ptr<Communicator>(std::make_unique<LocalCommunicator>(device_));
+  }
 
  protected:
   // op over one rank: the tensor itself

@@ -106,6 +106,11 @@ class Communicator {
   Expected<WorkHandle> broadcast_async(Tensor& tensor, int root, StreamHandle after = nullptr);
   Expected<WorkHandle> gather_async(Tensor& out, const Tensor& in, int root, StreamHandle after = nullptr);
 
+  // The ranks of this communicator with the same `color` (>= 0), as a communicator of their own, ordered by `key`
+  // (ties by this communicator's rank): a collective every rank calls (MPI_Comm_split, ncclCommSplit). HYBRID_SHARD
+  // splits the world into shard groups (color rank / G) and replica groups (color rank % G).
+  virtual Expected<std::unique_ptr<Communicator>> split(int color, int key) = 0;
+
   virtual Status barrier() = 0;
   // Ends every rank's process with exit status `code` (MPI_Abort; NCCL: ncclCommAbort, then this process exits and
   // the launcher ends the others), for a rank that fails where the others wait in a collective it will never join.

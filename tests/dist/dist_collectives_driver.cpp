@@ -13,6 +13,7 @@
 //   dist_collectives_driver rendezvous  under vlm launch (a torchrun-style environment): the ranks meet in the
 //                                      launch's TCP store and read a value rank 0 set ("rendezvous-missing": the
 //                                      last rank leaves without joining, the others must name it)
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -233,6 +234,38 @@ void check_sharded_units(Communicator& comm, Checker& c) {
 
 void check_host_helpers(Communicator& comm, Checker& c);
 
+// Sub-communicators (HYBRID_SHARD's groups): split by rank % 2 (key: descending rank) and by rank / 2; each group's
+// all_reduce sums its own ranks only, and the ranks are numbered by key.
+void check_split(Communicator& comm, Checker& c) {
+  const int r = comm.rank(), n = comm.size();
+  for (const bool by_parity : {true, false}) {
+    const int color = by_parity ? r % 2 : r / 2;
+    vlm::Expected<std::unique_ptr<Communicator>> sub = comm.split(color, by_parity ? n - r : r);
+    c.expect_ok(sub.ok() ? Status() : sub.status(), "split");
+    if (!sub.ok()) return;
+    std::vector<int> members;
+    for (int q = 0; q < n; ++q)
+      if ((by_parity ? q % 2 : q / 2) == color) members.push_back(q);
+    if (by_parity) std::reverse(members.begin(), members.end());
+    const int want_rank = static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin());
+    ++c.checks;
+    if ((*sub)->size() != static_cast<int>(members.size()) || (*sub)->rank() != want_rank) {
+      std::fprintf(stderr, "rank %d: split %d: rank %d of %d, expected %d of %zu\n", r, color, (*sub)->rank(),
+                   (*sub)->size(), want_rank, members.size());
+      ++c.failures;
+    }
+    Tensor t = on(comm, make(5, DType::f32, [&](int64_t i) { return r + i; }));
+    c.expect_ok((*sub)->all_reduce(t, ReduceOp::sum), "split all_reduce");
+    double base = 0;
+    for (int q : members) base += q;
+    c.expect(t, [&](int64_t i) { return base + static_cast<double>(members.size()) * i; }, "split all_reduce");
+    // The parent still works beside its groups.
+    Tensor all = on(comm, make(1, DType::f32, [](int64_t) { return 1; }));
+    c.expect_ok(comm.all_reduce(all, ReduceOp::sum), "all_reduce after split");
+    c.expect(all, [&](int64_t) { return n; }, "all_reduce after split");
+  }
+}
+
 int run_checks(Communicator& comm) {
   const int r = comm.rank(), n = comm.size();
   Checker c;
@@ -240,6 +273,7 @@ int run_checks(Communicator& comm) {
   check_collectives(Collectives{comm, false}, c);
   check_collectives(Collectives{comm, true}, c);
   check_sharded_units(comm, c);
+  check_split(comm, c);
   check_host_helpers(comm, c);  // on a GPU: host tensors staged through device buffers
   // A bad call is refused on every rank before anything is sent, and the next collective still works.
   Tensor wrong = on(comm, Tensor::zeros({n + 1}, DType::f32));
