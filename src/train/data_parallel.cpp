@@ -17,7 +17,7 @@ Expected<DataParallel> DataParallel::open(Device device) {
     VLM_ASSIGN_OR_RETURN(comm, dist::make_communicator(info));
   }
   if (info.distributed()) set_log_rank(info.rank);
-  return DataParallel(std::move(comm));
+  return DataParallel(std::move(comm), info.local_size);
 }
 
 Expected<int64_t> DataParallel::global_tokens(int64_t mine) {

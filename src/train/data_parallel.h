@@ -31,6 +31,7 @@ class DataParallel {
   int size() const { return comm_->size(); }
   bool distributed() const { return size() > 1; }
   bool lead() const { return rank() == 0; }
+  int local_size() const { return local_size_; }  // ranks on this node (the launcher's local size; 1 when unknown)
   dist::Communicator& comm() { return *comm_; }
 
   // The collectives of a step, called by every rank in the same order:
@@ -43,8 +44,10 @@ class DataParallel {
   Expected<uint64_t> check_replicas(const ParameterStore& params);
 
  private:
-  explicit DataParallel(std::unique_ptr<dist::Communicator> comm) : comm_(std::move(comm)) {}
+  DataParallel(std::unique_ptr<dist::Communicator> comm, int local_size)
+      : comm_(std::move(comm)), local_size_(local_size) {}
   std::unique_ptr<dist::Communicator> comm_;
+  int local_size_ = 1;
 };
 
 }  // namespace vlm

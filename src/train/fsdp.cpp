@@ -19,7 +19,8 @@ Expected<FsdpStrategy> parse_fsdp_strategy(const std::string& name) {
   if (name == "no_shard") return FsdpStrategy::no_shard;
   if (name == "shard_grad_op") return FsdpStrategy::shard_grad_op;
   if (name == "full_shard") return FsdpStrategy::full_shard;
-  return invalid_argument("'" + name + "' is not one of no_shard, shard_grad_op, full_shard");
+  if (name == "hybrid_shard") return FsdpStrategy::hybrid_shard;
+  return invalid_argument("'" + name + "' is not one of no_shard, shard_grad_op, full_shard, hybrid_shard");
 }
 
 const char* fsdp_strategy_name(FsdpStrategy strategy) {
@@ -30,12 +31,14 @@ const char* fsdp_strategy_name(FsdpStrategy strategy) {
       return "shard_grad_op";
     case FsdpStrategy::full_shard:
       return "full_shard";
+    case FsdpStrategy::hybrid_shard:
+      return "hybrid_shard";
   }
   return "?";
 }
 
 Fsdp::Fsdp(VlmModel& model, dist::Communicator& comm, const FsdpOptions& options)
-    : model_(model), comm_(comm), options_(options) {}
+    : model_(model), comm_(comm), options_(options), shard_comm_(&comm) {}
 
 Fsdp::~Fsdp() {
   if (model_.params().unit_hooks() == this) model_.params().set_unit_hooks(nullptr);
@@ -45,6 +48,16 @@ Expected<std::unique_ptr<Fsdp>> Fsdp::create(VlmModel& model, dist::Communicator
   if (options.reduce_dtype != DType::f32 && options.reduce_dtype != DType::bf16)
     return invalid_argument(str("fsdp: gradients are reduced in f32 or bf16, not ", dtype_name(options.reduce_dtype)));
   std::unique_ptr<Fsdp> f(new Fsdp(model, comm, options));
+  if (options.strategy == FsdpStrategy::hybrid_shard) {
+    // Shard groups of G consecutive ranks (a node's GPUs), replica groups of the ranks at the same place in theirs.
+    const int G = options.shard_group_size, W = comm.size();
+    if (G < 1 || W % G != 0)
+      return invalid_argument(str("fsdp: hybrid_shard needs a shard group size that divides the world size ", W,
+                                  ", got ", G, " (train.fsdp_shard_group_size; 0 = the ranks of a node)"));
+    VLM_ASSIGN_OR_RETURN(f->shard_group_, comm.split(comm.rank() / G, comm.rank()));
+    VLM_ASSIGN_OR_RETURN(f->replica_group_, comm.split(comm.rank() % G, comm.rank()));
+    f->shard_comm_ = f->shard_group_.get();
+  }
   VLM_RETURN_IF_ERROR(f->build());
   model.params().set_unit_hooks(f.get());
   return f;
@@ -52,7 +65,7 @@ Expected<std::unique_ptr<Fsdp>> Fsdp::create(VlmModel& model, dist::Communicator
 
 Status Fsdp::build() {
   ParameterStore& store = model_.params();
-  const int64_t W = world();
+  const int64_t W = shard_world();
   const std::vector<std::string>& names = store.unit_names();
   units_.resize(names.size());
   state_.resize(names.size());
@@ -100,7 +113,7 @@ Status Fsdp::build() {
   if (!sharded()) return Status();
 
   const bool bf16 = store.compute_dtype() == DType::bf16;
-  const int64_t r = rank();
+  const int64_t r = shard_rank();
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     FsdpUnitLayout& u = units_[ui];
     UnitState& s = state_[ui];
@@ -162,7 +175,7 @@ std::vector<ShardPiece> Fsdp::pieces_of(const Param& full) const {
   const int64_t a = u.param_offsets[i], n = u.shapes[i].numel();
   if (!sharded()) return {{0, 0, n}};
   std::vector<ShardPiece> out;
-  for (int r = 0; r < world(); ++r) {
+  for (int r = 0; r < shard_world(); ++r) {
     const int64_t lo = r * u.shard, hi = lo + u.shard;
     const int64_t from = std::max(a, lo), to = std::min(a + n, hi);
     if (from < to) out.push_back({r, from - a, to - from});
@@ -271,12 +284,12 @@ void Fsdp::run_acquire(int unit, UnitUse use) {
   if (use != UnitUse::gradients) {
     ++s.weight_refs;
     if (sharded()) {
-      if (!s.resident) gather(unit);
+      if (!s.resident) gather(unit, false);
       if (options_.prefetch) {  // the next unit whose weights the schedule reads, gathered while this one computes
         for (size_t i = cursor_; i < schedule_.size(); ++i) {
           const UnitEvent& e = schedule_[i];
           if (!e.acquire || e.use == UnitUse::gradients || e.unit == unit) continue;
-          if (!state_[static_cast<size_t>(e.unit)].resident) gather(e.unit);
+          if (!state_[static_cast<size_t>(e.unit)].resident) gather(e.unit, false);
           break;
         }
       }
@@ -300,7 +313,7 @@ void Fsdp::run_release(int unit, UnitUse use) {
   --s.weight_refs;
   if (!sharded() || s.weight_refs > 0) return;
   // shard_grad_op keeps the weights from the forward until the unit's backward (or the micro-batch) ends.
-  if (options_.strategy == FsdpStrategy::full_shard || use == UnitUse::backward) free_weights(unit);
+  if (options_.strategy != FsdpStrategy::shard_grad_op || use == UnitUse::backward) free_weights(unit);
 }
 
 void Fsdp::point_weights(int unit, const Tensor& full) {
@@ -345,7 +358,7 @@ void Fsdp::point_grads(int unit, const Tensor& full) {
   }
 }
 
-void Fsdp::gather(int unit) {
+void Fsdp::gather(int unit, bool exact) {
   const FsdpUnitLayout& u = units_[static_cast<size_t>(unit)];
   UnitState& s = state_[static_cast<size_t>(unit)];
   const Tensor& shard = s.shard_compute.defined() ? s.shard_compute : s.shard_value;
@@ -356,14 +369,49 @@ void Fsdp::gather(int unit) {
   track(gathered_, gathered_peak_, static_cast<int64_t>(s.full_weights.nbytes()));
   point_weights(unit, s.full_weights);
   if (error_.ok()) {
-    Expected<dist::WorkHandle> w = comm_.all_gather_async(s.full_weights, shard, compute);
-    if (w.ok()) {
-      std::vector<dist::WorkHandle> works;
-      works.push_back(std::move(*w));
-      collectives_.add("gather", unit, std::move(works));
+    std::vector<Expected<dist::WorkHandle>> issued;
+    std::function<void()> then;
+    if (options_.gather_fp8 && !exact) {
+      // fp8 on the wire: this rank's f32 master shard as E4M3 codes and one f32 scale per 128 elements, gathered,
+      // then every rank's part dequantized into the compute-dtype buffer once the compute stream joined them.
+      const int64_t S = u.shard, blocks = ops::fp8_block_count(S), W = shard_world();
+      const Device dev = shard.device();
+      Tensor codes = Tensor::empty({S}, DType::u8, dev, compute), scales = Tensor::empty({blocks}, DType::f32, dev,
+                                                                                          compute);
+      Tensor all_codes = Tensor::empty({W * S}, DType::u8, dev, compute);
+      Tensor all_scales = Tensor::empty({W * blocks}, DType::f32, dev, compute);
+      ops::quantize_fp8_blocks(codes, scales, s.shard_value);
+      const int64_t staged =
+          static_cast<int64_t>(codes.nbytes() + scales.nbytes() + all_codes.nbytes() + all_scales.nbytes());
+      track(staging_, staging_peak_, staged);
+      issued.push_back(shard_comm_->all_gather_async(all_codes, codes, compute));
+      issued.push_back(shard_comm_->all_gather_async(all_scales, scales, compute));
+      then = [this, full = s.full_weights, codes, scales, all_codes, all_scales, S, blocks, W, staged]() mutable {
+        for (int64_t r = 0; r < W; ++r) {
+          Tensor part = full.slice(0, r * S, (r + 1) * S);
+          ops::dequantize_fp8_blocks(part, all_codes.slice(0, r * S, (r + 1) * S),
+                                     all_scales.slice(0, r * blocks, (r + 1) * blocks));
+        }
+        codes = scales = all_codes = all_scales = Tensor();
+        track(staging_, staging_peak_, -staged);
+      };
+    } else {
+      issued.push_back(shard_comm_->all_gather_async(s.full_weights, shard, compute));
+    }
+    std::vector<dist::WorkHandle> works;
+    Status failed;
+    for (Expected<dist::WorkHandle>& w : issued) {
+      if (w.ok()) {
+        works.push_back(std::move(*w));
+      } else if (failed.ok()) {
+        failed = w.status();
+      }
+    }
+    if (failed.ok()) {
+      collectives_.add("gather", unit, std::move(works), std::move(then));
       return;
     }
-    record(w.status().with_context("fsdp: gathering unit " + u.name));
+    record(failed.with_context("fsdp: gathering unit " + u.name));
   }
   s.full_weights.zero_(compute);  // a collective failed: compute on zeros until the step reports the error
 }
@@ -449,7 +497,14 @@ void Fsdp::reduce_grads(int unit) {
     return;
   }
   std::vector<Expected<dist::WorkHandle>> issued;
-  issued.push_back(comm_.reduce_scatter_async(mine, wire, dist::ReduceOp::sum, compute));
+  issued.push_back(shard_comm_->reduce_scatter_async(mine, wire, dist::ReduceOp::sum, compute));
+  if (replica_group_ && replica_group_->size() > 1 && issued.back().ok()) {
+    // hybrid_shard: the group's sum of this shard, summed over the replicas (the groups), on the replica
+    // communicator's stream once the reduce-scatter is done.
+    dist::Communicator& replicas = *replica_group_;
+    record((*issued.back())->wait_on(replicas.stream()));
+    issued.push_back(replicas.all_reduce_async(mine, dist::ReduceOp::sum, replicas.stream()));
+  }
   Tensor shard_grad = s.shard_grad;
   // `wire` rides along so that it lives until the join (the Work holds it too; this keeps the accounting honest).
   file_reduction(unit, std::move(issued), [this, shard_grad, mine, wire, first, bf16, staged, grad_bytes]() mutable {
@@ -476,7 +531,9 @@ void Fsdp::reduce_grads(int unit) {
 Status Fsdp::reduce_norm(Tensor& norm_sq) {
   if (!sharded()) return Status();
   // On the device beside the optimizer's other work: the compute stream waits for the sum, the host does not.
-  VLM_ASSIGN_OR_RETURN(dist::WorkHandle w, comm_.all_reduce_async(norm_sq, dist::ReduceOp::sum, compute_stream()));
+  // Over the shard group: every group holds the whole model's gradients (replicas hold the same).
+  VLM_ASSIGN_OR_RETURN(dist::WorkHandle w,
+                       shard_comm_->all_reduce_async(norm_sq, dist::ReduceOp::sum, compute_stream()));
   return w->wait_on(compute_stream()).with_context("fsdp: gradient norm");
 }
 
@@ -485,7 +542,7 @@ Status Fsdp::begin_full_weights() {
   if (!sharded()) return Status();
   collectives_.set_compute(compute_stream());
   for (size_t u = 0; u < units_.size(); ++u)
-    if (!state_[u].resident) gather(static_cast<int>(u));
+    if (!state_[u].resident) gather(static_cast<int>(u), /*exact=*/true);  // evaluation reads the masters' copies
   record(collectives_.join_all("gather"));
   return error_;
 }
@@ -516,7 +573,8 @@ Status Fsdp::param_sums_of_squares(std::vector<double>& weights, std::vector<dou
       v[k] += ops::sum_of_squares({segments_[i].value});
       v[n + static_cast<int64_t>(k)] += ops::sum_of_squares({segments_[i].grad});
     }
-    VLM_RETURN_IF_ERROR(comm_.all_reduce(sums, dist::ReduceOp::sum).with_context("fsdp: parameter norms"));
+    VLM_RETURN_IF_ERROR(
+        shard_comm_->all_reduce(sums, dist::ReduceOp::sum).with_context("fsdp: parameter norms"));
   }
   weights.assign(v, v + n);
   grads.assign(v + n, v + 2 * n);
@@ -631,6 +689,14 @@ FsdpMemory Fsdp::memory_formula(int grad_accum) const {
     m.grad_buffers_peak = window_max([&](const FsdpUnitLayout& u) { return 4 * P(u); });
     if (grad_accum > 1) m.comm_buffers_peak = window_max([&](const FsdpUnitLayout& u) { return 4 * S(u); });
   }
+  if (options_.gather_fp8) {
+    // fp8 gathers in flight (two with prefetch): this rank's codes and scales and every rank's.
+    uint64_t wire = 0;
+    for (const FsdpUnitLayout& u : units_)
+      wire = std::max(wire, (S(u) + 4 * static_cast<uint64_t>(ops::fp8_block_count(u.shard))) *
+                                (static_cast<uint64_t>(shard_world()) + 1));
+    m.comm_buffers_peak += (options_.prefetch ? 2 : 1) * wire;
+  }
   return m;
 }
 
@@ -638,8 +704,10 @@ std::string Fsdp::layout_json() const {
   nlohmann::json j;
   j["strategy"] = fsdp_strategy_name(options_.strategy);
   j["world_size"] = world();
+  j["shard_group_size"] = shard_world();
   j["prefetch"] = options_.prefetch;
   j["reduce_dtype"] = dtype_name(options_.reduce_dtype);
+  j["allgather_dtype"] = options_.gather_fp8 ? "fp8_e4m3" : "compute";
   j["units"] = nlohmann::json::array();
   for (const FsdpUnitLayout& u : units_)
     j["units"].push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}, {"trainable", u.trainable}});

@@ -38,8 +38,8 @@
 
 namespace vlm {
 
-enum class FsdpStrategy { no_shard, shard_grad_op, full_shard };
-// "no_shard" | "shard_grad_op" | "full_shard"; anything else is an invalid_argument listing them.
+enum class FsdpStrategy { no_shard, shard_grad_op, full_shard, hybrid_shard };
+// "no_shard" | "shard_grad_op" | "full_shard" | "hybrid_shard"; anything else is an invalid_argument listing them.
 Expected<FsdpStrategy> parse_fsdp_strategy(const std::string& name);
 const char* fsdp_strategy_name(FsdpStrategy strategy);
 
@@ -47,6 +47,10 @@ struct FsdpOptions {
   FsdpStrategy strategy = FsdpStrategy::no_shard;
   bool prefetch = true;             // gather the next unit before this one's compute
   DType reduce_dtype = DType::f32;  // gradients on the wire: f32, or bf16 (summed in f32, accumulated in f32)
+  int shard_group_size = 0;         // hybrid_shard: ranks a shard group (consecutive ranks; divides the world size)
+  // Weights on the wire as fp8 E4M3 with an f32 scale per 128 elements (ops::quantize_fp8_blocks of the f32 master
+  // shard), dequantized to the compute dtype after the gather; the masters, gradients and optimizer stay f32.
+  bool gather_fp8 = false;
 };
 
 // Bytes this rank holds for training, by category (memory.json): measured from the buffers it holds (the peaks:
@@ -95,6 +99,11 @@ class Fsdp final : public UnitHooks {
   bool sharded() const { return options_.strategy != FsdpStrategy::no_shard; }
   int rank() const { return comm_.rank(); }
   int world() const { return comm_.size(); }
+  // The ranks the units are split over and this rank's place among them: the world, or (hybrid_shard) its shard
+  // group; replica() is the group's index (0: the group that writes sharded checkpoints).
+  int shard_rank() const { return shard_comm_->rank(); }
+  int shard_world() const { return shard_comm_->size(); }
+  int replica() const { return rank() / shard_world(); }
   const std::vector<FsdpUnitLayout>& units() const { return units_; }
   VlmModel& model() { return model_; }
   dist::Communicator& comm() { return comm_; }
@@ -137,7 +146,8 @@ class Fsdp final : public UnitHooks {
   // backward (with prefetch), so their buffers peak over consecutive units u, v of the backward's reduction order
   // (a single unit without prefetch): f32 gradients 4 max(P_u + P_v), staging 4 max(S_u + S_v) with grad_accum > 1;
   // bf16 on the wire: gradient buffers 4 max P_u, staging max(2 P_u + 2 S_u + 2 P_v + 2 S_v) (+ 4 max S_u with
-  // grad_accum > 1); no_shard: the model's own tensors (4 N each for weights and gradients, 8 N_trainable for the
+  // grad_accum > 1); gather_fp8 adds (S_u + 4 ceil(S_u / 128)) (W + 1) of the largest unit, twice with prefetch
+  // (codes and scales in flight); no_shard: the model's own tensors (4 N each for weights and gradients, 8 N_trainable for the
   // optimizer), nothing gathered or staged.
   FsdpMemory memory_formula(int grad_accum) const;
   // {"strategy", "world_size", "units": [{"name", "numel", "padded", "trainable"}]}
@@ -169,7 +179,8 @@ class Fsdp final : public UnitHooks {
   void advance_to(const UnitEvent& event);
   void run_acquire(int unit, UnitUse use);
   void run_release(int unit, UnitUse use);
-  void gather(int unit);
+  // exact: the compute copies themselves even under gather_fp8 (evaluation, checkpoints' readers).
+  void gather(int unit, bool exact);
   void free_weights(int unit);
   void alloc_grads(int unit);
   void reduce_grads(int unit);
@@ -182,7 +193,9 @@ class Fsdp final : public UnitHooks {
 
   VlmModel& model_;
   dist::Communicator& comm_;
+  std::unique_ptr<dist::Communicator> shard_group_, replica_group_;  // hybrid_shard's sub-communicators
   FsdpOptions options_;
+  dist::Communicator* shard_comm_;  // gathers and reduce-scatters: comm_, or the shard group
   std::vector<FsdpUnitLayout> units_;
   std::vector<UnitState> state_;
   std::deque<Param> segments_;  // optimizer_params() of the sharded strategies

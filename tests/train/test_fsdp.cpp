@@ -114,11 +114,48 @@ TEST(Fsdp, CollectivesKeepTheirOrder) {
   }
 }
 
+TEST(Fsdp, HybridAndFp8GathersRunInAWorldOfOne) {
+  // A world of one: hybrid_shard with groups of one is full_shard (the same losses bit for bit); fp8 gathers change
+  // the weights the compute sees (so the losses differ a little) and keep the order.
+  RunConfig c = config("cpu");
+  const std::string root = testing::scratch_dir("fsdp_hybrid_fp8");
+  c.train.fsdp = "full_shard";
+  ASSERT_TRUE(run_training(trainer_options(c, root + "/full")).ok());
+  c.train.fsdp = "hybrid_shard";
+  c.train.fsdp_shard_group_size = 1;
+  auto r = run_training(trainer_options(c, root + "/hybrid"));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(train_losses(root + "/hybrid"), train_losses(root + "/full"));
+  c.train.fsdp = "full_shard";
+  c.train.fsdp_allgather_dtype = "fp8_e4m3";
+  r = run_training(trainer_options(c, root + "/fp8"));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const std::vector<double> fp8 = train_losses(root + "/fp8"), full = train_losses(root + "/full");
+  ASSERT_EQ(fp8.size(), full.size());
+  EXPECT_NE(fp8, full);
+  for (size_t i = 0; i < fp8.size(); ++i) EXPECT_NEAR(fp8[i], full[i], 2e-2 * full[i]) << "step " << i + 1;
+
+  VlmModel model(c.model, Device::cpu());
+  model.init_weights(1);
+  std::unique_ptr<dist::Communicator> comm = dist::make_local_communicator();
+  FsdpOptions o{FsdpStrategy::full_shard, true, DType::f32};
+  o.gather_fp8 = true;
+  auto fsdp = Fsdp::create(model, *comm, o);
+  ASSERT_TRUE(fsdp.ok());
+  EXPECT_EQ(testing::traced_micro_batches(c, **fsdp, 2, 0, 1), "");
+  o.strategy = FsdpStrategy::hybrid_shard;
+  o.shard_group_size = 2;
+  VlmModel other(c.model, Device::cpu());
+  const auto bad = Fsdp::create(other, *comm, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("divides the world size 1"), std::string::npos) << bad.status().message();
+}
+
 TEST(Fsdp, StrategyNamesAndBadIndexesAreClearErrors) {
   EXPECT_EQ(*parse_fsdp_strategy("full_shard"), FsdpStrategy::full_shard);
   const Expected<FsdpStrategy> bad = parse_fsdp_strategy("zero3");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("no_shard, shard_grad_op, full_shard"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("no_shard, shard_grad_op, full_shard, hybrid_shard"), std::string::npos);
 
   const std::string dir = testing::scratch_dir("fsdp_bad_index");
   auto write = [&](const std::string& text) {
