@@ -174,21 +174,28 @@ Expected<WorkHandle> Communicator::gather_async(Tensor& out, const Tensor& in, i
 
 namespace {
 
-// A host tensor on a GPU backend: its device copy, written back after the collective (see the blocking forms).
+// A host tensor on a GPU backend: its device copy, written back after the collective (see the blocking forms). The
+// copies and the collective run on the communicator's own stream, which is not ordered after the compute stream: a
+// host value (a token count) does not wait for the training step queued on the device.
 class Staged {
  public:
-  Staged(const Communicator& comm, Tensor& host) : host_(host) {
-    if (host.defined() && !comm.serves(host.device()) && host.device().is_cpu() && host.is_contiguous())
-      device_ = host.to(comm.device());
+  Staged(const Communicator& comm, Tensor& host) : host_(host), stream_(comm.stream()) {
+    if (host.defined() && !comm.serves(host.device()) && host.device().is_cpu() && host.is_contiguous()) {
+      device_ = Tensor::empty(host.shape(), host.dtype(), comm.device(), stream_);
+      device_.copy_from(host, stream_);
+    }
   }
   Tensor& get() { return device_.defined() ? device_ : host_; }
+  // The stream the collective waits for: the staging copies', or (a device tensor) the legacy default stream.
+  StreamHandle after() const { return device_.defined() ? stream_ : nullptr; }
   Status done(Status s) {
-    if (s.ok() && device_.defined()) host_.copy_from(device_);
+    if (s.ok() && device_.defined()) host_.copy_from(device_, stream_);
     return s;
   }
 
  private:
   Tensor& host_;
+  StreamHandle stream_;
   Tensor device_;
 };
 
@@ -196,26 +203,26 @@ class Staged {
 
 Status Communicator::all_reduce(Tensor& tensor, ReduceOp op) {
   Staged t(*this, tensor);
-  return t.done(wait_for(all_reduce_async(t.get(), op)));
+  return t.done(wait_for(all_reduce_async(t.get(), op, t.after())));
 }
 Status Communicator::all_gather(Tensor& out, const Tensor& in) {
   Tensor in_copy = in;
   Staged o(*this, out), i(*this, in_copy);
-  return o.done(wait_for(all_gather_async(o.get(), i.get())));
+  return o.done(wait_for(all_gather_async(o.get(), i.get(), i.after())));
 }
 Status Communicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
   Tensor in_copy = in;
   Staged o(*this, out), i(*this, in_copy);
-  return o.done(wait_for(reduce_scatter_async(o.get(), i.get(), op)));
+  return o.done(wait_for(reduce_scatter_async(o.get(), i.get(), op, i.after())));
 }
 Status Communicator::broadcast(Tensor& tensor, int root) {
   Staged t(*this, tensor);
-  return t.done(wait_for(broadcast_async(t.get(), root)));
+  return t.done(wait_for(broadcast_async(t.get(), root, t.after())));
 }
 Status Communicator::gather(Tensor& out, const Tensor& in, int root) {
   Tensor in_copy = in;
   Staged o(*this, out), i(*this, in_copy);
-  return o.done(wait_for(gather_async(o.get(), i.get(), root)));
+  return o.done(wait_for(gather_async(o.get(), i.get(), root, i.after())));
 }
 
 Expected<std::vector<std::string>> all_gather_strings(Communicator& comm, const std::string& mine) {

@@ -314,8 +314,9 @@ class NcclCommunicator final : public Communicator {
   Device device() const override { return Device::cuda(shared_->device); }
   StreamHandle stream() const override { return stream_; }
 
+  // A host rendezvous: a staged one-element all_reduce on this communicator's stream (not after the compute stream).
   Status barrier() override {
-    Tensor one = Tensor::zeros({1}, DType::f32, device());
+    Tensor one = Tensor::zeros({1}, DType::f32);
     return all_reduce(one, ReduceOp::sum);
   }
 
