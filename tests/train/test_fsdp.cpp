@@ -7,12 +7,14 @@
 // On CUDA: test_device_batch_gpu.cpp (FsdpGpu).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "core/safetensors.h"
 #include "dist/collective_schedule.h"
 #include "fsdp_order.h"
 #include "testing/test_util.h"
+#include "train/data_parallel.h"
 #include "train/fsdp.h"
 #include "train/sharded_checkpoint.h"
 #include "train/trainer.h"
@@ -149,6 +151,22 @@ TEST(Fsdp, HybridAndFp8GathersRunInAWorldOfOne) {
   const auto bad = Fsdp::create(other, *comm, o);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("divides the world size 1"), std::string::npos) << bad.status().message();
+}
+
+TEST(DataParallel, GpuRanksGetNcclUnderALauncherAndLocalCopiesWithout) {
+  // Without a launcher a GPU run is a world of one whose communicator takes the GPU's tensors.
+  Expected<DataParallel> alone = DataParallel::open(Device::cuda(0));
+  ASSERT_TRUE(alone.ok()) << alone.status().to_string();
+  EXPECT_STREQ(alone->comm().backend(), "local");
+  EXPECT_EQ(alone->device(), Device::cuda(0));
+  if (dist::built_with_nccl()) GTEST_SKIP() << "the NCCL world of one runs in FsdpGpu (test_train_gpu)";
+  // Under a launcher GPU ranks go to NCCL (no longer refused as "CPU only"): a build without CUDA says what it lacks.
+  for (auto [k, v] : {std::pair{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}}) setenv(k, v, 1);
+  Expected<DataParallel> ranks = DataParallel::open(Device::cuda(0));
+  for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK"}) unsetenv(k);
+  ASSERT_FALSE(ranks.ok());
+  EXPECT_NE(ranks.status().message().find("NCCL backend, which CUDA builds have"), std::string::npos)
+      << ranks.status().message();
 }
 
 TEST(Fsdp, StrategyNamesAndBadIndexesAreClearErrors) {
