@@ -31,21 +31,21 @@ class FinishedWork final : public Work {
   Status status_;
 };
 
-Status check_tensor(const char* what, const char* name, const Tensor& t, Device device) {
+Status check_tensor(const char* what, const char* name, const Tensor& t, const Communicator& comm) {
   if (!t.defined()) return invalid_argument(str(what, ": ", name, " is undefined"));
   if (!collective_dtype(t.dtype()))
     return invalid_argument(
         str(what, ": ", name, " is ", t.describe(), "; collectives take f32, bf16, f64, i32, i64, u8"));
   if (!t.is_contiguous()) return invalid_argument(str(what, ": ", name, " (", t.describe(), ") is not contiguous"));
-  if (t.device() != device)
-    return unsupported(str(what, ": ", name, " (", t.describe(), ") is not on ", device.to_string(),
+  if (!comm.serves(t.device()))
+    return unsupported(str(what, ": ", name, " (", t.describe(), ") is not on ", comm.device().to_string(),
                            ", where this communicator's tensors live"));
   return Status();
 }
 
-Status check_pair(const char* what, const Tensor& out, const Tensor& in, Device device) {
-  VLM_RETURN_IF_ERROR(check_tensor(what, "out", out, device));
-  VLM_RETURN_IF_ERROR(check_tensor(what, "in", in, device));
+Status check_pair(const char* what, const Tensor& out, const Tensor& in, const Communicator& comm) {
+  VLM_RETURN_IF_ERROR(check_tensor(what, "out", out, comm));
+  VLM_RETURN_IF_ERROR(check_tensor(what, "in", in, comm));
   if (out.dtype() != in.dtype())
     return invalid_argument(str(what, ": out (", out.describe(), ") and in (", in.describe(), ") differ in dtype"));
   return Status();
@@ -61,27 +61,40 @@ Status check_op(const char* what, const Tensor& t, ReduceOp op) {
 
 class LocalCommunicator final : public Communicator {
  public:
+  explicit LocalCommunicator(Device device) : device_(device) {}
   int rank() const override { return 0; }
   int size() const override { return 1; }
   const char* backend() const override { return "local"; }
+  Device device() const override { return device_; }
+  bool serves(Device) const override { return true; }
   Status barrier() override { return Status(); }
   void abort(int) override {}
+  Expected<std::unique_ptr<Communicator>> split(int color, int) override {
+    if (color < 0) return invalid_argument(str("split: color ", color, " is negative"));
+    return std::unique_ptr<Communicator>(std::make_unique<LocalCommunicator>(device_));
+  }
 
  protected:
   // op over one rank: the tensor itself
   Expected<WorkHandle> do_all_reduce(Tensor&, ReduceOp, StreamHandle) override { return finished_work(); }
-  Expected<WorkHandle> do_all_gather(Tensor& out, const Tensor& in, StreamHandle) override { return copy(out, in); }
-  Expected<WorkHandle> do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp, StreamHandle) override {
-    return copy(out, in);
+  Expected<WorkHandle> do_all_gather(Tensor& out, const Tensor& in, StreamHandle after) override {
+    return copy(out, in, after);
+  }
+  Expected<WorkHandle> do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp, StreamHandle after) override {
+    return copy(out, in, after);
   }
   Expected<WorkHandle> do_broadcast(Tensor&, int, StreamHandle) override { return finished_work(); }
-  Expected<WorkHandle> do_gather(Tensor& out, const Tensor& in, int, StreamHandle) override { return copy(out, in); }
+  Expected<WorkHandle> do_gather(Tensor& out, const Tensor& in, int, StreamHandle after) override {
+    return copy(out, in, after);
+  }
 
  private:
-  static WorkHandle copy(Tensor& out, const Tensor& in) {
-    if (out.raw_data() != in.raw_data()) std::memcpy(out.raw_data(), in.raw_data(), in.nbytes());
+  // Flat copies (the shapes may differ: [n] into [1, n]); on a GPU ordered on `after`, as a collective would be.
+  static WorkHandle copy(Tensor& out, const Tensor& in, StreamHandle after) {
+    if (out.raw_data() != in.raw_data()) out.view({out.numel()}).copy_from(in.view({in.numel()}), after);
     return finished_work();
   }
+  Device device_;
 };
 
 Status wait_for(Expected<WorkHandle> work) {
@@ -110,14 +123,14 @@ int64_t padded_shard_size(int64_t n, int ranks) {
 int collective_timeout_seconds() { return env::integer("VLM_DIST_TIMEOUT_S"); }
 
 Expected<WorkHandle> Communicator::all_reduce_async(Tensor& tensor, ReduceOp op, StreamHandle after) {
-  VLM_RETURN_IF_ERROR(check_tensor("all_reduce", "tensor", tensor, device()));
+  VLM_RETURN_IF_ERROR(check_tensor("all_reduce", "tensor", tensor, *this));
   VLM_RETURN_IF_ERROR(check_op("all_reduce", tensor, op));
   if (tensor.numel() == 0) return finished_work();
   return do_all_reduce(tensor, op, after);
 }
 
 Expected<WorkHandle> Communicator::all_gather_async(Tensor& out, const Tensor& in, StreamHandle after) {
-  VLM_RETURN_IF_ERROR(check_pair("all_gather", out, in, device()));
+  VLM_RETURN_IF_ERROR(check_pair("all_gather", out, in, *this));
   if (out.numel() != static_cast<int64_t>(size()) * in.numel())
     return invalid_argument(str("all_gather: out (", out.describe(), ") must hold ", size(), " x in (", in.describe(),
                                 ") elements"));
@@ -127,7 +140,7 @@ Expected<WorkHandle> Communicator::all_gather_async(Tensor& out, const Tensor& i
 
 Expected<WorkHandle> Communicator::reduce_scatter_async(Tensor& out, const Tensor& in, ReduceOp op,
                                                         StreamHandle after) {
-  VLM_RETURN_IF_ERROR(check_pair("reduce_scatter", out, in, device()));
+  VLM_RETURN_IF_ERROR(check_pair("reduce_scatter", out, in, *this));
   VLM_RETURN_IF_ERROR(check_op("reduce_scatter", in, op));
   if (in.numel() != static_cast<int64_t>(size()) * out.numel())
     return invalid_argument(str("reduce_scatter: in (", in.describe(), ") must hold ", size(), " x out (",
@@ -137,7 +150,7 @@ Expected<WorkHandle> Communicator::reduce_scatter_async(Tensor& out, const Tenso
 }
 
 Expected<WorkHandle> Communicator::broadcast_async(Tensor& tensor, int root, StreamHandle after) {
-  VLM_RETURN_IF_ERROR(check_tensor("broadcast", "tensor", tensor, device()));
+  VLM_RETURN_IF_ERROR(check_tensor("broadcast", "tensor", tensor, *this));
   if (root < 0 || root >= size())
     return invalid_argument(str("broadcast: root ", root, " is not a rank of a world of ", size()));
   if (tensor.numel() == 0) return finished_work();
@@ -148,9 +161,9 @@ Expected<WorkHandle> Communicator::gather_async(Tensor& out, const Tensor& in, i
   if (root < 0 || root >= size())
     return invalid_argument(str("gather: root ", root, " is not a rank of a world of ", size()));
   if (rank() != root) {
-    VLM_RETURN_IF_ERROR(check_tensor("gather", "in", in, device()));
+    VLM_RETURN_IF_ERROR(check_tensor("gather", "in", in, *this));
   } else {
-    VLM_RETURN_IF_ERROR(check_pair("gather", out, in, device()));
+    VLM_RETURN_IF_ERROR(check_pair("gather", out, in, *this));
     if (out.numel() != static_cast<int64_t>(size()) * in.numel())
       return invalid_argument(str("gather: out (", out.describe(), ") must hold ", size(), " x in (", in.describe(),
                                   ") elements"));
@@ -159,14 +172,57 @@ Expected<WorkHandle> Communicator::gather_async(Tensor& out, const Tensor& in, i
   return do_gather(out, in, root, after);
 }
 
-Status Communicator::all_reduce(Tensor& tensor, ReduceOp op) { return wait_for(all_reduce_async(tensor, op)); }
-Status Communicator::all_gather(Tensor& out, const Tensor& in) { return wait_for(all_gather_async(out, in)); }
-Status Communicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
-  return wait_for(reduce_scatter_async(out, in, op));
+namespace {
+
+// A host tensor on a GPU backend: its device copy, written back after the collective (see the blocking forms). The
+// copies and the collective run on the communicator's own stream, which is not ordered after the compute stream: a
+// host value (a token count) does not wait for the training step queued on the device.
+class Staged {
+ public:
+  Staged(const Communicator& comm, Tensor& host) : host_(host), stream_(comm.stream()) {
+    if (host.defined() && !comm.serves(host.device()) && host.device().is_cpu() && host.is_contiguous()) {
+      device_ = Tensor::empty(host.shape(), host.dtype(), comm.device(), stream_);
+      device_.copy_from(host, stream_);
+    }
+  }
+  Tensor& get() { return device_.defined() ? device_ : host_; }
+  // The stream the collective waits for: the staging copies', or (a device tensor) the legacy default stream.
+  StreamHandle after() const { return device_.defined() ? stream_ : nullptr; }
+  Status done(Status s) {
+    if (s.ok() && device_.defined()) host_.copy_from(device_, stream_);
+    return s;
+  }
+
+ private:
+  Tensor& host_;
+  StreamHandle stream_;
+  Tensor device_;
+};
+
+}  // namespace
+
+Status Communicator::all_reduce(Tensor& tensor, ReduceOp op) {
+  Staged t(*this, tensor);
+  return t.done(wait_for(all_reduce_async(t.get(), op, t.after())));
 }
-Status Communicator::broadcast(Tensor& tensor, int root) { return wait_for(broadcast_async(tensor, root)); }
+Status Communicator::all_gather(Tensor& out, const Tensor& in) {
+  Tensor in_copy = in;
+  Staged o(*this, out), i(*this, in_copy);
+  return o.done(wait_for(all_gather_async(o.get(), i.get(), i.after())));
+}
+Status Communicator::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
+  Tensor in_copy = in;
+  Staged o(*this, out), i(*this, in_copy);
+  return o.done(wait_for(reduce_scatter_async(o.get(), i.get(), op, i.after())));
+}
+Status Communicator::broadcast(Tensor& tensor, int root) {
+  Staged t(*this, tensor);
+  return t.done(wait_for(broadcast_async(t.get(), root, t.after())));
+}
 Status Communicator::gather(Tensor& out, const Tensor& in, int root) {
-  return wait_for(gather_async(out, in, root));
+  Tensor in_copy = in;
+  Staged o(*this, out), i(*this, in_copy);
+  return o.done(wait_for(gather_async(o.get(), i.get(), root, i.after())));
 }
 
 Expected<std::vector<std::string>> all_gather_strings(Communicator& comm, const std::string& mine) {
@@ -246,7 +302,9 @@ Status broadcast_string(Communicator& comm, std::string& text, int root) {
   return Status();
 }
 
-std::unique_ptr<Communicator> make_local_communicator() { return std::make_unique<LocalCommunicator>(); }
+std::unique_ptr<Communicator> make_local_communicator(Device device) {
+  return std::make_unique<LocalCommunicator>(device);
+}
 
 Expected<std::unique_ptr<Communicator>> make_communicator(const LaunchInfo& info) {
   if (!info.distributed()) return make_local_communicator();

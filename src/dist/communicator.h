@@ -39,7 +39,10 @@
 //     (and ncclCommGetAsyncError), and ends the process (status 75) with that message after ncclCommAbort, since the
 //     host may be blocked in a stream synchronization that no wait() will ever leave. After any error the
 //     communicator is unusable: end the job (abort()).
-// The blocking forms are the asynchronous ones followed by wait().
+// The blocking forms are the asynchronous ones followed by wait(). They also take host (CPU) tensors on a GPU
+// backend: the host-side values of a run (token and sample counts, loss sums, loader states, checksums) travel through
+// a device copy of the tensor (host -> device, the collective, device -> host), so every rank's metadata takes the
+// same path as its tensors and no second (CPU) process group is needed.
 #pragma once
 
 #include <cstdint>
@@ -85,6 +88,11 @@ class Communicator {
   virtual const char* backend() const = 0;  // "local", "mpi", "nccl"
   // Where its tensors live: the CPU (local, mpi) or this rank's GPU (nccl).
   virtual Device device() const { return Device::cpu(); }
+  // The stream its collectives run on (GPU backends; nullptr on the CPU): a collective of another communicator that
+  // reads this one's results waits for them with Work::wait_on(stream()).
+  virtual StreamHandle stream() const { return nullptr; }
+  // Whether the asynchronous forms take tensors on `d`: its device() (a world of one: any device).
+  virtual bool serves(Device d) const { return d == device(); }
 
   Status all_reduce(Tensor& tensor, ReduceOp op);
   Status all_gather(Tensor& out, const Tensor& in);
@@ -97,6 +105,11 @@ class Communicator {
   Expected<WorkHandle> reduce_scatter_async(Tensor& out, const Tensor& in, ReduceOp op, StreamHandle after = nullptr);
   Expected<WorkHandle> broadcast_async(Tensor& tensor, int root, StreamHandle after = nullptr);
   Expected<WorkHandle> gather_async(Tensor& out, const Tensor& in, int root, StreamHandle after = nullptr);
+
+  // The ranks of this communicator with the same `color` (>= 0), as a communicator of their own, ordered by `key`
+  // (ties by this communicator's rank): a collective every rank calls (MPI_Comm_split, ncclCommSplit). HYBRID_SHARD
+  // splits the world into shard groups (color rank / G) and replica groups (color rank % G).
+  virtual Expected<std::unique_ptr<Communicator>> split(int color, int key) = 0;
 
   virtual Status barrier() = 0;
   // Ends every rank's process with exit status `code` (MPI_Abort; NCCL: ncclCommAbort, then this process exits and
@@ -137,8 +150,9 @@ Expected<std::vector<std::string>> gather_strings(Communicator& comm, const std:
 // Root's `text` (any length) on every rank: its length, then its bytes.
 Status broadcast_string(Communicator& comm, std::string& text, int root);
 
-// A world of one: every collective is this rank's own data (copied where out and in differ).
-std::unique_ptr<Communicator> make_local_communicator();
+// A world of one: every collective is this rank's own data (copied where out and in differ, on the `after` stream).
+// Its tensors may live on any device; device() is `device`, where the run's tensors are.
+std::unique_ptr<Communicator> make_local_communicator(Device device = Device::cpu());
 
 // True when vlm_dist was built with MPI (find_package(MPI) found it).
 bool built_with_mpi();

@@ -180,6 +180,16 @@ class MpiCommunicator final : public Communicator {
     std::fflush(nullptr);  // this rank's error message first
     MPI_Abort(comm_, code);
   }
+  Expected<std::unique_ptr<Communicator>> split(int color, int key) override {
+    if (color < 0) return invalid_argument(str("split: color ", color, " is negative"));
+    MPI_Comm sub = MPI_COMM_NULL;
+    VLM_RETURN_IF_ERROR(mpi_status(MPI_Comm_split(comm_, color, key, &sub), "Comm_split"));
+    MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+    int rank = 0, size = 0;
+    VLM_RETURN_IF_ERROR(mpi_status(MPI_Comm_rank(sub, &rank), "Comm_rank"));
+    VLM_RETURN_IF_ERROR(mpi_status(MPI_Comm_size(sub, &size), "Comm_size"));
+    return std::unique_ptr<Communicator>(std::make_unique<MpiCommunicator>(sub, rank, size));
+  }
 
  protected:
   Expected<WorkHandle> do_all_reduce(Tensor& t, ReduceOp op, StreamHandle) override {

@@ -57,6 +57,10 @@ struct NcclApi {
   decltype(&ncclRecv) recv;
   decltype(&ncclGroupStart) group_start;
   decltype(&ncclGroupEnd) group_end;
+  decltype(&ncclCommCount) comm_count;
+  decltype(&ncclCommUserRank) comm_user_rank;
+  // ncclCommSplit (2.18 and later); null in older libraries, where split() is an error.
+  decltype(&ncclCommSplit) comm_split = nullptr;
 };
 
 Expected<const NcclApi*> load_nccl() {
@@ -99,6 +103,9 @@ Expected<const NcclApi*> load_nccl() {
   resolve(api.recv, "ncclRecv");
   resolve(api.group_start, "ncclGroupStart");
   resolve(api.group_end, "ncclGroupEnd");
+  resolve(api.comm_count, "ncclCommCount");
+  resolve(api.comm_user_rank, "ncclCommUserRank");
+  api.comm_split = reinterpret_cast<decltype(api.comm_split)>(dlsym(lib, "ncclCommSplit"));
   // ncclGetLastError (2.13) only adds detail to messages.
   api.get_last_error = reinterpret_cast<decltype(api.get_last_error)>(dlsym(lib, "ncclGetLastError"));
   if (api.get_last_error == nullptr) api.get_last_error = [](ncclComm_t) { return ""; };
@@ -305,10 +312,37 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return shared_->size; }
   const char* backend() const override { return "nccl"; }
   Device device() const override { return Device::cuda(shared_->device); }
+  StreamHandle stream() const override { return stream_; }
 
+  // A host rendezvous: a staged one-element all_reduce on this communicator's stream (not after the compute stream).
   Status barrier() override {
-    Tensor one = Tensor::zeros({1}, DType::f32, device());
+    Tensor one = Tensor::zeros({1}, DType::f32);
     return all_reduce(one, ReduceOp::sum);
+  }
+
+  // ncclCommSplit with the parent's config (NCCL_SPLIT_NOCOLOR is not used: every rank joins a group). The new
+  // communicator has its own stream and watchdog; its abort ends the process as the parent's does.
+  Expected<std::unique_ptr<Communicator>> split(int color, int key) override {
+    if (color < 0) return invalid_argument(str("split: color ", color, " is negative"));
+    if (api()->comm_split == nullptr)
+      return unsupported("split: this NCCL has no ncclCommSplit (2.18 or later needed for hybrid_shard)");
+    VLM_RETURN_IF_ERROR(cuda_status(cudaSetDevice(shared_->device), "cudaSetDevice"));
+    // The parent's collectives in flight finish first (the split is itself a collective on the parent).
+    VLM_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+    auto sub = std::make_shared<NcclShared>();
+    sub->api = shared_->api;
+    sub->device = shared_->device;
+    sub->timeout_s = shared_->timeout_s;
+    ncclResult_t rc = api()->comm_split(comm(), color, key, &sub->comm, nullptr);
+    if (rc != ncclSuccess)
+      return internal_error(str("rank ", rank(), ": ncclCommSplit (color ", color, "): ", api()->get_error_string(rc),
+                                " (", api()->get_last_error(comm()), ")"));
+    int r = 0, n = 0;
+    api()->comm_user_rank(sub->comm, &r);
+    api()->comm_count(sub->comm, &n);
+    sub->rank = r;
+    sub->size = n;
+    return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(std::move(sub), nullptr));
   }
 
   void abort(int code) override {

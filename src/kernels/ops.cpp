@@ -71,7 +71,9 @@ constexpr const char* kOps[] = {"cast",
                                 "adamw_step_multi",
                                 "sum_of_squares",
                                 "sum",
-                                "zero_multi"};
+                                "zero_multi",
+                                "quantize_fp8_blocks",
+                                "dequantize_fp8_blocks"};
 
 }  // namespace
 

@@ -2,7 +2,7 @@
 // the op boundary ops/<family>.cpp validates shapes/dtypes and dispatches on the device of the output, to the plain CPU
 // reference cpu/<family>.cpp or the fast CUDA version cuda/<family>.cu (gemm: cuda/gemm.cpp, on cuBLASLt); its tests
 // are tests/kernels/test_<family>.cpp and tests/kernels/cuda/test_cuda_<family>.cpp. Families: gemm, elementwise, norm,
-// activation, rope, packed, attention, paged_attention, loss, embedding, layout, optimizer; lm_head composes gemm and
+// activation, rope, packed, attention, paged_attention, loss, embedding, layout, quant, optimizer; lm_head composes gemm and
 // loss ops (ops/lm_head.cpp, tests/kernels/test_lm_head.cpp). supports(), the device-level switches and streams
 // declared among the families, and check_index_errors are defined in ops.cpp. Layout conventions:
 //   * activations are row-major 2-D [T, C] (T = tokens or rows, C = channels) unless stated; linear, layernorm
@@ -296,6 +296,18 @@ void image_to_patches_backward(Tensor& dimages, const Tensor& dpatches, int patc
 // y[b, ho*(S/r)+wo, (ry*r+rx)*C + c] = x[b, (ho*r+ry)*S + wo*r+rx, c].
 void pixel_shuffle_forward(Tensor& y, const Tensor& x, int factor);
 void pixel_shuffle_backward(Tensor& dx, const Tensor& dy, int factor);  // dx overwrite
+
+// ---- quant: fp8 E4M3 with one f32 scale per block of 128 elements (kernels/fp8_e4m3.h) ---------------------
+// FSDP's fp8 weight gather. Block b covers x[128 b, min(128 (b + 1), n)): scales[b] = amax_b / 448 and
+// q[i] = E4M3(x[i] * (448 / amax_b)), rounded to nearest even (an all-zero block: scale 0, codes 0). Dequantized,
+// x'[i] = decode(q[i]) * scales[b] (one f32 product, rounded once to x's dtype), so for finite x
+//   |x'[i] - x[i]| <= 2^-4 |x[i]| + 2^-10 scales[b] (+ a few f32 roundings: 2^-21 |x[i]|),
+// 3 significant bits and subnormal steps of 2^-9 of the block's scale. CPU and CUDA give the same bytes.
+int64_t fp8_block_count(int64_t n);  // ceil(n / 128): the scales of n elements
+// q [n] u8, scales [fp8_block_count(n)] f32 from x [n] (f32, or bf16 on CUDA).
+void quantize_fp8_blocks(Tensor& q, Tensor& scales, const Tensor& x);
+// x [n] (f32, or bf16 on CUDA) from q [n] u8 and scales.
+void dequantize_fp8_blocks(Tensor& x, const Tensor& q, const Tensor& scales);
 
 // ---- optimizer ---------------------------------------------------------------------------------------------
 // AdamW's settings, one struct from the run file to the op: the run file's train.lr, train.beta1, train.beta2,

@@ -7,13 +7,17 @@ namespace vlm {
 
 Expected<DataParallel> DataParallel::open(Device device) {
   VLM_ASSIGN_OR_RETURN(dist::LaunchInfo info, dist::launch_info_from_env());
-  if (info.distributed() && device.is_cuda())
-    return unsupported(str("the launch has ", info.size, " ranks (", info.launcher,
-                           ") on ", device.to_string(), ": data-parallel training runs on the CPU (MPI) for now; "
-                           "several GPUs need the NCCL backend, which is not built yet"));
-  VLM_ASSIGN_OR_RETURN(std::unique_ptr<dist::Communicator> comm, dist::make_communicator(info));
+  std::unique_ptr<dist::Communicator> comm;
+  if (device.is_cuda() && info.launcher != "none") {
+    // GPU ranks: NCCL, also for a world of one under a launcher (vlm launch --nproc 1, RANK=0 WORLD_SIZE=1).
+    VLM_ASSIGN_OR_RETURN(comm, dist::make_communicator(info, device));
+  } else if (device.is_cuda()) {
+    comm = dist::make_local_communicator(device);
+  } else {
+    VLM_ASSIGN_OR_RETURN(comm, dist::make_communicator(info));
+  }
   if (info.distributed()) set_log_rank(info.rank);
-  return DataParallel(std::move(comm));
+  return DataParallel(std::move(comm), info.local_size);
 }
 
 Expected<int64_t> DataParallel::global_tokens(int64_t mine) {

@@ -3,8 +3,10 @@
 // share the model and its gradients is train/fsdp.h. Every rank reads its own share of each epoch (VlmDataOptions
 // rank/world); gradients are summed over ranks and scaled by the step's target tokens over all ranks, so each rank
 // takes the same optimizer step, as one process with the union of the ranks' batches would. Rank 0 ("lead") writes
-// the run directory, metrics and evals. CPU tensors over MPI for now: several ranks on CUDA are refused until the
-// NCCL backend lands.
+// the run directory, metrics and evals. CPU runs use MPI (mpirun, srun); GPU runs use NCCL under any launcher (one
+// GPU a rank: GPU LOCAL_RANK), also for a world of one under a launcher; a GPU run without a launcher is a world of
+// one without collectives. The host-side values exchanged here travel through the communicator's blocking forms
+// (on NCCL: a small device buffer each, see dist/communicator.h).
 #pragma once
 
 #include <memory>
@@ -20,13 +22,16 @@ namespace vlm {
 
 class DataParallel {
  public:
-  // The launch's ranks (a world of one when not launched by a distributed launcher).
+  // The launch's ranks (a world of one when not launched by a distributed launcher). device(): where this rank's
+  // tensors go (a GPU rank: GPU LOCAL_RANK).
   static Expected<DataParallel> open(Device device);
+  Device device() const { return comm_->device(); }
 
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
   bool distributed() const { return size() > 1; }
   bool lead() const { return rank() == 0; }
+  int local_size() const { return local_size_; }  // ranks on this node (the launcher's local size; 1 when unknown)
   dist::Communicator& comm() { return *comm_; }
 
   // The collectives of a step, called by every rank in the same order:
@@ -39,8 +44,10 @@ class DataParallel {
   Expected<uint64_t> check_replicas(const ParameterStore& params);
 
  private:
-  explicit DataParallel(std::unique_ptr<dist::Communicator> comm) : comm_(std::move(comm)) {}
+  DataParallel(std::unique_ptr<dist::Communicator> comm, int local_size)
+      : comm_(std::move(comm)), local_size_(local_size) {}
   std::unique_ptr<dist::Communicator> comm_;
+  int local_size_ = 1;
 };
 
 }  // namespace vlm

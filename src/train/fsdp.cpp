@@ -9,13 +9,18 @@
 #include "core/logging.h"
 #include "kernels/ops.h"
 
+#ifdef VLM_HAVE_CUDA
+#include "kernels/cuda/cuda_context.h"
+#endif
+
 namespace vlm {
 
 Expected<FsdpStrategy> parse_fsdp_strategy(const std::string& name) {
   if (name == "no_shard") return FsdpStrategy::no_shard;
   if (name == "shard_grad_op") return FsdpStrategy::shard_grad_op;
   if (name == "full_shard") return FsdpStrategy::full_shard;
-  return invalid_argument("'" + name + "' is not one of no_shard, shard_grad_op, full_shard");
+  if (name == "hybrid_shard") return FsdpStrategy::hybrid_shard;
+  return invalid_argument("'" + name + "' is not one of no_shard, shard_grad_op, full_shard, hybrid_shard");
 }
 
 const char* fsdp_strategy_name(FsdpStrategy strategy) {
@@ -26,12 +31,14 @@ const char* fsdp_strategy_name(FsdpStrategy strategy) {
       return "shard_grad_op";
     case FsdpStrategy::full_shard:
       return "full_shard";
+    case FsdpStrategy::hybrid_shard:
+      return "hybrid_shard";
   }
   return "?";
 }
 
 Fsdp::Fsdp(VlmModel& model, dist::Communicator& comm, const FsdpOptions& options)
-    : model_(model), comm_(comm), options_(options) {}
+    : model_(model), comm_(comm), options_(options), shard_comm_(&comm) {}
 
 Fsdp::~Fsdp() {
   if (model_.params().unit_hooks() == this) model_.params().set_unit_hooks(nullptr);
@@ -41,6 +48,16 @@ Expected<std::unique_ptr<Fsdp>> Fsdp::create(VlmModel& model, dist::Communicator
   if (options.reduce_dtype != DType::f32 && options.reduce_dtype != DType::bf16)
     return invalid_argument(str("fsdp: gradients are reduced in f32 or bf16, not ", dtype_name(options.reduce_dtype)));
   std::unique_ptr<Fsdp> f(new Fsdp(model, comm, options));
+  if (options.strategy == FsdpStrategy::hybrid_shard) {
+    // Shard groups of G consecutive ranks (a node's GPUs), replica groups of the ranks at the same place in theirs.
+    const int G = options.shard_group_size, W = comm.size();
+    if (G < 1 || W % G != 0)
+      return invalid_argument(str("fsdp: hybrid_shard needs a shard group size that divides the world size ", W,
+                                  ", got ", G, " (train.fsdp_shard_group_size; 0 = the ranks of a node)"));
+    VLM_ASSIGN_OR_RETURN(f->shard_group_, comm.split(comm.rank() / G, comm.rank()));
+    VLM_ASSIGN_OR_RETURN(f->replica_group_, comm.split(comm.rank() % G, comm.rank()));
+    f->shard_comm_ = f->shard_group_.get();
+  }
   VLM_RETURN_IF_ERROR(f->build());
   model.params().set_unit_hooks(f.get());
   return f;
@@ -48,7 +65,7 @@ Expected<std::unique_ptr<Fsdp>> Fsdp::create(VlmModel& model, dist::Communicator
 
 Status Fsdp::build() {
   ParameterStore& store = model_.params();
-  const int64_t W = world();
+  const int64_t W = shard_world();
   const std::vector<std::string>& names = store.unit_names();
   units_.resize(names.size());
   state_.resize(names.size());
@@ -96,7 +113,7 @@ Status Fsdp::build() {
   if (!sharded()) return Status();
 
   const bool bf16 = store.compute_dtype() == DType::bf16;
-  const int64_t r = rank();
+  const int64_t r = shard_rank();
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     FsdpUnitLayout& u = units_[ui];
     UnitState& s = state_[ui];
@@ -158,7 +175,7 @@ std::vector<ShardPiece> Fsdp::pieces_of(const Param& full) const {
   const int64_t a = u.param_offsets[i], n = u.shapes[i].numel();
   if (!sharded()) return {{0, 0, n}};
   std::vector<ShardPiece> out;
-  for (int r = 0; r < world(); ++r) {
+  for (int r = 0; r < shard_world(); ++r) {
     const int64_t lo = r * u.shard, hi = lo + u.shard;
     const int64_t from = std::max(a, lo), to = std::min(a + n, hi);
     if (from < to) out.push_back({r, from - a, to - from});
@@ -196,6 +213,13 @@ void Fsdp::track(uint64_t& current, uint64_t& peak, int64_t delta) {
   peak = std::max(peak, current);
 }
 
+StreamHandle Fsdp::compute_stream() const {
+#ifdef VLM_HAVE_CUDA
+  if (model_.device().is_cuda()) return ops::cuda::current_stream(model_.device());
+#endif
+  return nullptr;
+}
+
 void Fsdp::zero_grads() {
   if (!sharded()) {
     model_.params().zero_grads();
@@ -212,6 +236,8 @@ void Fsdp::zero_grads() {
 void Fsdp::begin_micro_batch(bool last_of_step) {
   last_micro_batch_ = last_of_step;
   cursor_ = 0;
+  collectives_.set_compute(compute_stream());
+  collectives_.note("begin", last_of_step ? 1 : 0);
 }
 
 Status Fsdp::end_micro_batch() {
@@ -225,6 +251,9 @@ Status Fsdp::end_micro_batch() {
               " is still in use at the end of a micro-batch");
     if (state_[u].resident) free_weights(static_cast<int>(u));  // shard_grad_op: units without a backward
   }
+  // The reductions still in flight: the optimizer (or the next micro-batch's accumulation) reads their results.
+  record(collectives_.join_all());
+  collectives_.note("end", 0);
   return error_;
 }
 
@@ -255,16 +284,19 @@ void Fsdp::run_acquire(int unit, UnitUse use) {
   if (use != UnitUse::gradients) {
     ++s.weight_refs;
     if (sharded()) {
-      if (!s.resident) gather(unit);
-      if (options_.prefetch) {  // the next unit whose weights the schedule reads, gathered before this one computes
+      if (!s.resident) gather(unit, false);
+      if (options_.prefetch) {  // the next unit whose weights the schedule reads, gathered while this one computes
         for (size_t i = cursor_; i < schedule_.size(); ++i) {
           const UnitEvent& e = schedule_[i];
           if (!e.acquire || e.use == UnitUse::gradients || e.unit == unit) continue;
-          if (!state_[static_cast<size_t>(e.unit)].resident) gather(e.unit);
+          if (!state_[static_cast<size_t>(e.unit)].resident) gather(e.unit, false);
           break;
         }
       }
+      // The compute stream waits for this unit's gather (issued now, or ahead by the previous unit's prefetch).
+      record(collectives_.join("gather", unit).with_context("fsdp: gathering unit " + units_[static_cast<size_t>(unit)].name));
     }
+    collectives_.note("use", unit);
   }
   if (use != UnitUse::forward && units_[static_cast<size_t>(unit)].trainable && s.grad_refs++ == 0) alloc_grads(unit);
 }
@@ -277,10 +309,11 @@ void Fsdp::run_release(int unit, UnitUse use) {
     if (sharded() && s.weight_refs == 0) free_weights(unit);
     return;
   }
+  collectives_.note("done", unit);
   --s.weight_refs;
   if (!sharded() || s.weight_refs > 0) return;
   // shard_grad_op keeps the weights from the forward until the unit's backward (or the micro-batch) ends.
-  if (options_.strategy == FsdpStrategy::full_shard || use == UnitUse::backward) free_weights(unit);
+  if (options_.strategy != FsdpStrategy::shard_grad_op || use == UnitUse::backward) free_weights(unit);
 }
 
 void Fsdp::point_weights(int unit, const Tensor& full) {
@@ -325,26 +358,70 @@ void Fsdp::point_grads(int unit, const Tensor& full) {
   }
 }
 
-void Fsdp::gather(int unit) {
+void Fsdp::gather(int unit, bool exact) {
   const FsdpUnitLayout& u = units_[static_cast<size_t>(unit)];
   UnitState& s = state_[static_cast<size_t>(unit)];
   const Tensor& shard = s.shard_compute.defined() ? s.shard_compute : s.shard_value;
-  s.full_weights = Tensor::empty({u.padded}, shard.dtype(), shard.device());
-  if (world() == 1) {
-    s.full_weights.copy_from(shard);  // a world of one gathers its own shard: a device copy, any device
-  } else if (error_.ok()) {
-    record(comm_.all_gather(s.full_weights, shard).with_context("fsdp: gathering unit " + u.name));
-  } else {
-    s.full_weights.zero_();  // a collective failed before: compute on zeros until the step reports the error
-  }
+  const StreamHandle compute = collectives_.compute();
+  // On the compute stream, which reads it: once freed, the allocator hands it out again in that stream's order.
+  s.full_weights = Tensor::empty({u.padded}, shard.dtype(), shard.device(), compute);
   s.resident = true;
   track(gathered_, gathered_peak_, static_cast<int64_t>(s.full_weights.nbytes()));
   point_weights(unit, s.full_weights);
+  if (error_.ok()) {
+    std::vector<Expected<dist::WorkHandle>> issued;
+    std::function<void()> then;
+    if (options_.gather_fp8 && !exact) {
+      // fp8 on the wire: this rank's f32 master shard as E4M3 codes and one f32 scale per 128 elements, gathered,
+      // then every rank's part dequantized into the compute-dtype buffer once the compute stream joined them.
+      const int64_t S = u.shard, blocks = ops::fp8_block_count(S), W = shard_world();
+      const Device dev = shard.device();
+      Tensor codes = Tensor::empty({S}, DType::u8, dev, compute), scales = Tensor::empty({blocks}, DType::f32, dev,
+                                                                                          compute);
+      Tensor all_codes = Tensor::empty({W * S}, DType::u8, dev, compute);
+      Tensor all_scales = Tensor::empty({W * blocks}, DType::f32, dev, compute);
+      ops::quantize_fp8_blocks(codes, scales, s.shard_value);
+      const int64_t staged =
+          static_cast<int64_t>(codes.nbytes() + scales.nbytes() + all_codes.nbytes() + all_scales.nbytes());
+      track(staging_, staging_peak_, staged);
+      issued.push_back(shard_comm_->all_gather_async(all_codes, codes, compute));
+      issued.push_back(shard_comm_->all_gather_async(all_scales, scales, compute));
+      then = [this, full = s.full_weights, codes, scales, all_codes, all_scales, S, blocks, W, staged]() mutable {
+        for (int64_t r = 0; r < W; ++r) {
+          Tensor part = full.slice(0, r * S, (r + 1) * S);
+          ops::dequantize_fp8_blocks(part, all_codes.slice(0, r * S, (r + 1) * S),
+                                     all_scales.slice(0, r * blocks, (r + 1) * blocks));
+        }
+        codes = scales = all_codes = all_scales = Tensor();
+        track(staging_, staging_peak_, -staged);
+      };
+    } else {
+      issued.push_back(shard_comm_->all_gather_async(s.full_weights, shard, compute));
+    }
+    std::vector<dist::WorkHandle> works;
+    Status failed;
+    for (Expected<dist::WorkHandle>& w : issued) {
+      if (w.ok()) {
+        works.push_back(std::move(*w));
+      } else if (failed.ok()) {
+        failed = w.status();
+      }
+    }
+    if (failed.ok()) {
+      collectives_.add("gather", unit, std::move(works), std::move(then));
+      return;
+    }
+    record(failed.with_context("fsdp: gathering unit " + u.name));
+  }
+  s.full_weights.zero_(compute);  // a collective failed: compute on zeros until the step reports the error
 }
 
 void Fsdp::free_weights(int unit) {
   UnitState& s = state_[static_cast<size_t>(unit)];
   if (!s.resident) return;
+  // A gather still in flight (prefetched for a use that never came) writes the buffer until joined.
+  record(collectives_.join("gather", unit));
+  collectives_.note("free", unit);
   track(gathered_, gathered_peak_, -static_cast<int64_t>(s.full_weights.nbytes()));
   point_weights(unit, Tensor());
   s.full_weights = Tensor();
@@ -355,80 +432,118 @@ void Fsdp::alloc_grads(int unit) {
   if (!sharded()) return;  // no_shard: the model's own gradients accumulate over the step's micro-batches
   const FsdpUnitLayout& u = units_[static_cast<size_t>(unit)];
   UnitState& s = state_[static_cast<size_t>(unit)];
-  s.full_grads = Tensor::zeros({u.padded}, DType::f32, s.shard_value.device());
+  s.full_grads = Tensor::empty({u.padded}, DType::f32, s.shard_value.device(), collectives_.compute());
+  s.full_grads.zero_(collectives_.compute());
   track(grad_buffers_, grad_buffers_peak_, static_cast<int64_t>(s.full_grads.nbytes()));
   point_grads(unit, s.full_grads);
+}
+
+void Fsdp::file_reduction(int unit, std::vector<Expected<dist::WorkHandle>> issued, std::function<void()> then) {
+  std::vector<dist::WorkHandle> works;
+  for (Expected<dist::WorkHandle>& w : issued) {
+    if (w.ok()) {
+      works.push_back(std::move(*w));
+    } else {
+      record(w.status().with_context("fsdp: reducing the gradients of unit " + units_[static_cast<size_t>(unit)].name));
+    }
+  }
+  collectives_.add("reduce", unit, std::move(works), std::move(then));
+  // One reduction stays in flight over the next unit's backward (the earlier ones are joined now); without overlap
+  // the compute stream waits for it at once.
+  record(collectives_.join_all("reduce", options_.prefetch ? 1 : 0));
 }
 
 void Fsdp::reduce_grads(int unit) {
   const FsdpUnitLayout& u = units_[static_cast<size_t>(unit)];
   UnitState& s = state_[static_cast<size_t>(unit)];
+  const StreamHandle compute = collectives_.compute();
   if (!sharded()) {
     // DDP: the step's gradients summed over the ranks once its last micro-batch's backward of this unit ended.
-    if (!last_micro_batch_ || world() == 1 || !error_.ok()) return;
-    for (ParamPack* pack : u.packs)
-      record(comm_.all_reduce(pack->grad, dist::ReduceOp::sum).with_context("fsdp: reducing unit " + u.name));
+    if (!last_micro_batch_ || !error_.ok()) return;
+    std::vector<Expected<dist::WorkHandle>> issued;
+    for (ParamPack* pack : u.packs) issued.push_back(comm_.all_reduce_async(pack->grad, dist::ReduceOp::sum, compute));
     for (Param* p : u.params)
-      if (p->pack == nullptr)
-        record(comm_.all_reduce(p->grad, dist::ReduceOp::sum).with_context("fsdp: reducing " + p->name));
+      if (p->pack == nullptr) issued.push_back(comm_.all_reduce_async(p->grad, dist::ReduceOp::sum, compute));
+    file_reduction(unit, std::move(issued), {});
     return;
   }
-  const std::string what = "fsdp: reducing the gradients of unit " + u.name;
-  if (options_.reduce_dtype == DType::bf16) {
-    Tensor wire = Tensor::empty({u.padded}, DType::bf16, s.full_grads.device());
-    Tensor mine = Tensor::empty({u.shard}, DType::bf16, s.full_grads.device());
-    Tensor f32 = Tensor::empty({u.shard}, DType::f32, s.full_grads.device());
-    const int64_t staged = static_cast<int64_t>(wire.nbytes() + mine.nbytes() + f32.nbytes());
-    track(staging_, staging_peak_, staged);
-    ops::cast(wire, s.full_grads);
-    if (world() == 1) {
-      mine.copy_from(wire);
-    } else if (error_.ok()) {
-      record(comm_.reduce_scatter(mine, wire, dist::ReduceOp::sum).with_context(what));
-    }
-    ops::cast(f32, mine);
-    if (s.grad_written) {
-      ops::add_inplace(s.shard_grad, f32);
-    } else {
-      s.shard_grad.copy_from(f32);
-    }
-    track(staging_, staging_peak_, -staged);
-  } else if (!s.grad_written) {
-    if (world() == 1) {
-      s.shard_grad.copy_from(s.full_grads);
-    } else if (error_.ok()) {
-      record(comm_.reduce_scatter(s.shard_grad, s.full_grads, dist::ReduceOp::sum).with_context(what));
-    }
-  } else {
-    Tensor mine = Tensor::empty({u.shard}, DType::f32, s.full_grads.device());
-    track(staging_, staging_peak_, static_cast<int64_t>(mine.nbytes()));
-    if (world() == 1) {
-      mine.copy_from(s.full_grads);
-    } else if (error_.ok()) {
-      record(comm_.reduce_scatter(mine, s.full_grads, dist::ReduceOp::sum).with_context(what));
-    }
-    ops::add_inplace(s.shard_grad, mine);
-    track(staging_, staging_peak_, -static_cast<int64_t>(mine.nbytes()));
-  }
+  // Gradients on the wire: the full f32 buffer itself, or its bf16 copy (the f32 buffer then goes at once). The
+  // shard lands in the f32 gradient shard directly (the step's first f32 reduction), else in a staging buffer that
+  // is added (or, bf16, converted) into it once the compute stream joined the collective.
+  const bool bf16 = options_.reduce_dtype == DType::bf16;
+  const bool first = !s.grad_written;
   s.grad_written = true;
-  track(grad_buffers_, grad_buffers_peak_, -static_cast<int64_t>(s.full_grads.nbytes()));
+  const Device dev = s.full_grads.device();
+  Tensor wire = s.full_grads;
+  int64_t grad_bytes = static_cast<int64_t>(s.full_grads.nbytes()), staged = 0;
+  if (bf16) {
+    wire = Tensor::empty({u.padded}, DType::bf16, dev, compute);
+    ops::cast(wire, s.full_grads);
+    track(grad_buffers_, grad_buffers_peak_, -grad_bytes);
+    grad_bytes = 0;
+    staged += static_cast<int64_t>(wire.nbytes());
+  }
+  Tensor mine = s.shard_grad;
+  if (bf16 || !first) {
+    mine = Tensor::empty({u.shard}, wire.dtype(), dev, compute);
+    staged += static_cast<int64_t>(mine.nbytes());
+  }
+  track(staging_, staging_peak_, staged);
   point_grads(unit, Tensor());
   s.full_grads = Tensor();
+  if (!error_.ok()) {  // a collective failed: nothing more is sent, the step reports the error
+    track(staging_, staging_peak_, -staged);
+    track(grad_buffers_, grad_buffers_peak_, -grad_bytes);
+    return;
+  }
+  std::vector<Expected<dist::WorkHandle>> issued;
+  issued.push_back(shard_comm_->reduce_scatter_async(mine, wire, dist::ReduceOp::sum, compute));
+  if (replica_group_ && replica_group_->size() > 1 && issued.back().ok()) {
+    // hybrid_shard: the group's sum of this shard, summed over the replicas (the groups), on the replica
+    // communicator's stream once the reduce-scatter is done.
+    dist::Communicator& replicas = *replica_group_;
+    record((*issued.back())->wait_on(replicas.stream()));
+    issued.push_back(replicas.all_reduce_async(mine, dist::ReduceOp::sum, replicas.stream()));
+  }
+  Tensor shard_grad = s.shard_grad;
+  // `wire` rides along so that it lives until the join (the Work holds it too; this keeps the accounting honest).
+  file_reduction(unit, std::move(issued), [this, shard_grad, mine, wire, first, bf16, staged, grad_bytes]() mutable {
+    const StreamHandle cs = collectives_.compute();
+    if (mine.raw_data() != shard_grad.raw_data()) {
+      if (first) {
+        ops::cast(shard_grad, mine);  // bf16 -> f32 (exact), or an f32 copy
+      } else if (bf16) {
+        Tensor f32 = Tensor::empty({mine.numel()}, DType::f32, mine.device(), cs);
+        track(staging_, staging_peak_, static_cast<int64_t>(f32.nbytes()));
+        ops::cast(f32, mine);
+        ops::add_inplace(shard_grad, f32);
+        track(staging_, staging_peak_, -static_cast<int64_t>(f32.nbytes()));
+      } else {
+        ops::add_inplace(shard_grad, mine);
+      }
+    }
+    wire = mine = Tensor();
+    track(staging_, staging_peak_, -staged);
+    track(grad_buffers_, grad_buffers_peak_, -grad_bytes);
+  });
 }
 
 Status Fsdp::reduce_norm(Tensor& norm_sq) {
-  if (!sharded() || world() == 1) return Status();
-  Tensor host = norm_sq.to(Device::cpu());
-  VLM_RETURN_IF_ERROR(comm_.all_reduce(host, dist::ReduceOp::sum).with_context("fsdp: gradient norm"));
-  norm_sq.copy_from(host);
-  return Status();
+  if (!sharded()) return Status();
+  // On the device beside the optimizer's other work: the compute stream waits for the sum, the host does not.
+  // Over the shard group: every group holds the whole model's gradients (replicas hold the same).
+  VLM_ASSIGN_OR_RETURN(dist::WorkHandle w,
+                       shard_comm_->all_reduce_async(norm_sq, dist::ReduceOp::sum, compute_stream()));
+  return w->wait_on(compute_stream()).with_context("fsdp: gradient norm");
 }
 
 Status Fsdp::begin_full_weights() {
   model_.params().set_unit_hooks(nullptr);
   if (!sharded()) return Status();
+  collectives_.set_compute(compute_stream());
   for (size_t u = 0; u < units_.size(); ++u)
-    if (!state_[u].resident) gather(static_cast<int>(u));
+    if (!state_[u].resident) gather(static_cast<int>(u), /*exact=*/true);  // evaluation reads the masters' copies
+  record(collectives_.join_all("gather"));
   return error_;
 }
 
@@ -458,7 +573,8 @@ Status Fsdp::param_sums_of_squares(std::vector<double>& weights, std::vector<dou
       v[k] += ops::sum_of_squares({segments_[i].value});
       v[n + static_cast<int64_t>(k)] += ops::sum_of_squares({segments_[i].grad});
     }
-    VLM_RETURN_IF_ERROR(comm_.all_reduce(sums, dist::ReduceOp::sum).with_context("fsdp: parameter norms"));
+    VLM_RETURN_IF_ERROR(
+        shard_comm_->all_reduce(sums, dist::ReduceOp::sum).with_context("fsdp: parameter norms"));
   }
   weights.assign(v, v + n);
   grads.assign(v + n, v + 2 * n);
@@ -543,11 +659,43 @@ FsdpMemory Fsdp::memory_formula(int grad_accum) const {
                                            b * static_cast<uint64_t>(units_[static_cast<size_t>(order[i])].padded +
                                                                      units_[static_cast<size_t>(order[i + 1])].padded));
   }
-  m.grad_buffers_peak = 4 * largest_trainable;
+  // Reductions in the order the backward ends them; with overlap (prefetch) one stays in flight while the next
+  // unit's backward fills its buffers, so the peaks are over consecutive pairs.
+  std::vector<int> reduce_order, refs(units_.size(), 0);
+  for (const UnitEvent& e : schedule_) {
+    if (e.use == UnitUse::forward || !units_[static_cast<size_t>(e.unit)].trainable) continue;
+    int& r = refs[static_cast<size_t>(e.unit)];
+    r += e.acquire ? 1 : -1;
+    if (!e.acquire && r == 0) reduce_order.push_back(e.unit);
+  }
+  auto window_max = [&](auto bytes_of) {
+    uint64_t best = 0;
+    for (size_t i = 0; i < reduce_order.size(); ++i) {
+      uint64_t b = bytes_of(units_[static_cast<size_t>(reduce_order[i])]);
+      if (options_.prefetch && i + 1 < reduce_order.size())
+        b += bytes_of(units_[static_cast<size_t>(reduce_order[i + 1])]);
+      best = std::max(best, b);
+    }
+    return best;
+  };
+  const auto P = [](const FsdpUnitLayout& u) { return static_cast<uint64_t>(u.padded); };
+  const auto S = [](const FsdpUnitLayout& u) { return static_cast<uint64_t>(u.shard); };
   if (options_.reduce_dtype == DType::bf16) {
-    m.comm_buffers_peak = 2 * largest_trainable + 6 * (largest_trainable / static_cast<uint64_t>(world()));
-  } else if (grad_accum > 1) {
-    m.comm_buffers_peak = 4 * largest_shard;
+    // The f32 buffer goes once cast to the bf16 wire copy; the wire copy and the bf16 shard stay until joined.
+    m.grad_buffers_peak = 4 * largest_trainable;
+    m.comm_buffers_peak = window_max([&](const FsdpUnitLayout& u) { return 2 * P(u) + 2 * S(u); }) +
+                          (grad_accum > 1 ? 4 * largest_shard : 0);
+  } else {
+    m.grad_buffers_peak = window_max([&](const FsdpUnitLayout& u) { return 4 * P(u); });
+    if (grad_accum > 1) m.comm_buffers_peak = window_max([&](const FsdpUnitLayout& u) { return 4 * S(u); });
+  }
+  if (options_.gather_fp8) {
+    // fp8 gathers in flight (two with prefetch): this rank's codes and scales and every rank's.
+    uint64_t wire = 0;
+    for (const FsdpUnitLayout& u : units_)
+      wire = std::max(wire, (S(u) + 4 * static_cast<uint64_t>(ops::fp8_block_count(u.shard))) *
+                                (static_cast<uint64_t>(shard_world()) + 1));
+    m.comm_buffers_peak += (options_.prefetch ? 2 : 1) * wire;
   }
   return m;
 }
@@ -556,8 +704,10 @@ std::string Fsdp::layout_json() const {
   nlohmann::json j;
   j["strategy"] = fsdp_strategy_name(options_.strategy);
   j["world_size"] = world();
+  j["shard_group_size"] = shard_world();
   j["prefetch"] = options_.prefetch;
   j["reduce_dtype"] = dtype_name(options_.reduce_dtype);
+  j["allgather_dtype"] = options_.gather_fp8 ? "fp8_e4m3" : "compute";
   j["units"] = nlohmann::json::array();
   for (const FsdpUnitLayout& u : units_)
     j["units"].push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}, {"trainable", u.trainable}});

@@ -25,20 +25,24 @@ Status write_model_and_optimizer(const std::string& dir, Fsdp& fsdp, const AdamW
     VLM_RETURN_IF_ERROR(fsdp.model().params().save(dir + "/model.safetensors", {{"format", "pt"}, {"step", step}}));
     return opt.save(dir + "/optimizer.safetensors");
   }
+  // hybrid_shard: the shard groups hold the same shards; the first group's ranks write them, indexed by their place
+  // in the group (the checkpoint reads as a full_shard one of the group's size).
+  if (fsdp.replica() != 0) return Status();
+  const int shard = fsdp.shard_rank();
   std::vector<std::pair<std::string, Tensor>> values;
   for (Param* p : fsdp.optimizer_params()) values.emplace_back(p->name, p->value);
-  VLM_RETURN_IF_ERROR(safetensors_save(dir + "/" + shard_file(false, fsdp.rank()), values,
-                                       {{"rank", std::to_string(fsdp.rank())}, {"step", step}}));
-  VLM_RETURN_IF_ERROR(opt.save(dir + "/" + shard_file(true, fsdp.rank())));
-  if (fsdp.rank() != 0) return Status();
+  VLM_RETURN_IF_ERROR(safetensors_save(dir + "/" + shard_file(false, shard), values,
+                                       {{"rank", std::to_string(shard)}, {"step", step}}));
+  VLM_RETURN_IF_ERROR(opt.save(dir + "/" + shard_file(true, shard)));
+  if (shard != 0) return Status();
   // The index: every rank's pieces follow from the layout, so rank 0 writes it without hearing from the others.
   nlohmann::json j;
   j["format"] = "vlm-fsdp-sharded";
-  j["world_size"] = fsdp.world();
+  j["world_size"] = fsdp.shard_world();
   j["strategy"] = fsdp_strategy_name(fsdp.strategy());
   j["optimizer_step"] = opt.steps_taken();
   j["files"] = nlohmann::json::array();
-  for (int r = 0; r < fsdp.world(); ++r) {
+  for (int r = 0; r < fsdp.shard_world(); ++r) {
     j["files"].push_back(shard_file(false, r));
     j["files"].push_back(shard_file(true, r));
   }

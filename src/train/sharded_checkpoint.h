@@ -7,7 +7,8 @@
 //   sharded (shard_grad_op, full_shard): rank r writes model_shard_RRRRR.safetensors (its piece of each parameter,
 //     1-D, named as the parameter) and optimizer_shard_RRRRR.safetensors (the moments of those pieces); rank 0 writes
 //     fsdp_index.json: world_size, strategy, optimizer_step, the file list, and per parameter its global shape and
-//     pieces [{rank, begin, numel}] (elements of the flattened parameter).
+//     pieces [{rank, begin, numel}] (elements of the flattened parameter). hybrid_shard: the first shard group's
+//     ranks write theirs (the other groups hold the same shards), world_size being the group's size.
 // Reading takes any element range of any parameter from either layout, so each rank of a new launch reads exactly
 // its own pieces under its own layout.
 #pragma once

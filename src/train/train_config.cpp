@@ -63,8 +63,9 @@ void add_run_options(OptionSet& o, RunConfig& c) {
         "how the ranks of a launch share the model: no_shard (data parallel: full replicas, gradients all-reduced), "
         "shard_grad_op (ZeRO-2: gradients and optimizer state sharded, weights gathered from a unit's forward to its "
         "backward), full_shard (ZeRO-3: weights sharded too, gathered before each unit's forward and again before "
-        "its backward); docs/fsdp.md",
-        one_of({"no_shard", "shard_grad_op", "full_shard"}));
+        "its backward), hybrid_shard (full_shard inside groups of fsdp_shard_group_size ranks, replicated across the "
+        "groups: gradients reduce-scattered in the group, then all-reduced across groups); docs/fsdp.md",
+        one_of({"no_shard", "shard_grad_op", "full_shard", "hybrid_shard"}));
   o.add("train.fsdp_prefetch", &t.fsdp_prefetch,
         "sharded strategies: gather the next unit's weights before the current unit computes (one more unit "
         "gathered at a time)");
@@ -72,6 +73,16 @@ void add_run_options(OptionSet& o, RunConfig& c) {
         "sharded strategies: dtype of the gradients on the wire: fp32, or bf16 (half the traffic; summed in fp32 and "
         "accumulated into fp32 shards)",
         one_of({"fp32", "bf16"}));
+  o.add("train.fsdp_shard_group_size", &t.fsdp_shard_group_size,
+        "hybrid_shard: ranks a shard group (consecutive ranks; must divide the world size); 0 = the ranks of a node "
+        "(LOCAL_WORLD_SIZE, or the launcher's local size)",
+        non_negative<int>());
+  o.add("train.fsdp_allgather_dtype", &t.fsdp_allgather_dtype,
+        "sharded strategies: weights on the wire of the all-gathers: compute (the compute dtype's copies: bf16 or "
+        "fp32), or fp8_e4m3 (the f32 master shards quantized in blocks of 128 with an f32 scale each, dequantized "
+        "to the compute dtype after the gather: about half bf16's traffic; masters, gradients and optimizer stay "
+        "fp32; evaluation gathers the exact weights); docs/fsdp.md measures its effect on the loss",
+        one_of({"compute", "fp8_e4m3"}));
   o.add("train.init_from", &t.init_from,
         "weights to start from: a Hugging Face model folder (its config.json sets the model.* shape), a vlm model "
         "folder (vlm convert) or a safetensors file with vlm's names; loading is strict");

@@ -37,9 +37,11 @@ struct OptimConfig {
   int64_t ckpt_every = 200;               // 0 disables periodic checkpoints (a final one is always written)
   int keep_last = 3;
   int data_streams = 0;                   // data streams (0: the first launch's world size); train/data_streams.h
-  std::string fsdp = "no_shard";          // no_shard (DDP) | shard_grad_op (ZeRO-2) | full_shard (ZeRO-3)
+  std::string fsdp = "no_shard";  // no_shard (DDP) | shard_grad_op (ZeRO-2) | full_shard (ZeRO-3) | hybrid_shard
   bool fsdp_prefetch = true;              // gather the next unit's weights before this unit computes
   std::string fsdp_reduce_dtype = "fp32"; // fp32 | bf16 gradients on the wire (accumulated in fp32)
+  int fsdp_shard_group_size = 0;          // hybrid_shard: ranks a shard group; 0 = the ranks of a node
+  std::string fsdp_allgather_dtype = "compute";  // compute (the compute dtype's copies) | fp8_e4m3
   std::string init_from;                  // weights to start from: a model folder (HF or vlm) or a safetensors file
   std::vector<std::string> init_allow_missing;  // parts or tensor names init_from may lack (strict otherwise)
 };

@@ -204,8 +204,11 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
   const int64_t n_params = model.params().numel(), n_trainable = model.params().numel(true);
   // The ranks share the model as train.fsdp says (a world of one: the model itself, no collectives).
   VLM_ASSIGN_OR_RETURN(const FsdpStrategy strategy, parse_fsdp_strategy(c.train.fsdp));
-  const FsdpOptions fsdp_options{strategy, c.train.fsdp_prefetch,
-                                 c.train.fsdp_reduce_dtype == "bf16" ? DType::bf16 : DType::f32};
+  FsdpOptions fsdp_options{strategy, c.train.fsdp_prefetch,
+                           c.train.fsdp_reduce_dtype == "bf16" ? DType::bf16 : DType::f32};
+  fsdp_options.shard_group_size =
+      c.train.fsdp_shard_group_size > 0 ? c.train.fsdp_shard_group_size : dp.local_size();
+  fsdp_options.gather_fp8 = c.train.fsdp_allgather_dtype == "fp8_e4m3";
   VLM_ASSIGN_OR_RETURN(std::unique_ptr<Fsdp> fsdp, Fsdp::create(model, dp.comm(), fsdp_options));
   AdamW opt(fsdp->optimizer_params(), c.train.adamw,
             {{ParamGroup::vision, c.train.lr_scale_vision},
@@ -250,7 +253,10 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
            c.model.image_tokens(), " image tokens per image; training steps ", st.step + 1, "..", c.train.steps,
            " on ", device.to_string(), " in ", c.train.precision,
            *recompute == Recompute::blocks ? ", recomputing block activations" : "",
-           dp.distributed() ? str("; ", dp.size(), " ranks, fsdp ", c.train.fsdp) : std::string(), "; run dir ",
+           dp.distributed() || std::string(dp.comm().backend()) != "local"
+               ? str("; ", dp.size(), " rank(s) over ", dp.comm().backend(), ", fsdp ", c.train.fsdp)
+               : std::string(),
+           "; run dir ",
            o.run_dir);
 
   std::optional<VlmDataOptions> val_data;
@@ -471,6 +477,7 @@ Expected<TrainResult> train_rank(const TrainerOptions& o, Device device, DataPar
 Expected<TrainResult> run_training(const TrainerOptions& o) {
   VLM_ASSIGN_OR_RETURN(Device device, parse_device(o.config.train.device));
   VLM_ASSIGN_OR_RETURN(DataParallel dp, DataParallel::open(device));  // a world of one unless launched on several
+  if (device.is_cuda()) device = dp.device();  // each GPU rank trains on its own GPU (LOCAL_RANK)
   Expected<TrainResult> r = train_rank(o, device, dp);
   if (!r.ok() && dp.distributed()) {
     // The other ranks wait in a collective this rank will never join: end the whole job, with this rank's error.

@@ -4,7 +4,8 @@
 // all_gathers and reduce_scatters in flight at once, waited for out of order.
 //   dist_collectives_driver check      exit 0 when every check passed on this rank (prints "rank r of n: k checks")
 //   dist_collectives_driver check-gpu  the same checks on GPU tensors through NCCL (one rank per GPU: alone, or under
-//                                      vlm launch, mpirun or srun); the host-only helpers are left out
+//                                      vlm launch, mpirun or srun); the host helpers' CPU tensors are staged through
+//                                      device buffers
 //   dist_collectives_driver has-mpi    exit 0 when vlm_dist was built with MPI
 //   dist_collectives_driver hang       every rank but the last issues an all_gather the last never joins: rank 0's
 //                                      wait() must end with the timeout's error (VLM_DIST_TIMEOUT_S), which it
@@ -12,6 +13,7 @@
 //   dist_collectives_driver rendezvous  under vlm launch (a torchrun-style environment): the ranks meet in the
 //                                      launch's TCP store and read a value rank 0 set ("rendezvous-missing": the
 //                                      last rank leaves without joining, the others must name it)
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -232,6 +234,38 @@ void check_sharded_units(Communicator& comm, Checker& c) {
 
 void check_host_helpers(Communicator& comm, Checker& c);
 
+// Sub-communicators (HYBRID_SHARD's groups): split by rank % 2 (key: descending rank) and by rank / 2; each group's
+// all_reduce sums its own ranks only, and the ranks are numbered by key.
+void check_split(Communicator& comm, Checker& c) {
+  const int r = comm.rank(), n = comm.size();
+  for (const bool by_parity : {true, false}) {
+    const int color = by_parity ? r % 2 : r / 2;
+    vlm::Expected<std::unique_ptr<Communicator>> sub = comm.split(color, by_parity ? n - r : r);
+    c.expect_ok(sub.ok() ? Status() : sub.status(), "split");
+    if (!sub.ok()) return;
+    std::vector<int> members;
+    for (int q = 0; q < n; ++q)
+      if ((by_parity ? q % 2 : q / 2) == color) members.push_back(q);
+    if (by_parity) std::reverse(members.begin(), members.end());
+    const int want_rank = static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin());
+    ++c.checks;
+    if ((*sub)->size() != static_cast<int>(members.size()) || (*sub)->rank() != want_rank) {
+      std::fprintf(stderr, "rank %d: split %d: rank %d of %d, expected %d of %zu\n", r, color, (*sub)->rank(),
+                   (*sub)->size(), want_rank, members.size());
+      ++c.failures;
+    }
+    Tensor t = on(comm, make(5, DType::f32, [&](int64_t i) { return r + i; }));
+    c.expect_ok((*sub)->all_reduce(t, ReduceOp::sum), "split all_reduce");
+    double base = 0;
+    for (int q : members) base += q;
+    c.expect(t, [&](int64_t i) { return base + static_cast<double>(members.size()) * i; }, "split all_reduce");
+    // The parent still works beside its groups.
+    Tensor all = on(comm, make(1, DType::f32, [](int64_t) { return 1; }));
+    c.expect_ok(comm.all_reduce(all, ReduceOp::sum), "all_reduce after split");
+    c.expect(all, [&](int64_t) { return n; }, "all_reduce after split");
+  }
+}
+
 int run_checks(Communicator& comm) {
   const int r = comm.rank(), n = comm.size();
   Checker c;
@@ -239,7 +273,8 @@ int run_checks(Communicator& comm) {
   check_collectives(Collectives{comm, false}, c);
   check_collectives(Collectives{comm, true}, c);
   check_sharded_units(comm, c);
-  if (comm.device().is_cpu()) check_host_helpers(comm, c);
+  check_split(comm, c);
+  check_host_helpers(comm, c);  // on a GPU: host tensors staged through device buffers
   // A bad call is refused on every rank before anything is sent, and the next collective still works.
   Tensor wrong = on(comm, Tensor::zeros({n + 1}, DType::f32));
   const vlm::Status refused = comm.all_gather(wrong, on(comm, make(1, DType::f32, [](int64_t) { return 1; })));
@@ -253,7 +288,8 @@ int run_checks(Communicator& comm) {
   return c.failures == 0 ? 0 : 1;
 }
 
-// The helpers over host data: all_reduce_value, the string gathers and broadcast_string.
+// The helpers over host data: all_reduce_value, the string gathers and broadcast_string (CPU tensors, on a GPU
+// backend staged through device buffers by the blocking forms).
 void check_host_helpers(Communicator& comm, Checker& c) {
   const int r = comm.rank(), n = comm.size();
   // One value: the sum of r + 1 over the ranks.

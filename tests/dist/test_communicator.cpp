@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/collective_schedule.h"
 #include "dist/communicator.h"
 #include "testing/test_util.h"
 
@@ -177,6 +178,67 @@ TEST(MakeCommunicator, PicksTheBackendOfTheLaunch) {
     ASSERT_FALSE(comm.ok());
     EXPECT_NE(comm.status().message().find("built without CUDA"), std::string::npos) << comm.status().message();
   }
+}
+
+TEST(CollectiveSchedule, JoinsRunThenInIssueOrderAndKeepTheNewest) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator();
+  CollectiveSchedule schedule;
+  schedule.trace(true);
+  std::vector<std::string> ran;
+  for (int key : {3, 1, 2}) {
+    Tensor out = Tensor::zeros({4}, DType::f32);
+    Expected<WorkHandle> w = comm->all_gather_async(out, iota(4, DType::f32, key), schedule.compute());
+    ASSERT_TRUE(w.ok());
+    std::vector<WorkHandle> works;
+    works.push_back(std::move(*w));
+    schedule.add("reduce", key, std::move(works), [&ran, key, out] {
+      ran.push_back(str("reduce ", key, " first ", out.item_f32(0)));  // the result is there when `then` runs
+    });
+  }
+  schedule.add("gather", 1, {});
+  EXPECT_TRUE(schedule.pending("reduce", 1));
+  EXPECT_EQ(schedule.count("reduce"), 3u);
+  EXPECT_EQ(schedule.count(), 4u);
+  ASSERT_TRUE(schedule.join_all("reduce", 1).ok());  // all but the newest, oldest first
+  EXPECT_EQ(ran, (std::vector<std::string>{"reduce 3 first 3", "reduce 1 first 1"}));
+  EXPECT_TRUE(schedule.pending("reduce", 2));
+  schedule.note("use", 7);
+  ASSERT_TRUE(schedule.join("gather", 1).ok());
+  ASSERT_TRUE(schedule.join("gather", 1).ok());  // not pending: nothing
+  ASSERT_TRUE(schedule.join_all().ok());
+  EXPECT_EQ(schedule.count(), 0u);
+  std::vector<std::string> trace;
+  for (const ScheduleEvent& e : schedule.events()) trace.push_back(describe(e));
+  EXPECT_EQ(trace, (std::vector<std::string>{"issued reduce 3", "issued reduce 1", "issued reduce 2", "issued gather 1",
+                                             "joined reduce 3", "joined reduce 1", "note use 7", "joined gather 1",
+                                             "joined reduce 2"}));
+  EXPECT_DEATH(
+      {
+        schedule.add("gather", 5, {});
+        schedule.add("gather", 5, {});
+      },
+      "issued again before it was joined");
+}
+
+TEST(CollectiveSchedule, AFailedCollectiveSkipsItsThenAndIsReturned) {
+  CollectiveSchedule schedule;
+  bool ran = false;
+  std::vector<WorkHandle> works;
+  works.push_back(finished_work(internal_error("rank 1 went away")));
+  schedule.add("reduce", 0, std::move(works), [&] { ran = true; });
+  const Status s = schedule.join("reduce", 0);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rank 1 went away"), std::string::npos);
+  EXPECT_FALSE(ran);
+}
+
+TEST(LocalCommunicator, TakesTensorsOnTheDeviceItWasMadeFor) {
+  const std::unique_ptr<Communicator> comm = make_local_communicator(Device::cuda(0));
+  EXPECT_EQ(comm->device(), Device::cuda(0));
+  EXPECT_TRUE(comm->serves(Device::cpu()));  // a world of one copies on any device
+  Tensor out = Tensor::zeros({2, 3}, DType::f32);
+  ASSERT_TRUE(comm->all_gather(out, iota(6, DType::f32, 1.0)).ok());  // flat copies of any shape
+  EXPECT_EQ(out.item_f32(5), 6.f);
 }
 
 TEST(PaddedShardSize, IsTheCeilingOfAnEvenSplit) {

@@ -1,6 +1,7 @@
 // The NCCL communicator with a world of one on one GPU: every collective and dtype, blocking and asynchronous,
 // against the world-of-one CPU result bit for bit with guard regions around every output; ordering after the
-// caller's stream; the rendezvous-store bootstrap of torchrun-style launches; and the watchdog that ends a process
+// caller's stream; host tensors staged by the blocking forms (refused by the asynchronous ones); split; the
+// rendezvous-store bootstrap of torchrun-style launches; and the watchdog that ends a process
 // whose collective hangs. Every test skips without a CUDA device, an NCCL build, or a loadable NCCL.
 #include <gtest/gtest.h>
 
@@ -205,12 +206,36 @@ TEST(NcclCommunicator, ACollectiveStartsAfterTheStreamThatWroteItsInput) {
   cudaStreamDestroy(producer);
 }
 
-TEST(NcclCommunicator, RefusesTensorsOffItsGpu) {
+TEST(NcclCommunicator, StagesHostTensorsInTheBlockingFormsOnlyAndSplits) {
   NCCL_OR_SKIP(comm);
-  Tensor host = Tensor::zeros({4}, DType::f32);
-  const Status s = comm->all_reduce(host, ReduceOp::sum);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("is not on cuda:0"), std::string::npos) << s.message();
+  // The blocking forms take a run's host values through a device copy; the asynchronous ones refuse them.
+  Tensor host = testing::filled({4}, DType::f32, [](int64_t i) { return 1.0 + static_cast<double>(i); });
+  ASSERT_TRUE(comm->all_reduce(host, ReduceOp::sum).ok());
+  EXPECT_EQ(host.data<float>()[3], 4.f);
+  Tensor gathered = Tensor::zeros({4}, DType::f32);
+  ASSERT_TRUE(comm->all_gather(gathered, host).ok());
+  EXPECT_EQ(gathered.data<float>()[2], 3.f);
+  Expected<std::vector<std::string>> strings = all_gather_strings(*comm, "loader state");
+  ASSERT_TRUE(strings.ok()) << strings.status().message();
+  EXPECT_EQ(*strings, std::vector<std::string>{"loader state"});
+  Expected<int64_t> tokens = all_reduce_value(*comm, int64_t{1234567890123}, ReduceOp::sum);
+  ASSERT_TRUE(tokens.ok());
+  EXPECT_EQ(*tokens, 1234567890123);
+  EXPECT_TRUE(comm->barrier().ok());
+  const Expected<WorkHandle> refused = comm->all_reduce_async(host, ReduceOp::sum);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("is not on cuda:0"), std::string::npos) << refused.status().message();
+  // A sub-communicator (hybrid_shard's groups): its own world of one, on the same GPU, beside the parent.
+  Expected<std::unique_ptr<Communicator>> sub = comm->split(0, 0);
+  ASSERT_TRUE(sub.ok()) << sub.status().message();
+  EXPECT_EQ((*sub)->size(), 1);
+  EXPECT_EQ((*sub)->rank(), 0);
+  EXPECT_STREQ((*sub)->backend(), "nccl");
+  EXPECT_NE((*sub)->stream(), comm->stream());
+  Tensor dev = host.to(Device::cuda(0));
+  ASSERT_TRUE((*sub)->all_reduce(dev, ReduceOp::sum).ok());
+  ASSERT_TRUE(comm->all_reduce(dev, ReduceOp::sum).ok());
+  EXPECT_EQ(dev.to(Device::cpu()).data<float>()[0], 1.f);
 }
 
 TEST(NcclCommunicator, BootstrapsThroughTheRendezvousStoreOfATorchrunStyleLaunch) {

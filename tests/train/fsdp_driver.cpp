@@ -2,13 +2,17 @@
 // with a train.fsdp strategy, and the losses one process computes for the same samples.
 //   fsdp_driver prepare DATA                          writes the dataset and tokenizer once (before the ranks start)
 //   fsdp_driver train DATA RUN_DIR STRATEGY STEPS ACCUM [stop=N] [resume] [reduce=bf16] [ckpt=N] [freeze=PART] [tied]
-//                                                     [recompute]
+//                                                     [recompute] [group=G (hybrid_shard's shard group size)]
+//                                                     [gather=fp8 (fp8 E4M3 weight all-gathers)]
 //   fsdp_driver reference DATA WORLD STEPS ACCUM      prints "step loss" for every step: one process reading the
 //                                                     WORLD ranks' shares (rank order) and summing the ranks'
 //                                                     gradients in rank order, as the collectives do
 //   fsdp_driver reshard DATA SRC_CHECKPOINT DST_RUN_DIR STRATEGY   loads a checkpoint (any layout and world size) onto
 //   this
 //                                                     launch's ranks under STRATEGY and saves it again
+//   fsdp_driver order DATA STRATEGY [noprefetch|group=G|gather=fp8]  two micro-batches of this rank's share through FSDP with the
+//                                                     schedule's trace on; prints "rank r: order ok" when the
+//                                                     collectives kept their order (fsdp_order.h)
 //   fsdp_driver dump CHECKPOINT                       one line per full tensor (weights, moments): name and an
 //                                                     FNV-1a hash of its bytes, then the optimizer step
 // train prints "rank r: step S loss L" at the end; exit status 1 on an error (printed).
@@ -30,6 +34,7 @@
 #include "train/optimizer.h"
 #include "train/sharded_checkpoint.h"
 #include "train/trainer.h"
+#include "fsdp_order.h"
 #include "train_fixture.h"
 
 namespace {
@@ -130,6 +135,28 @@ int reshard(const std::string& data, const std::string& src, const std::string& 
   return 0;
 }
 
+int order(const std::string& data, const std::string& strategy_name, const std::string& option) {
+  vlm::Expected<vlm::DataParallel> dp = vlm::DataParallel::open(vlm::Device::cpu());
+  if (!dp.ok()) return fail(dp.status());
+  auto strategy = vlm::parse_fsdp_strategy(strategy_name);
+  if (!strategy.ok()) return fail(strategy.status());
+  vlm::RunConfig c = base_config(data, 1, 2);
+  omp_set_num_threads(1);
+  openblas_set_num_threads(1);
+  vlm::VlmModel model(c.model, vlm::Device::cpu());
+  model.init_weights(static_cast<uint64_t>(c.train.seed));
+  vlm::FsdpOptions options{*strategy, option != "noprefetch", vlm::DType::f32};
+  if (option.rfind("group=", 0) == 0) options.shard_group_size = std::stoi(option.substr(6));
+  options.gather_fp8 = option == "gather=fp8";
+  auto fsdp = vlm::Fsdp::create(model, dp->comm(), options);
+  if (!fsdp.ok()) return fail(fsdp.status());
+  const std::string e = vlm::testing::traced_micro_batches(c, **fsdp, 2, dp->rank(), dp->size());
+  if (!e.empty()) return fail(vlm::internal_error("order: " + e));
+  std::printf("rank %d: order ok (%s, %zu events)\n", dp->rank(), strategy_name.c_str(),
+              (*fsdp)->collectives().events().size());
+  return 0;
+}
+
 int dump(const std::string& dir) {
   auto ckpt = vlm::CheckpointTensors::open(dir);
   if (!ckpt.ok()) return fail(ckpt.status());
@@ -158,6 +185,7 @@ int main(int argc, char** argv) {
   }
   if (mode == "reshard" && argc > 5) return reshard(argv[2], argv[3], argv[4], argv[5]);
   if (mode == "dump" && argc > 2) return dump(argv[2]);
+  if (mode == "order" && argc > 3) return order(argv[2], argv[3], argc > 4 ? argv[4] : "");
   if (mode == "reference" && argc > 5)
     return reference(argv[2], std::stoi(argv[3]), std::stoll(argv[4]), std::stoi(argv[5]));
   if (mode != "train" || argc < 7) {
@@ -180,6 +208,8 @@ int main(int argc, char** argv) {
     if (a.rfind("freeze=", 0) == 0) o.config.train.freeze.push_back(a.substr(7));
     if (a == "recompute") o.config.train.recompute = "blocks";
     if (a == "tied") o.config.model.text.tie_embeddings = true;  // the LM head shares the embeddings' unit
+    if (a.rfind("group=", 0) == 0) o.config.train.fsdp_shard_group_size = std::stoi(a.substr(6));
+    if (a == "gather=fp8") o.config.train.fsdp_allgather_dtype = "fp8_e4m3";
   }
   if (const char* pid_dir = std::getenv("FSDP_TEST_PID_DIR")) {  // the kill test finds each rank's process here
     const vlm::Expected<vlm::dist::LaunchInfo> info = vlm::dist::launch_info_from_env();

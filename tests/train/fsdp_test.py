@@ -125,12 +125,21 @@ def memory_formula(units, strategy, world, accum, bf16_reduce):
         names = [u["name"] for u in units]
         order = names + [n for n in reversed(names) if n not in ("text.lm_head", "text.embed_tokens")]
         cats["gathered_weights_peak"] = 4 * max(padded[a] + padded[b] for a, b in zip(order, order[1:]))
-    largest = max(u["padded"] for u in trainable)
-    cats["gradient_buffers_peak"] = 4 * largest
+    # Reductions end in backward order, one in flight over the next unit's backward: consecutive pairs.
+    back = [u for u in reversed(units) if u["trainable"]]
+    pairs = list(zip(back, back[1:])) or [(back[0], None)]
+    def pair_max(f):
+        return max(f(a) + (f(b) if b else 0) for a, b in pairs)
+    P = lambda u: u["padded"]
+    S = lambda u: u["padded"] // world
     if bf16_reduce:
-        cats["communication_buffers_peak"] = 2 * largest + 6 * (largest // world)
-    elif accum > 1:
-        cats["communication_buffers_peak"] = 4 * max(shard[u["name"]] for u in trainable)
+        cats["gradient_buffers_peak"] = 4 * max(P(u) for u in trainable)
+        cats["communication_buffers_peak"] = pair_max(lambda u: 2 * P(u) + 2 * S(u)) + \
+            (4 * max(S(u) for u in trainable) if accum > 1 else 0)
+    else:
+        cats["gradient_buffers_peak"] = pair_max(lambda u: 4 * P(u))
+        if accum > 1:
+            cats["communication_buffers_peak"] = pair_max(lambda u: 4 * S(u))
     return cats
 
 

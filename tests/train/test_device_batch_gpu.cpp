@@ -10,14 +10,21 @@
 //     kernels on the same inputs).
 //   * FSDP on one GPU: full_shard and shard_grad_op train no_shard's losses bit for bit, in fp32 and in bf16 (the
 //     gathered bf16 shards are the same roundings of the same masters; one micro-batch a step keeps the sums' order).
+//   * FSDP through NCCL (a world of one: rank 0 alone, as `vlm launch --nproc 1` runs it): the collectives keep their
+//     order on NCCL's stream (fsdp_order.h) and full_shard in bf16 trains the world-of-one run's losses bit for bit
+//     (NCCL's one-rank all_gather and reduce_scatter copy). Skips without NCCL.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 
 #include "kernels/ops.h"
 #include "testing/test_util.h"
 #include "train/device_batch.h"
 #include "train/trainer.h"
+#include "dist/communicator.h"
+#include "fsdp_order.h"
 #include "train_fixture.h"
 
 namespace vlm {
@@ -194,6 +201,42 @@ TEST(FsdpGpu, ShardedStrategiesEqualNoShardOnOneGpuInFp32AndBf16) {
       for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], base[i]) << precision << " " << s << " step " << i + 1;
     }
   }
+}
+
+TEST(FsdpGpu, NcclWorldOfOneKeepsTheOrderAndTheLosses) {
+  SKIP_WITHOUT_CUDA();
+  Expected<std::unique_ptr<dist::Communicator>> nccl = dist::make_communicator(dist::LaunchInfo{}, Device::cuda(0));
+  if (!nccl.ok()) GTEST_SKIP() << nccl.status().message();
+  RunConfig c = testing::tiny_run_config(data_dir());
+  c.data.val_shards = "";
+  c.train.device = "cuda:0";
+  c.train.precision = "bf16";
+  c.train.deterministic = true;
+  c.train.steps = 6;
+  c.train.grad_accum = 1;
+  c.train.ckpt_every = 3;
+  c.train.fsdp = "full_shard";
+  for (bool prefetch : {true, false}) {
+    VlmModel model(c.model, Device::cuda(0), DType::bf16);
+    model.init_weights(1);
+    auto fsdp = Fsdp::create(model, **nccl, {FsdpStrategy::full_shard, prefetch, DType::bf16});
+    ASSERT_TRUE(fsdp.ok()) << fsdp.status().to_string();
+    EXPECT_EQ(testing::traced_micro_batches(c, **fsdp, 2, 0, 1), "") << "prefetch " << prefetch;
+  }
+  nccl->reset();
+  // The trainer under a torchrun-style world of one: NCCL (with its TCP store), against the run without a launcher.
+  const std::string root = testing::scratch_dir("fsdp_gpu_nccl");
+  ASSERT_TRUE(run_training(trainer_options(c, root + "/local")).ok());
+  const std::string port = std::to_string(20000 + getpid() % 20000);
+  for (auto [k, v] : {std::pair{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "1"},
+                      {"MASTER_ADDR", "127.0.0.1"}})
+    setenv(k, v, 1);
+  setenv("MASTER_PORT", port.c_str(), 1);
+  auto r = run_training(trainer_options(c, root + "/nccl"));
+  for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+    unsetenv(k);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(train_losses(root + "/nccl"), train_losses(root + "/local"));
 }
 
 }  // namespace

@@ -1,14 +1,20 @@
 // FSDP in one process (a world of one; the multi-rank tests are fsdp_test.py under mpirun):
 //   * the strategies train the same losses as no_shard, bit for bit (one micro-batch a step: the same sums in the
 //     same order), and a sharded checkpoint resumes under another strategy bit for bit;
+//   * the collectives keep their order (fsdp_order.h) under every strategy, with and without prefetch, and the
+//     order check fails on a schedule that does not prefetch or overlap;
 //   * strategy names, and malformed sharded checkpoint indexes, are clear errors naming the file and the field.
 // On CUDA: test_device_batch_gpu.cpp (FsdpGpu).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "core/safetensors.h"
+#include "dist/collective_schedule.h"
+#include "fsdp_order.h"
 #include "testing/test_util.h"
+#include "train/data_parallel.h"
 #include "train/fsdp.h"
 #include "train/sharded_checkpoint.h"
 #include "train/trainer.h"
@@ -70,11 +76,104 @@ TEST(Fsdp, ShardedCheckpointResumesUnderAnotherStrategy) {
   EXPECT_EQ(ckpt->optimizer_step(), 6);
 }
 
+TEST(Fsdp, CollectivesKeepTheirOrder) {
+  RunConfig c = config("cpu");
+  c.train.threads = 1;
+  for (const char* name : {"no_shard", "shard_grad_op", "full_shard"}) {
+    for (bool prefetch : {true, false}) {
+      VlmModel model(c.model, Device::cpu());
+      model.init_weights(1);
+      std::unique_ptr<dist::Communicator> comm = dist::make_local_communicator();
+      auto fsdp = Fsdp::create(model, *comm, {*parse_fsdp_strategy(name), prefetch, DType::f32});
+      ASSERT_TRUE(fsdp.ok()) << fsdp.status().to_string();
+      EXPECT_EQ(testing::traced_micro_batches(c, **fsdp, 2, 0, 1), "") << name << " prefetch " << prefetch;
+      const auto& events = (*fsdp)->collectives().events();
+      if (!prefetch && (*fsdp)->sharded()) {
+        // The check can fail: a schedule without prefetch or overlap is not what it demands of one with them.
+        const std::string e = testing::check_fsdp_order(events, **fsdp, true);
+        EXPECT_TRUE(e.find("no prefetch") != std::string::npos || e.find("joined before the next") != std::string::npos)
+            << e;
+      }
+      // And it catches a reduction issued twice or a use before the gather's join.
+      std::vector<dist::ScheduleEvent> broken = events;
+      for (size_t i = 0; i < broken.size(); ++i)
+        if (broken[i].type == dist::ScheduleEvent::Type::issued && broken[i].tag == "reduce") {
+          broken.insert(broken.begin() + static_cast<std::ptrdiff_t>(i), broken[i]);
+          break;
+        }
+      EXPECT_NE(testing::check_fsdp_order(broken, **fsdp, prefetch).find("reduction(s) in a micro-batch"),
+                std::string::npos);
+      if ((*fsdp)->sharded()) {
+        broken = events;
+        for (size_t i = 0; i < broken.size(); ++i)
+          if (broken[i].type == dist::ScheduleEvent::Type::joined && broken[i].tag == "gather") {
+            std::swap(broken[i], broken[i + 1]);  // the join moves after the use that follows it
+            break;
+          }
+        EXPECT_NE(testing::check_fsdp_order(broken, **fsdp, prefetch), "");
+      }
+    }
+  }
+}
+
+TEST(Fsdp, HybridAndFp8GathersRunInAWorldOfOne) {
+  // A world of one: hybrid_shard with groups of one is full_shard (the same losses bit for bit); fp8 gathers change
+  // the weights the compute sees (so the losses differ a little) and keep the order.
+  RunConfig c = config("cpu");
+  const std::string root = testing::scratch_dir("fsdp_hybrid_fp8");
+  c.train.fsdp = "full_shard";
+  ASSERT_TRUE(run_training(trainer_options(c, root + "/full")).ok());
+  c.train.fsdp = "hybrid_shard";
+  c.train.fsdp_shard_group_size = 1;
+  auto r = run_training(trainer_options(c, root + "/hybrid"));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(train_losses(root + "/hybrid"), train_losses(root + "/full"));
+  c.train.fsdp = "full_shard";
+  c.train.fsdp_allgather_dtype = "fp8_e4m3";
+  r = run_training(trainer_options(c, root + "/fp8"));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const std::vector<double> fp8 = train_losses(root + "/fp8"), full = train_losses(root + "/full");
+  ASSERT_EQ(fp8.size(), full.size());
+  EXPECT_NE(fp8, full);
+  for (size_t i = 0; i < fp8.size(); ++i) EXPECT_NEAR(fp8[i], full[i], 2e-2 * full[i]) << "step " << i + 1;
+
+  VlmModel model(c.model, Device::cpu());
+  model.init_weights(1);
+  std::unique_ptr<dist::Communicator> comm = dist::make_local_communicator();
+  FsdpOptions o{FsdpStrategy::full_shard, true, DType::f32};
+  o.gather_fp8 = true;
+  auto fsdp = Fsdp::create(model, *comm, o);
+  ASSERT_TRUE(fsdp.ok());
+  EXPECT_EQ(testing::traced_micro_batches(c, **fsdp, 2, 0, 1), "");
+  o.strategy = FsdpStrategy::hybrid_shard;
+  o.shard_group_size = 2;
+  VlmModel other(c.model, Device::cpu());
+  const auto bad = Fsdp::create(other, *comm, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("divides the world size 1"), std::string::npos) << bad.status().message();
+}
+
+TEST(DataParallel, GpuRanksGetNcclUnderALauncherAndLocalCopiesWithout) {
+  // Without a launcher a GPU run is a world of one whose communicator takes the GPU's tensors.
+  Expected<DataParallel> alone = DataParallel::open(Device::cuda(0));
+  ASSERT_TRUE(alone.ok()) << alone.status().to_string();
+  EXPECT_STREQ(alone->comm().backend(), "local");
+  EXPECT_EQ(alone->device(), Device::cuda(0));
+  if (dist::built_with_nccl()) GTEST_SKIP() << "the NCCL world of one runs in FsdpGpu (test_train_gpu)";
+  // Under a launcher GPU ranks go to NCCL (no longer refused as "CPU only"): a build without CUDA says what it lacks.
+  for (auto [k, v] : {std::pair{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}}) setenv(k, v, 1);
+  Expected<DataParallel> ranks = DataParallel::open(Device::cuda(0));
+  for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK"}) unsetenv(k);
+  ASSERT_FALSE(ranks.ok());
+  EXPECT_NE(ranks.status().message().find("NCCL backend, which CUDA builds have"), std::string::npos)
+      << ranks.status().message();
+}
+
 TEST(Fsdp, StrategyNamesAndBadIndexesAreClearErrors) {
   EXPECT_EQ(*parse_fsdp_strategy("full_shard"), FsdpStrategy::full_shard);
   const Expected<FsdpStrategy> bad = parse_fsdp_strategy("zero3");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("no_shard, shard_grad_op, full_shard"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("no_shard, shard_grad_op, full_shard, hybrid_shard"), std::string::npos);
 
   const std::string dir = testing::scratch_dir("fsdp_bad_index");
   auto write = [&](const std::string& text) {

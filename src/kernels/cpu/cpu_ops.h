@@ -167,6 +167,11 @@ void image_to_patches_backward(float* dimages, const float* dpatches, int64_t ba
 void pixel_shuffle_forward(float* y, const float* x, int64_t batch, int64_t side, int64_t cols, int64_t factor);
 void pixel_shuffle_backward(float* dx, const float* dy, int64_t batch, int64_t side, int64_t cols, int64_t factor);
 
+// ---- quant.cpp ---------------------------------------------------------------------------------------------
+// fp8 E4M3 blocks of 128 (kernels/fp8_e4m3.h): q [n], scales [ceil(n / 128)] from x [n], and back.
+void quantize_fp8_blocks(uint8_t* q, float* scales, const float* x, int64_t n);
+void dequantize_fp8_blocks(float* x, const uint8_t* q, const float* scales, int64_t n);
+
 // ---- optimizer.cpp -----------------------------------------------------------------------------------------
 // One AdamW step over n elements (see ops::adamw_step; the scalars of kernels/adamw_scalars.h, clipping included).
 void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWScalars& s);

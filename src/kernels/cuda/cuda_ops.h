@@ -127,6 +127,10 @@ void image_to_patches(Tensor& dst, const Tensor& src, int64_t channels, int64_t 
 // Forward: dst = y, src = x [B, side * side, cols]; backward: dst = dx, src = dy.
 void pixel_shuffle(Tensor& dst, const Tensor& src, int64_t side, int64_t cols, int64_t factor, bool backward);
 
+// ---- quant.cu --------------------------------------------------------------------------------------------------
+void quantize_fp8_blocks(Tensor& q, Tensor& scales, const Tensor& x);
+void dequantize_fp8_blocks(Tensor& x, const Tensor& q, const Tensor& scales);
+
 // ---- optimizer.cu ----------------------------------------------------------------------------------------------
 // The step's scalars as kernels/adamw_scalars.h defines them (grad_sum_of_squares, when set, in device memory).
 // Every entry validated: param, grad, m, v f32 of one shape; param_bf16 undefined or bf16 of that shape.
