@@ -88,4 +88,52 @@ rows = read_jsonl(out)
 if len(rows) != 1 or abs(rows[0]["ratio"] - rows[0]["busbw_gbps"] / 0.5) > 1e-9 or "ours/peer" not in text:
     fail(f"the peer's ratio is missing or wrong: {rows}\n{text}")
 print("bench comm --peer: the peer's busbw and the ratio printed and written")
+
+# `vlm bench train` on CPU ranks (the tiny model, fp32): a world of one is the baseline of two ranks under each
+# strategy. Per-rank and total figures add up, tokens are samples x the sequence, the efficiency is total over
+# ranks x baseline, FSDP's measured memory matches its formula (within 10%, as fsdp_test.py), and full_shard keeps
+# half of the world of one's weights, gradients and moments on each of two ranks.
+TRAIN = ["bench", "train", "--device", "cpu", "--preset", "tiny", "--batch", "2", "--text-tokens", "16", "--steps", "2",
+         "--warmup", "1"]
+single = os.path.join(tmp, "train1.json")
+run(0, *TRAIN, "--json", single)
+base = read_jsonl(single)[0]
+if base["world_size"] != 1 or base["seq_len"] != 16 + 16 or len(base["ranks"]) != 1:
+    fail(f"world of one: {base}")
+for strategy in ("no_shard", "shard_grad_op", "full_shard"):
+    out = os.path.join(tmp, f"train2_{strategy}.json")
+    text = run(2, *TRAIN, "--fsdp", strategy, "--baseline-json", single, "--json", out)
+    j = read_jsonl(out)[0]
+    ranks = j["ranks"]
+    if j["world_size"] != 2 or [r["rank"] for r in ranks] != [0, 1]:
+        fail(f"{strategy}: ranks {j}")
+    total = sum(r["samples_per_s"] for r in ranks)
+    if abs(j["samples_per_s"] - total) > 1e-9 * total or abs(j["tokens_per_s"] - total * j["seq_len"]) > 1e-6 * total:
+        fail(f"{strategy}: totals do not add up: {j}")
+    if abs(j["scaling_efficiency"] - total / (2 * base["samples_per_s"])) > 1e-9:
+        fail(f"{strategy}: efficiency {j['scaling_efficiency']}, expected total / (2 x baseline)")
+    for r in ranks:
+        if not (r["loss"] > 0) or r["peak_gb"] <= 0:
+            fail(f"{strategy}: rank {r['rank']}: loss or peak memory missing: {r}")
+        for cat, f in r["fsdp_memory_formula"].items():
+            m = r["fsdp_memory"][cat]
+            if abs(m - f) > 0.1 * f:
+                fail(f"{strategy}: rank {r['rank']}: {cat} measured {m}, formula {f}")
+    one, two = base["ranks"][0]["fsdp_memory"], ranks[0]["fsdp_memory"]
+    for cat in ("parameters", "gradients", "optimizer"):
+        want = one[cat] if strategy == "no_shard" else one[cat] / 2
+        if abs(two[cat] - want) > 0.01 * one[cat]:
+            fail(f"{strategy}: rank 0 keeps {two[cat]} bytes of {cat}, expected about {want} (world of one {one[cat]})")
+    for want in ("weak scaling efficiency", "total", "2 rank(s) (mpi, cpu)"):
+        if want not in text:
+            fail(f"{strategy}: '{want}' not printed:\n{text}")
+    print(f"bench train -np 2 {strategy}: per-rank and total figures, efficiency {j['scaling_efficiency']:.2f}, "
+          f"memory as the formula")
+
+p = subprocess.run([vlm, *TRAIN, "--baseline-json", os.path.join(tmp, "comm0.jsonl")], capture_output=True, text=True)
+if p.returncode == 0 or "--baseline-json" not in p.stderr:
+    fail(f"a baseline that is not a training result was accepted: {p.stderr}")
+p = subprocess.run([vlm, *TRAIN, "--fsdp", "half_shard"], capture_output=True, text=True)
+if p.returncode != 2 or "--fsdp" not in p.stderr:
+    fail(f"--fsdp half_shard: exit {p.returncode}, {p.stderr}")
 print("PASS")
