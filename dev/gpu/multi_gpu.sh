@@ -16,12 +16,14 @@
 #            tokens/s per rank and in total, efficiency, peak memory per GPU, FSDP's measured memory vs its formula
 # Everything lands in $OUT/multi_gpu.jsonl (one record per measurement, "step" and "n" added) and dev/gpu/
 # multi_gpu_summary.py turns it into $OUT/summary.md (ratios to the peers, efficiencies, memory against the formula),
-# also when the call is cut short. No step starts after DEADLINE seconds.
+# also when the call is cut short; $OUT/session.log has one line per step, $OUT/logs.tar every step's log and raw
+# JSON. The data and the parity runs go to $WORK (their checkpoints are deleted once compared). No step starts after
+# DEADLINE seconds.
 #   dev/gpu/multi_gpu.sh
 # Environment: DEVICE (cuda | cpu, default cuda), NS (world sizes, default 1 and the powers of two up to the GPU count,
 # and the count), STEPS (default "comm parity scaling"), VLM (default build-cuda/apps/vlm/vlm; build/apps/vlm/vlm for
 # DEVICE=cpu) or PACK (a folder or .tar.xz from dev/gpu/gpu_pack.sh holding vlm), LAUNCHER (mpirun | vlm, default
-# mpirun), OUT (default ./multi_gpu_out), DEADLINE (default 540), COMM_MIN / COMM_MAX (default 1M / 1G; cpu 4K / 256K),
+# mpirun), OUT (default ./multi_gpu_out), WORK (default /tmp/multi_gpu_work), DEADLINE (default 540), COMM_MIN / COMM_MAX (default 1M / 1G; cpu 4K / 256K),
 # COMM_ITERS (20), PARITY_STEPS (50), PARITY_TOL (1e-4), BENCH_STEPS (20), BATCH_222M (32), BATCH_1B (16),
 # PRESETS (default "nanovlm-222m vlm-1b"; cpu "tiny").
 set -uo pipefail
@@ -30,8 +32,11 @@ t0=$(date +%s)
 DEVICE=${DEVICE:-cuda}
 DEADLINE=${DEADLINE:-540}
 OUT=${OUT:-multi_gpu_out}
-mkdir -p "$OUT/logs"
+WORK=${WORK:-/tmp/multi_gpu_work}
+mkdir -p "$OUT/logs" "$WORK"
 OUT=$(cd "$OUT" && pwd)
+WORK=$(cd "$WORK" && pwd)
+rm -f "$WORK"/*.json "$WORK"/*.jsonl  # this call's figures only (the shapes data is kept)
 jsonl="$OUT/multi_gpu.jsonl"
 : >"$jsonl"
 session="$OUT/session.log"
@@ -40,7 +45,8 @@ elapsed() { echo $(($(date +%s) - t0)); }
 say() { printf '%s\n' "$*" | tee -a "$session"; }
 summarize() {
   python3 "$here/multi_gpu_summary.py" "$jsonl" >"$OUT/summary.md" 2>>"$session" && cat "$OUT/summary.md"
-  # The device tool returns few files: the step logs travel as one tar.
+  # The device tool returns few files: the step logs and raw JSON travel as one tar.
+  cp "$WORK"/*.json "$WORK"/*.jsonl "$OUT/logs/" 2>/dev/null
   [ -d "$OUT/logs" ] && tar -cf "$OUT/logs.tar" -C "$OUT" logs && rm -rf "$OUT/logs"
 }
 trap summarize EXIT
@@ -142,19 +148,19 @@ PY
 step_comm() {
   local n=$1 rc=0
   local args=(--min-bytes "$COMM_MIN" --max-bytes "$COMM_MAX" --iters "${COMM_ITERS:-20}")
-  local peer="$OUT/comm_peer_$n.jsonl" peer_args=()
+  local peer="$WORK/comm_peer_$n.jsonl" peer_args=()
   rm -f "$peer"
   if [ $torch_ok = 1 ]; then
     torchrun --standalone --nproc_per_node "$n" bench/peers/comm_peer.py "${args[@]}" --out "$peer" || rc=1
     [ -s "$peer" ] && record comm "$n" "$peer" && peer_args=(--peer "$peer")
   fi
-  launch "$n" "$VLM" bench comm --device "$DEVICE" "${args[@]}" "${peer_args[@]}" --json "$OUT/comm_$n.jsonl" || rc=1
-  [ -s "$OUT/comm_$n.jsonl" ] && record comm "$n" "$OUT/comm_$n.jsonl"
+  launch "$n" "$VLM" bench comm --device "$DEVICE" "${args[@]}" "${peer_args[@]}" --json "$WORK/comm_$n.jsonl" || rc=1
+  [ -s "$WORK/comm_$n.jsonl" ] && record comm "$n" "$WORK/comm_$n.jsonl"
   return $rc
 }
 
 # The parity data: the shapes dataset and its tokenizer, made once.
-data=$OUT/shapes
+data=$WORK/shapes
 make_data() {
   [ -f "$data/.done" ] && return 0
   rm -rf "$data"
@@ -176,10 +182,12 @@ train() {
 step_parity() {
   local n=$1 rc=0 s
   make_data || return 1
-  DATA_STREAMS=$n train 1 "$OUT/parity_ref_$n" no_shard || return 1
+  DATA_STREAMS=$n train 1 "$WORK/parity_ref_$n" no_shard || return 1
+  rm -rf "$WORK/parity_ref_$n/checkpoints"
   for s in no_shard shard_grad_op full_shard; do
-    DATA_STREAMS=$n train "$n" "$OUT/parity_${s}_$n" "$s" || { rc=1; continue; }
-    python3 - "$OUT/parity_ref_$n" "$OUT/parity_${s}_$n" "$s" "${PARITY_TOL:-1e-4}" <<'PY' >>"$jsonl" || rc=1
+    DATA_STREAMS=$n train "$n" "$WORK/parity_${s}_$n" "$s" || { rc=1; continue; }
+    rm -rf "$WORK/parity_${s}_$n/checkpoints"
+    python3 - "$WORK/parity_ref_$n" "$WORK/parity_${s}_$n" "$s" "${PARITY_TOL:-1e-4}" <<'PY' >>"$jsonl" || rc=1
 import json, os, sys
 ref, run, strategy, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 def losses(d):
@@ -204,7 +212,7 @@ step_scaling() {
     b=$(batch_of "$p")
     common=(--preset "$p" --batch "$b" --steps "${BENCH_STEPS:-20}" --warmup 3)
     [ "$DEVICE" = cpu ] && common+=(--text-tokens 16 --device cpu)
-    base="$OUT/baseline_$p.json"
+    base="$WORK/baseline_$p.json"
     if [ ! -s "$base" ]; then  # the one-device step of the same batch: no FSDP on a GPU, a world of one on the CPU
       if [ "$DEVICE" = cpu ]; then
         "$VLM" bench train "${common[@]}" --json "$base" || rc=1
@@ -212,7 +220,7 @@ step_scaling() {
         "$VLM" bench train "${common[@]}" --profile-steps 1 --trace-steps 0 --json "$base" || rc=1
       fi
     fi
-    local peer="$OUT/fsdp2_${p}_$n.jsonl" peer_args=()
+    local peer="$WORK/fsdp2_${p}_$n.jsonl" peer_args=()
     rm -f "$peer"
     if [ $torch_ok = 1 ]; then
       torchrun --standalone --nproc_per_node "$n" bench/peers/fsdp2_peer.py --presets "$p" --batch "$b" \
@@ -221,8 +229,8 @@ step_scaling() {
     fi
     [ -s "$base" ] && peer_args+=(--baseline-json "$base")
     launch "$n" "$VLM" bench train "${common[@]}" --fsdp full_shard --precision "$precision" "${peer_args[@]}" \
-      --json "$OUT/train_${p}_$n.json" || rc=1
-    [ -s "$OUT/train_${p}_$n.json" ] && record scaling "$n" "$OUT/train_${p}_$n.json"
+      --json "$WORK/train_${p}_$n.json" || rc=1
+    [ -s "$WORK/train_${p}_$n.json" ] && record scaling "$n" "$WORK/train_${p}_$n.json"
   done
   return $rc
 }

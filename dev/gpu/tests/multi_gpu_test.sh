@@ -10,7 +10,7 @@ command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipped"; exit 77
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$(dirname "$script")/../.."  # the repo root: configs/ and bench/ are read from there
-out=$(DEVICE=cpu VLM="$vlm" OUT="$tmp/out" PARITY_STEPS=3 BENCH_STEPS=1 COMM_MAX=8K COMM_ITERS=2 bash "$script" 2>&1) ||
+out=$(DEVICE=cpu VLM="$vlm" OUT="$tmp/out" WORK="$tmp/work" PARITY_STEPS=3 BENCH_STEPS=1 COMM_MAX=8K COMM_ITERS=2 bash "$script" 2>&1) ||
   { echo "$out"; echo "FAIL: the CPU run failed"; exit 1; }
 for n in 1 2; do
   for step in comm parity scaling; do
@@ -36,7 +36,7 @@ for section in "## Collectives" "## Loss parity" "## Weak scaling"; do
 done
 [ -f "$tmp/out/logs.tar" ] || { echo "FAIL: the step logs were not packed"; exit 1; }
 
-if out=$(NCCL_NVLS_ENABLE=1 DEVICE=cpu VLM="$vlm" OUT="$tmp/out2" bash "$script" 2>&1); then
+if out=$(NCCL_NVLS_ENABLE=1 DEVICE=cpu VLM="$vlm" OUT="$tmp/out2" WORK="$tmp/work2" bash "$script" 2>&1); then
   echo "$out"; echo "FAIL: NCCL_NVLS_ENABLE=1 was accepted"; exit 1
 fi
 grep -q "NCCL_NVLS_ENABLE=1: NVLink multicast must stay off" <<<"$out" || { echo "$out"; echo "FAIL: no refusal"; exit 1; }
