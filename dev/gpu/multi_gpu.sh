@@ -23,7 +23,7 @@
 # Environment: DEVICE (cuda | cpu, default cuda), NS (world sizes, default 1 and the powers of two up to the GPU count,
 # and the count), STEPS (default "comm parity scaling"), VLM (default build-cuda/apps/vlm/vlm; build/apps/vlm/vlm for
 # DEVICE=cpu) or PACK (a folder or .tar.xz from dev/gpu/gpu_pack.sh holding vlm), LAUNCHER (mpirun | vlm, default
-# mpirun), OUT (default ./multi_gpu_out), WORK (default /tmp/multi_gpu_work), DEADLINE (default 540), COMM_MIN / COMM_MAX (default 1M / 1G; cpu 4K / 256K),
+# mpirun where it is installed, else vlm), OUT (default ./multi_gpu_out), WORK (default /tmp/multi_gpu_work), DEADLINE (default 540), COMM_MIN / COMM_MAX (default 1M / 1G; cpu 4K / 256K),
 # COMM_ITERS (20), PARITY_STEPS (50), PARITY_TOL (1e-4), BENCH_STEPS (20), BATCH_222M (32), BATCH_1B (16),
 # PRESETS (default "nanovlm-222m vlm-1b"; cpu "tiny").
 set -uo pipefail
@@ -70,11 +70,14 @@ VLM=$(cd "$(dirname "$VLM")" && pwd)/$(basename "$VLM")
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"  # forwarded to the ranks (mpirun -x)
 
 # --- checks: mpirun, NCCL, NVLink multicast off
-LAUNCHER=${LAUNCHER:-mpirun}
 if command -v mpirun >/dev/null 2>&1; then
   say "mpirun: $(mpirun --version 2>&1 | head -n 1)"
-elif [ "$LAUNCHER" = mpirun ]; then
-  fail "mpirun not found (install Open MPI, or LAUNCHER=vlm to start the ranks with vlm launch)"
+  LAUNCHER=${LAUNCHER:-mpirun}
+elif [ "${LAUNCHER:-}" = mpirun ] || [ "$DEVICE" = cpu ]; then
+  fail "mpirun not found (install Open MPI; GPU ranks can also start with LAUNCHER=vlm: vlm launch)"
+else
+  LAUNCHER=${LAUNCHER:-vlm}
+  say "mpirun not found: GPU ranks start with vlm launch (TCP-store rendezvous)"
 fi
 for v in NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; do
   name=${v%%=*} want=${v#*=}
