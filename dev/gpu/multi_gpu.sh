@@ -23,9 +23,10 @@
 # Environment: DEVICE (cuda | cpu, default cuda), NS (world sizes, default 1 and the powers of two up to the GPU count,
 # and the count), STEPS (default "comm parity scaling"), VLM (default build-cuda/apps/vlm/vlm; build/apps/vlm/vlm for
 # DEVICE=cpu) or PACK (a folder or .tar.xz from dev/gpu/gpu_pack.sh holding vlm), LAUNCHER (mpirun | vlm, default
-# mpirun where it is installed, else vlm), OUT (default ./multi_gpu_out), WORK (default /tmp/multi_gpu_work), DEADLINE (default 540), COMM_MIN / COMM_MAX (default 1M / 1G; cpu 4K / 256K),
-# COMM_ITERS (20), PARITY_STEPS (50), PARITY_TOL (1e-4), BENCH_STEPS (20), BATCH_222M (32), BATCH_1B (16),
-# PRESETS (default "nanovlm-222m vlm-1b"; cpu "tiny").
+# mpirun where it is installed, else vlm), OUT (default ./multi_gpu_out), WORK (default /tmp/multi_gpu_work),
+# DEADLINE (default 540), COMM_MIN / COMM_MAX (default 1M / 1G; cpu 4K / 256K), COMM_ITERS (20), PARITY_STEPS (50),
+# PARITY_TOL (1e-4), BENCH_STEPS (20), BATCH_222M (32), BATCH_1B (16), PRESETS (default "nanovlm-222m vlm-1b"; cpu
+# "tiny").
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 t0=$(date +%s)
