@@ -56,7 +56,8 @@ def run(preset: str, args, rank: int, world: int) -> dict:
     s.text_tokens = args.text_tokens
     dev = torch.device("cuda", torch.cuda.current_device())
     torch.manual_seed(0)  # the same initial weights on every rank, as fully_shard expects
-    model = NanoVlm(s).to(dev)
+    with torch.device(dev):  # built on the GPU: a 1B model's init on the CPU takes long
+        model = NanoVlm(s)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     reshard = args.reshard_after_forward
     for blk in list(model.vit) + list(model.lm):
