@@ -100,10 +100,19 @@ run(0, *TRAIN, "--json", single)
 base = read_jsonl(single)[0]
 if base["world_size"] != 1 or base["seq_len"] != 16 + 16 or len(base["ranks"]) != 1:
     fail(f"world of one: {base}")
+# The FSDP2 peer's line for this preset and world size (as fsdp2_peer.py writes it; one for another world size that
+# must be ignored) gives the ratio of total tokens/s.
+train_peer = os.path.join(tmp, "fsdp2.jsonl")
+with open(train_peer, "w") as f:
+    for world, tokens in ((1, 50.0), (2, 100.0)):
+        f.write(json.dumps({"impl": "pytorch-fsdp2", "preset": "tiny", "world_size": world, "batch_per_rank": 2,
+                            "seq_len": 32, "tokens_per_s": tokens, "peak_gb_max": 0.1}) + "\n")
 for strategy in ("no_shard", "shard_grad_op", "full_shard"):
     out = os.path.join(tmp, f"train2_{strategy}.json")
-    text = run(2, *TRAIN, "--fsdp", strategy, "--baseline-json", single, "--json", out)
+    text = run(2, *TRAIN, "--fsdp", strategy, "--baseline-json", single, "--peer", train_peer, "--json", out)
     j = read_jsonl(out)[0]
+    if abs(j["ratio_to_peer"] - j["tokens_per_s"] / 100.0) > 1e-9 or "ours / peer" not in text:
+        fail(f"{strategy}: the FSDP2 peer's ratio is missing or wrong: {j.get('ratio_to_peer')}\n{text}")
     ranks = j["ranks"]
     if j["world_size"] != 2 or [r["rank"] for r in ranks] != [0, 1]:
         fail(f"{strategy}: ranks {j}")
