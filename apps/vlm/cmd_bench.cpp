@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/comm/bench_comm.h"
 #include "bench/data/bench_data.h"
 #include "bench/decode/bench_decode.h"
 #include "bench/train/bench_train.h"
@@ -39,6 +40,10 @@ int bench_attention(int argc, char** argv, int first) {
 #endif
 }
 
+int bench_comm(int argc, char** argv, int first) {
+  return run_bench(vlm::bench::bench_comm_main, "comm", argc, argv, first);
+}
+
 int bench_data(int argc, char** argv, int first) {
   return run_bench(vlm::bench::bench_data_main, "data", argc, argv, first);
 }
@@ -57,6 +62,9 @@ const std::vector<Command>& benchmarks() {
   static const std::vector<Command> table = {
       {"attention", "our FlashAttention fwd/bwd TFLOP/s vs PyTorch SDPA (cuDNN, FlashAttention-2); CUDA build",
        bench_attention},
+      {"comm", "all_gather / reduce_scatter / all_reduce bus bandwidth over NCCL (GPUs) or MPI (CPUs) vs "
+               "torch.distributed",
+       bench_comm},
       {"decode", "the inference engine: tok/s, TTFT, ITL at batch 1/32/128 (text and VLM shapes) vs PyTorch peers",
        bench_decode},
       {"data", "decode + resize (+ normalize, + tokenize) images/s per core vs Pillow on JPEG shards", bench_data},

@@ -22,12 +22,16 @@
 #include <vector>
 
 #include "bench/bench_options.h"
+#include "bench/train/bench_train_ranks.h"
 #include "bench/train/kernel_trace_report.h"
+#include "bench/train/synthetic_batch.h"
 #include "core/device.h"
 #include "core/env.h"
+#include "dist/launch_env.h"
 #include "kernels/op_profile.h"
 #include "kernels/ops.h"
 #include "model/vlm.h"
+#include "train/fsdp.h"
 #include "train/memory_report.h"
 #include "train/optimizer.h"
 #include "track/progress.h"
@@ -50,6 +54,11 @@ struct Options {
   std::string recompute = "none";
   std::string attention = "flash";  // or "simple" (ops::set_attention_flash)
   std::string peer_json, json_out;
+  // The multi-rank benchmark (bench_train_ranks.h): taken under a launch of several ranks, on the CPU, or with --fsdp.
+  std::string device = "cuda";
+  std::string fsdp;  // empty: full_shard under several ranks, else the single-device benchmark
+  std::string reduce_dtype = "f32";
+  std::string baseline_json;
 };
 
 bool positive_int(const std::string& v, int* out) {
@@ -79,7 +88,7 @@ const std::vector<OptionSpec<Options>>& option_specs() {
       {"--steps", "timed steps (default 20)",
        [](Options& o, const std::string& v) { return positive_int(v, &o.steps); }, nullptr},
       {"--warmup", "untimed steps first (default 5)",
-       [](Options& o, const std::string& v) { return positive_int(v, &o.warmup); }, nullptr},
+       [](Options& o, const std::string& v) { return non_negative_int(v, &o.warmup); }, nullptr},
       {"--precision", "bf16 or fp32 (default bf16)",
        [](Options& o, const std::string& v) { return (v == "bf16" || v == "fp32") && !(o.precision = v).empty(); },
        nullptr},
@@ -118,51 +127,31 @@ const std::vector<OptionSpec<Options>>& option_specs() {
       {"--no-gemm-autotune",
        "cuBLASLt's heuristic algorithm per GEMM instead of the fastest of its top choices timed on first use",
        nullptr, [](Options& o) { o.gemm_autotune = false; }},
-      {"--peer", "JSON lines of bench/peers/train_nanovlm.py (same shape): its modes and our ratio to each",
+      {"--peer",
+       "JSON lines of bench/peers/train_nanovlm.py (same shape): its modes and our ratio to each; multi-rank: of "
+       "bench/peers/fsdp2_peer.py (the line of the same preset and world size)",
        [](Options& o, const std::string& v) { return !(o.peer_json = v).empty(); }, nullptr},
-      {"--json", "also write every figure to this JSON file",
+      {"--device",
+       "cuda (default) or cpu; cpu runs the multi-rank benchmark (fp32, CPU ranks over MPI under mpirun)",
+       [](Options& o, const std::string& v) { return (v == "cuda" || v == "cpu") && !(o.device = v).empty(); },
+       nullptr},
+      {"--fsdp",
+       "no_shard, shard_grad_op or full_shard: the multi-rank benchmark (every rank of the launch trains its own "
+       "--batch; per-rank and total samples/s and tokens/s, memory per rank against FSDP's formula). Default: "
+       "full_shard under a launch of several ranks, else the single-device benchmark",
+       [](Options& o, const std::string& v) { return parse_fsdp_strategy(v).ok() && !(o.fsdp = v).empty(); },
+       nullptr},
+      {"--reduce-dtype", "multi-rank: gradients on the wire in f32 (default) or bf16, as train.fsdp_reduce_dtype",
+       [](Options& o, const std::string& v) { return (v == "f32" || v == "bf16") && !(o.reduce_dtype = v).empty(); },
+       nullptr},
+      {"--baseline-json",
+       "multi-rank: a single-rank result (this benchmark's --json on one device, or a world of one) for the weak "
+       "scaling efficiency: total samples/s / (ranks x its samples/s)",
+       [](Options& o, const std::string& v) { return !(o.baseline_json = v).empty(); }, nullptr},
+      {"--json", "also write every figure to this JSON file (multi-rank: one JSON line, rank 0)",
        [](Options& o, const std::string& v) { return !(o.json_out = v).empty(); }, nullptr},
   };
   return specs;
-}
-
-// One packed batch on `dev`: per sample [image placeholders | text], loss on every text position's next token.
-VlmInputs synthetic_batch(const ModelConfig& c, int batch, int text_tokens, Device dev) {
-  std::mt19937_64 rng(1234);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::uniform_int_distribution<int32_t> token(0, c.text.vocab_size - 1);
-  const int img = c.image_tokens(), seq = img + text_tokens;
-  const int64_t side = c.vision.image_size;
-  std::vector<float> pixels(static_cast<size_t>(batch) * 3 * side * side);
-  for (float& p : pixels) p = normal(rng);
-  std::vector<int32_t> tokens, positions, cu{0}, image_rows, loss_rows, loss_targets;
-  for (int b = 0; b < batch; ++b) {
-    const int32_t base = b * seq;
-    for (int t = 0; t < seq; ++t) {
-      tokens.push_back(t < img ? 0 : token(rng));  // placeholders are replaced by image tokens
-      positions.push_back(t);
-      if (t < img) image_rows.push_back(base + t);
-    }
-    // The text positions' next tokens: rows img-1 .. seq-2 predict tokens img .. seq-1 (text_tokens targets).
-    for (int t = img - 1; t < seq - 1; ++t) {
-      loss_rows.push_back(base + t);
-      loss_targets.push_back(tokens[static_cast<size_t>(base + t + 1)]);
-    }
-    cu.push_back(base + seq);
-  }
-  auto i32 = [&](const std::vector<int32_t>& v) {
-    return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}).to(dev);
-  };
-  VlmInputs in;
-  in.images = Tensor::from_vector(pixels, {batch, 3, side, side}).to(dev);
-  in.tokens = i32(tokens);
-  in.positions = i32(positions);
-  in.cu_seqlens = i32(cu);
-  in.max_seqlen = seq;
-  in.image_rows = i32(image_rows);
-  in.loss_rows = i32(loss_rows);
-  in.loss_targets = i32(loss_targets);
-  return in;
 }
 
 void sync(Device dev) { (void)ops::check_index_errors(dev); }  // synchronizes the device
@@ -243,6 +232,31 @@ EnqueueTime time_enqueue(const std::function<void()>& step, Device dev, int reps
 int bench_train_main(int argc, char** argv) {
   Options o;
   if (const int code = parse_bench_options("bench train", argc, argv, option_specs(), 16, o); code >= 0) return code;
+  const Expected<dist::LaunchInfo> launch = dist::launch_info_from_env();
+  if (o.device == "cpu" || !o.fsdp.empty() || (launch.ok() && launch->distributed()) || !launch.ok()) {
+    if (o.device == "cpu" && o.precision == "bf16") o.precision = "fp32";  // the CPU trains in fp32
+    TrainRanksOptions r;
+    r.preset = o.preset;
+    r.device = o.device;
+    r.batch = o.batch;
+    r.text_tokens = o.text_tokens;
+    r.steps = o.steps;
+    r.warmup = o.warmup;
+    r.precision = o.precision;
+    r.grad_clip = o.grad_clip;
+    r.recompute = o.recompute;
+    r.fsdp = o.fsdp.empty() ? "full_shard" : o.fsdp;
+    r.reduce_dtype = o.reduce_dtype;
+    r.baseline_json = o.baseline_json;
+    r.peer_json = o.peer_json;
+    r.json_out = o.json_out;
+    if (o.device == "cuda") {
+      ops::set_deterministic(o.deterministic);
+      ops::set_attention_flash(o.attention == "flash");
+      if (!o.gemm_autotune) ops::set_gemm_autotune(false);
+    }
+    return bench_train_ranks(r);
+  }
   if (!cuda_available()) {
     std::fprintf(stderr, "vlm bench train: no CUDA device\n");
     return 1;

@@ -1,6 +1,7 @@
 // `vlm bench train`: one training step of a model preset (default: the nanoVLM-222M shape) on the GPU, on synthetic
 // inputs, with samples/s, model TFLOP/s, MFU, peak memory, and the PyTorch peer's figures (bench/peers/
-// train_nanovlm.py, run in the same script) read from its JSON lines so the ratio is printed beside ours.
+// train_nanovlm.py, run in the same script) read from its JSON lines so the ratio is printed beside ours. Under a
+// launch of several ranks, with --fsdp or on the CPU it runs the multi-rank benchmark instead (bench_train_ranks.h).
 #pragma once
 
 namespace vlm::bench {

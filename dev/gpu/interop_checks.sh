@@ -19,7 +19,7 @@
 #             adds flags, e.g. "--modes static_compile"), then `vlm bench decode --peer` on the same shapes with
 #             CUDA graphs and with --eager (DECODE_ARGS adds flags, e.g. "--shapes text --trace 20"); figures in
 #             logs/decode_*.jsonl
-#   nccl      dev/gpu/nccl_check.sh on the pack (test_dist_nccl, dist_collectives_driver, dist_nccl_bandwidth)
+#   nccl      dev/gpu/nccl_check.sh on the pack (test_dist_nccl, dist_collectives_driver, vlm bench comm)
 #   serve     dev/gpu/serve_bench.sh: vlm serve of a nanoVLM-222M-shaped run under load (SERVE_CONCURRENCY,
 #             SERVE_SECONDS)
 #   fsdp      dev/gpu/fsdp_check.sh: the FSDP GPU test and the nanoVLM-222M step under each strategy (FSDP_STEPS)

@@ -2,9 +2,9 @@
 # The NCCL communicator on the GPU machine: its GPU tests (every collective and dtype against the CPU, stream
 # ordering, the rendezvous-store bootstrap, the watchdog); the collectives driver's closed-form checks on GPU
 # tensors, alone and under `vlm launch` with one rank per visible GPU (the TCP-store bootstrap; several ranks where
-# the machine has several GPUs); then the all_gather / reduce_scatter bandwidth of 64 MiB beside a device copy's,
-# alone and under `vlm launch`. Packed here with
-#   dev/gpu/gpu_pack.sh .carry/nccl build-cuda/tests/dist/test_dist_nccl build-cuda/tests/dist/dist_nccl_bandwidth \
+# the machine has several GPUs); then `vlm bench comm` at 64 MiB (all_gather, reduce_scatter, all_reduce; alone
+# beside a device copy's bandwidth, and under `vlm launch`). Packed here with
+#   dev/gpu/gpu_pack.sh .carry/nccl build-cuda/tests/dist/test_dist_nccl \
 #     build-cuda/tests/dist/dist_collectives_driver build-cuda/apps/vlm/vlm
 # and run there as dev/gpu/nccl_check.sh .carry/nccl. A skipped GPU test fails the check: on the GPU machine each
 # must run. NCCL comes from the loader's path, else from PyTorch's wheel (nvidia/nccl/lib), through VLM_NCCL_LIB.
@@ -36,7 +36,7 @@ passed=$(echo "$out" | grep -c "of $gpus (nccl): .* 0 failed" || true)
 [ "$passed" -eq "$gpus" ] || { echo "[nccl_check] FAIL: $passed of $gpus ranks passed"; exit 1; }
 
 echo "[nccl_check] bandwidth, one rank"
-"$dir/dist_nccl_bandwidth" 64 20
+"$dir/vlm" bench comm --device cuda --min-bytes 64M --max-bytes 64M --iters 20
 echo "[nccl_check] bandwidth under vlm launch --nproc $gpus (TCP-store bootstrap)"
-"$dir/vlm" launch --nproc "$gpus" -- "$dir/dist_nccl_bandwidth" 64 20
+"$dir/vlm" launch --nproc "$gpus" -- "$dir/vlm" bench comm --device cuda --min-bytes 64M --max-bytes 64M --iters 20
 echo "[nccl_check] PASS"

@@ -33,16 +33,70 @@ Status apply_model_preset(const std::string& name, ModelConfig& c) {
     c.text.tie_embeddings = true;
     c.text.max_seq_len = 8192;
     c.init_std = 0.02f;
+  } else if (name == "vlm-1b") {
+    c = fresh;
+    c.vision = {224, 16, 3, 768, 12, 12, 3072, 1e-6f, 0.f};  // SigLIP-B/16-224
+    c.projector = {2, 0};                                     // 196 patches -> 49 tokens of 3072 -> 2048
+    c.text.vocab_size = 49152;                                // SmolLM2's tokenizer
+    c.text.hidden = 2048;                                     // Llama-3.2-1B from here on
+    c.text.layers = 16;
+    c.text.heads = 32;
+    c.text.kv_heads = 8;
+    c.text.intermediate = 8192;
+    c.text.rope_theta = 500000.f;
+    c.text.rms_eps = 1e-5f;
+    c.text.tie_embeddings = true;
+    c.text.max_seq_len = 8192;
+    c.init_std = 0.02f;
   } else {
-    return invalid_argument("unknown model preset '" + name + "' (known: tiny, nanovlm-222m)");
+    std::string known;
+    for (const auto& n : model_preset_names()) known += (known.empty() ? "" : ", ") + n;
+    return invalid_argument("unknown model preset '" + name + "' (known: " + known + ")");
   }
   c.preset = name;
   return Status();
 }
 
+const std::vector<std::string>& model_preset_names() {
+  static const std::vector<std::string> names = {"tiny", "nanovlm-222m", "vlm-1b"};
+  return names;
+}
+
+ParameterCount count_parameters(const ModelConfig& c) {
+  ParameterCount n;
+  auto linear = [](int64_t in, int64_t out, bool bias) { return in * out + (bias ? out : 0); };
+  if (c.has_vision()) {
+    const VisionConfig& v = c.vision;
+    const int64_t d = v.hidden;
+    const int64_t block = 2 * 2 * d                                 // two LayerNorms (weight, bias)
+                          + 4 * linear(d, d, true)                  // q, k, v, out_proj
+                          + linear(d, v.mlp_hidden, true) + linear(v.mlp_hidden, d, true);
+    n.vision = d * v.channels * v.patch_size * v.patch_size + d     // patch embedding
+               + int64_t{v.n_patches()} * d                         // positions
+               + v.layers * block + 2 * d;                          // blocks, post LayerNorm
+  }
+  if (c.model_parts() == ModelParts::vlm) {
+    const int64_t in = int64_t{c.vision.hidden} * c.projector.pixel_shuffle * c.projector.pixel_shuffle;
+    n.projector = c.projector.mlp_hidden > 0
+                      ? linear(in, c.projector.mlp_hidden, true) + linear(c.projector.mlp_hidden, c.text.hidden, true)
+                      : linear(in, c.text.hidden, false);
+  }
+  if (c.has_text()) {
+    const TextConfig& t = c.text;
+    const int64_t d = t.hidden, q = int64_t{t.heads} * t.head_dim(), kv = int64_t{t.kv_heads} * t.head_dim();
+    const int64_t block = 2 * d                                                           // two RMSNorms
+                          + linear(d, q, t.qkv_bias) + 2 * linear(d, kv, t.qkv_bias)      // q, k, v
+                          + linear(q, d, false)                                           // o_proj
+                          + 3 * d * int64_t{t.intermediate};                              // gate, up, down
+    n.text = int64_t{t.vocab_size} * d + t.layers * block + d                             // embeddings, blocks, norm
+             + (t.tie_embeddings ? 0 : int64_t{t.vocab_size} * d);                        // lm_head
+  }
+  return n;
+}
+
 void add_model_options(OptionSet& o, ModelConfig& c) {
   o.add("model.preset", &c.preset, "shape preset the other model.* keys start from",
-        one_of({"tiny", "nanovlm-222m"}));
+        one_of(model_preset_names()));
   o.add("model.parts", &c.parts, "vlm (vision tower + projector + decoder), text (decoder only) or vision (tower only)",
         one_of({"vlm", "text", "vision"}));
   o.add("model.image_token_id", &c.image_token_id,

@@ -1,8 +1,12 @@
 // Shapes of the VLM family: a SigLIP-style ViT, a pixel-shuffle projector and a Llama-family decoder.
-// Presets: "tiny" (trains on a laptop CPU in minutes), "nanovlm-222m" (SigLIP-B/16-224 + SmolLM2-135M shape).
+// Presets: "tiny" (trains on a laptop CPU in minutes), "nanovlm-222m" (SigLIP-B/16-224 + SmolLM2-135M shape),
+// "vlm-1b" (SigLIP-B/16-224 + the Llama-3.2-1B decoder shape with SmolLM2's 49152-token vocabulary: the multi-GPU
+// benchmark shape).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/options.h"
 
@@ -75,6 +79,16 @@ struct ModelConfig {
 
 // Sets every field of `config` to the named preset. Unknown names are an invalid_argument listing the presets.
 Status apply_model_preset(const std::string& name, ModelConfig& config);
+// The preset names apply_model_preset knows.
+const std::vector<std::string>& model_preset_names();
+
+// The parameters VlmModel allocates for `config`, by part, counted from the shapes alone (so that presets too large
+// to build in a test, or on this machine, can be counted). Tied embeddings count once.
+struct ParameterCount {
+  int64_t vision = 0, projector = 0, text = 0;
+  int64_t total() const { return vision + projector + text; }
+};
+ParameterCount count_parameters(const ModelConfig& config);
 // Declares every model option (model.vision.hidden, ...) on `options`.
 void add_model_options(OptionSet& options, ModelConfig& config);
 // Cross-field checks (divisibility, GQA ratio, grid sizes); errors name the field.

@@ -49,8 +49,8 @@ TEST(Cli, HelpListsEveryCommandAndEachAnswersHelp) {
   const std::vector<std::string> commands = listed(r.out, "commands");
   EXPECT_EQ(commands, (std::vector<std::string>{"train", "eval", "forward", "convert", "generate", "serve", "data synth",
                                                 "data build", "data inspect", "data dedup", "data filter",
-                                                "data tokenizer-train", "launch", "bench attention", "bench decode",
-                                                "bench data", "bench train", "report"}))
+                                                "data tokenizer-train", "launch", "bench attention", "bench comm",
+                                                "bench decode", "bench data", "bench train", "report"}))
       << r.out;
   for (const auto& [level, noun] : {std::pair{"data", "tools"}, std::pair{"bench", "benchmarks"}}) {
     const CliResult sub = run(std::string(level) + " --help");
@@ -89,10 +89,12 @@ TEST(Cli, HelpEnvListsEveryRegistryEntry) {
 TEST(Cli, BenchTrainOptions) {
   CliResult r = run("bench train --help");
   EXPECT_EQ(r.code, 0);
-  for (const char* s : {"--grad-clip", "--trace-steps", "--profile-steps", "--peer"})
+  for (const char* s : {"--grad-clip", "--trace-steps", "--profile-steps", "--peer", "--fsdp", "--baseline-json",
+                        "--device", "--reduce-dtype"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
   for (const char* bad : {"--grad-clip -1", "--grad-clip abc", "--grad-clip nan", "--grad-clip inf",
-                          "--trace-steps -1", "--batch 0"}) {
+                          "--trace-steps -1", "--batch 0", "--fsdp half_shard", "--device tpu",
+                          "--reduce-dtype f16"}) {
     r = run(std::string("bench train ") + bad);
     EXPECT_EQ(r.code, 2) << bad << ": " << r.out;
     EXPECT_NE(r.out.find("bad or missing value"), std::string::npos) << bad << ": " << r.out;

@@ -11,16 +11,13 @@ cat >"$tmp/bin/nvidia-smi" <<'SH'
 #!/bin/sh
 echo "GPU 0: NVIDIA H100 (UUID: a)"; echo "GPU 1: NVIDIA H100 (UUID: b)"
 SH
-cat >"$tmp/pack/dist_nccl_bandwidth" <<'SH'
-#!/bin/sh
-echo "bandwidth $* rank=${RANK:-none}"
-SH
 cat >"$tmp/pack/dist_collectives_driver" <<'SH'
 #!/bin/sh
 echo "rank ${RANK:-0} of ${WORLD_SIZE:-1} (nccl): 400 checks, 0 failed"
 SH
 cat >"$tmp/pack/vlm" <<'SH'
 #!/bin/sh
+if [ "$1" = bench ]; then echo "bandwidth $* rank=${RANK:-none}"; exit 0; fi
 echo "vlm $*"
 n=$3
 shift 4  # launch --nproc N --
@@ -33,13 +30,14 @@ write_tests() {  # $1: what the stand-in GPU test binary reports
     fail) printf '#!/bin/sh\necho "[  FAILED  ] 1 test"\nexit 1\n' ;;
   esac >"$tmp/pack/test_dist_nccl"
 }
-chmod +x "$tmp/bin/nvidia-smi" "$tmp/pack/dist_nccl_bandwidth" "$tmp/pack/dist_collectives_driver" "$tmp/pack/vlm"
+chmod +x "$tmp/bin/nvidia-smi" "$tmp/pack/dist_collectives_driver" "$tmp/pack/vlm"
 run() { PATH="$tmp/bin:$PATH" VLM_NCCL_LIB=/opt/nccl/libnccl.so.2 bash "$script" "$tmp/pack" 2>&1; }
 
 write_tests pass; chmod +x "$tmp/pack/test_dist_nccl"
 out=$(run) || { echo "$out"; echo "FAIL: a passing check failed"; exit 1; }
-for want in "NCCL: /opt/nccl/libnccl.so.2" "bandwidth 64 20 rank=none" "rank 1 of 2 (nccl): 400 checks, 0 failed" \
-            "vlm launch --nproc 2 -- $tmp/pack/dist_nccl_bandwidth 64 20" "bandwidth 64 20 rank=0" "[nccl_check] PASS"; do
+bench="bench comm --device cuda --min-bytes 64M --max-bytes 64M --iters 20"
+for want in "NCCL: /opt/nccl/libnccl.so.2" "bandwidth $bench rank=none" "rank 1 of 2 (nccl): 400 checks, 0 failed" \
+            "vlm launch --nproc 2 -- $tmp/pack/vlm $bench" "bandwidth $bench rank=0" "[nccl_check] PASS"; do
   grep -qF -- "$want" <<<"$out" || { echo "$out"; echo "FAIL: missing '$want'"; exit 1; }
 done
 for mode in skip fail; do
