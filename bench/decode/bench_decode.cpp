@@ -176,10 +176,11 @@ RunResult run_once(VlmModel& model, bool vlm, int batch, const Options& o, int32
   int64_t peak_held = -1;
   while (engine.has_unfinished()) {
     for (infer::RequestOutput& out : engine.step()) outs.push_back(std::move(out));
-    const infer::EngineStats s = engine.stats();
-    if (s.blocks.used > peak_held) {
-      peak_held = s.blocks.used;
-      r.peak_unused_fraction = s.blocks.used ? static_cast<double>(s.waste_slots) / (s.blocks.used * o.block_size) : 0;
+    const int64_t used = engine.blocks_in_use();  // the full stats() only at a new peak: it is not free
+    if (used > peak_held) {
+      peak_held = used;
+      const infer::EngineStats s = engine.stats();
+      r.peak_unused_fraction = used ? static_cast<double>(s.waste_slots) / (used * o.block_size) : 0;
     }
   }
   r.wall_s = now() - t0;

@@ -20,6 +20,7 @@ std::optional<int32_t> BlockPool::allocate() {
   free_.pop_front();
   if (hash_of_[static_cast<size_t>(b)]) {
     forget_hash(b);
+    --cached_;
     ++evictions_;
   }
   refs_[static_cast<size_t>(b)] = 1;
@@ -28,13 +29,19 @@ std::optional<int32_t> BlockPool::allocate() {
 
 void BlockPool::retain(int32_t b) {
   VLM_CHECK(b >= 0 && b < num_blocks(), "BlockPool::retain: no block ", b);
-  if (refs_[static_cast<size_t>(b)]++ == 0) free_.erase(free_pos_[static_cast<size_t>(b)]);
+  if (refs_[static_cast<size_t>(b)]++ == 0) {
+    free_.erase(free_pos_[static_cast<size_t>(b)]);
+    if (hash_of_[static_cast<size_t>(b)]) --cached_;
+  }
 }
 
 void BlockPool::release(int32_t b) {
   VLM_CHECK(b >= 0 && b < num_blocks() && refs_[static_cast<size_t>(b)] > 0, "BlockPool::release: block ", b,
             " is not held");
-  if (--refs_[static_cast<size_t>(b)] == 0) free_pos_[static_cast<size_t>(b)] = free_.insert(free_.end(), b);
+  if (--refs_[static_cast<size_t>(b)] == 0) {
+    free_pos_[static_cast<size_t>(b)] = free_.insert(free_.end(), b);
+    if (hash_of_[static_cast<size_t>(b)]) ++cached_;
+  }
 }
 
 std::optional<int32_t> BlockPool::lookup(const BlockHash& hash) {
@@ -63,7 +70,10 @@ void BlockPool::forget_hash(int32_t b) {
 
 void BlockPool::clear_cache() {
   for (int32_t b = 0; b < static_cast<int32_t>(num_blocks()); ++b)
-    if (hash_of_[static_cast<size_t>(b)]) forget_hash(b);
+    if (hash_of_[static_cast<size_t>(b)]) {
+      if (refs_[static_cast<size_t>(b)] == 0) --cached_;
+      forget_hash(b);
+    }
 }
 
 BlockPoolStats BlockPool::stats() const {
@@ -71,7 +81,7 @@ BlockPoolStats BlockPool::stats() const {
   s.total = num_blocks();
   s.free = num_free();
   s.used = s.total - s.free;
-  for (int32_t b : free_) s.cached += hash_of_[static_cast<size_t>(b)].has_value();
+  s.cached = cached_;
   s.hits = hits_;
   s.misses = misses_;
   s.evictions = evictions_;
@@ -80,10 +90,13 @@ BlockPoolStats BlockPool::stats() const {
 
 void BlockPool::check_invariants() const {
   std::vector<int> on_free(refs_.size(), 0);
+  int64_t cached = 0;
   for (int32_t b : free_) {
     VLM_CHECK(b >= 0 && b < num_blocks(), "free queue holds block ", b);
     ++on_free[static_cast<size_t>(b)];
+    cached += hash_of_[static_cast<size_t>(b)].has_value();
   }
+  VLM_CHECK(cached == cached_, "the pool counts ", cached_, " cached blocks; the free queue holds ", cached);
   for (size_t b = 0; b < refs_.size(); ++b) {
     VLM_CHECK(refs_[b] >= 0, "block ", b, " has count ", refs_[b]);
     VLM_CHECK(on_free[b] == (refs_[b] == 0 ? 1 : 0), "block ", b, " with count ", refs_[b], " is on the free queue ",

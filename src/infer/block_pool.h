@@ -62,6 +62,7 @@ class BlockPool {
 
   std::vector<int32_t> refs_;
   std::list<int32_t> free_;                             // front: evicted first
+  int64_t cached_ = 0;                                  // free blocks with a hash (stats() in O(1))
   std::vector<std::list<int32_t>::iterator> free_pos_;  // valid while refs_ == 0
   std::vector<std::optional<BlockHash>> hash_of_;
   std::unordered_map<BlockHash, int32_t, ImageContentHashHasher> by_hash_;

@@ -178,16 +178,19 @@ SchedulerStats Scheduler::stats() const {
   SchedulerStats st;
   st.preemptions = preemptions_;
   st.prefix_hit_tokens = prefix_hit_tokens_;
-  std::unordered_map<int32_t, int64_t> fill;  // block -> computed slots (the fullest holder's view)
+  // Called every step by a server: only each sequence's trailing, partly filled blocks are visited (the blocks before
+  // them are full). Holders of one block agree on its fill: prefix sharing shares full blocks only, and forks copy a
+  // shared partial block before either writes into it.
+  std::unordered_map<int32_t, int64_t> partial;  // block -> computed slots
   for (const Sequence* s : running_)
-    for (size_t j = 0; j < s->blocks.size(); ++j) {
+    for (size_t j = s->blocks.size(); j-- > 0;) {
       const int64_t f =
           std::clamp<int64_t>(s->computed - static_cast<int64_t>(j) * options_.block_size, 0, options_.block_size);
-      int64_t& slot = fill[s->blocks[j]];
-      slot = std::max(slot, f);
+      if (f == options_.block_size) break;
+      partial.emplace(s->blocks[j], f);
     }
-  st.held_blocks = static_cast<int64_t>(fill.size());
-  for (const auto& [b, f] : fill) st.waste_slots += options_.block_size - f;
+  st.held_blocks = pool_.num_blocks() - pool_.num_free();
+  for (const auto& [b, f] : partial) st.waste_slots += options_.block_size - f;
   return st;
 }
 
@@ -211,6 +214,18 @@ void Scheduler::check_invariants() const {
     const int32_t n = it == holders.end() ? 0 : it->second;
     VLM_CHECK(pool_.ref_count(b) == n, "block ", b, " has count ", pool_.ref_count(b), " but ", n, " holders");
   }
+  // stats() visits trailing blocks only; every held block's fill, taken the long way, must give the same waste.
+  std::unordered_map<int32_t, int64_t> fill;
+  for (const Sequence* s : running_)
+    for (size_t j = 0; j < s->blocks.size(); ++j) {
+      const int64_t f = std::clamp<int64_t>(s->computed - static_cast<int64_t>(j) * bs, 0, bs);
+      auto [it, fresh] = fill.emplace(s->blocks[j], f);
+      VLM_CHECK(fresh || it->second == f, "block ", s->blocks[j], " holds ", it->second, " computed slots for one holder and ",
+                f, " for another");
+    }
+  int64_t waste = 0;
+  for (const auto& [b, f] : fill) waste += bs - f;
+  VLM_CHECK(waste == stats().waste_slots, "stats() counts ", stats().waste_slots, " unused slots; the blocks hold ", waste);
 }
 
 }  // namespace vlm::infer

@@ -42,7 +42,7 @@ struct SchedulerStats {
   int64_t preemptions = 0;
   int64_t prefix_hit_tokens = 0;  // tokens admitted from the prefix cache
   int64_t waste_slots = 0;        // slots of held blocks that hold no computed token (counted once per block)
-  int64_t held_blocks = 0;        // distinct blocks held by running sequences
+  int64_t held_blocks = 0;        // blocks held (by running sequences)
 };
 
 class Scheduler {
