@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
+#include <thread>
 
 #include "core/logging.h"
 #include "infer/engine_live.h"
@@ -185,6 +187,12 @@ bool Engine::sample_and_append(Live& live, Sequence& seq, float* logits) {
       sample_token(logits, model_.config().text.vocab_size, sp, prompt, output, options_.image_token_id, seq.rng));
 }
 
+int Engine::sampler_threads() const {
+  if (options_.sampler_threads > 0) return options_.sampler_threads - 1;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(cores - 1, 0, 15);  // workers besides the stepping thread
+}
+
 bool Engine::plain_greedy(const Live& live) const {
   const SamplingParams& sp = live.request.sampling;
   return !live.beams && sp.temperature == 0.f && sp.repetition_penalty == 1.f && sp.frequency_penalty == 0.f &&
@@ -351,10 +359,38 @@ std::vector<RequestOutput> Engine::step() {
   counters_.rows += static_cast<int64_t>(tokens.size());
 
   const int64_t V = model_.config().text.vocab_size;
+  // Sampling from host logits (a softmax over the vocabulary per row) runs on the pool, one row per task: each row
+  // reads only its own logits, sequence and generator, so the tokens do not depend on the threads. Rows that fork or
+  // search beams are handled in order below.
+  std::vector<std::optional<SampledToken>> drawn(sampled.size());
+  if (!picked.defined() && !sampled.empty()) {
+    std::vector<size_t> plain;
+    for (size_t r = 0; r < sampled.size(); ++r) {
+      const Live& live = *live_.at(sampled[r]->seq->request);
+      if (!live.beams && (live.request.sampling.n == 1 || live.forked)) plain.push_back(r);
+    }
+    const auto draw = [&](size_t i) {
+      const size_t r = plain[i];
+      Sequence& s = *sampled[r]->seq;
+      const SamplingParams& sp = live_.at(s.request)->request.sampling;
+      drawn[r] = sample_token(logits.data<float>() + static_cast<int64_t>(r) * V, V, sp, s.prompt(), s.output(),
+                              options_.image_token_id, s.rng);
+    };
+    if (plain.size() > 1) {
+      if (!sampler_pool_) sampler_pool_ = std::make_unique<ThreadPool>(sampler_threads());
+      sampler_pool_->parallel_for(plain.size(), draw);
+    } else {
+      for (size_t i = 0; i < plain.size(); ++i) draw(i);
+    }
+  }
   std::vector<float> row_copy;
   for (size_t r = 0; r < sampled.size(); ++r) {
     Sequence& s = *sampled[r]->seq;
     Live& live = *live_.at(s.request);
+    if (drawn[r]) {
+      if (append_token(live, s, *drawn[r])) finish_sequence(live, s);
+      continue;
+    }
     if (picked.defined()) {
       SampledToken t;
       t.id = picked.data<int32_t>()[r];

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "infer/block_pool.h"
 #include "infer/decode_graphs.h"
 #include "infer/image_cache.h"
@@ -52,6 +53,9 @@ struct EngineOptions {
   // On a CUDA device, steps made only of decodes replay a CUDA graph per batch and context bucket (DecodeGraphs)
   // instead of launching each kernel; the same kernels and results, rows padded up to the bucket.
   bool cuda_graphs = true;
+  // Threads that sample rows from host logits (temperature, top-k/p, penalties, logprobs); 0: the machine's cores,
+  // at most 16. Results do not depend on it.
+  int sampler_threads = 0;
   // Called on the stepping thread with every token a sampled (not beam) completion generates, as it is appended:
   // what a streaming caller forwards before the request finishes.
   std::function<void(const TokenEvent&)> on_token;
@@ -101,6 +105,8 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   int64_t max_context() const { return max_context_; }
   int64_t num_blocks() const { return pool_->num_blocks(); }
+  // KV blocks held right now (O(1), unlike stats()).
+  int64_t blocks_in_use() const { return pool_->num_blocks() - pool_->num_free(); }
 
  private:
   struct Live;
@@ -112,6 +118,7 @@ class Engine {
   // Whether `seq`'s next token is the plain argmax of its logits (greedy, no penalties, log-probabilities, beams or
   // fork pending), which the device picks without the logits leaving it.
   bool plain_greedy(const Live& live) const;
+  int sampler_threads() const;  // workers of sampler_pool_
   void finish_sequence(Live& live, Sequence& seq);
   // Beam search (engine_beam.cpp): a beam's continuations from its logits row; the choice of the next beams once
   // every live beam reported; the answer's completions from the finished hypotheses.
@@ -126,6 +133,7 @@ class Engine {
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DecodeGraphs> graphs_;  // CUDA, options_.cuda_graphs
+  std::unique_ptr<ThreadPool> sampler_pool_;  // made on the first step that samples several rows on the host
   ImageEmbeddingCache image_cache_;
   std::map<int64_t, std::unique_ptr<Live>> live_;
   std::vector<RequestOutput> done_;
