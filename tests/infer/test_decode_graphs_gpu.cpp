@@ -64,7 +64,7 @@ StepCase make_step(int block_size, int vocab) {
 // `ctx_bound`; returns f32 logits [rows, V] on the host.
 Tensor eager_step(const TextDecoder& text, PagedKvCaches& caches, const StepCase& s, int rows, int ctx_bound,
                   int block_size, Device dev) {
-  const int w = ctx_bound / block_size;
+  const int w = (ctx_bound + block_size - 1) / block_size;
   std::vector<int32_t> tokens(rows, 0), positions(rows, 0), slots(rows, -1), ctx(rows, 1), cu(rows + 1, 0),
       tables(static_cast<size_t>(rows * w), 0), logit_rows(rows);
   for (int i = 0; i < rows; ++i) {

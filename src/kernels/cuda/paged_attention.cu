@@ -360,11 +360,14 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // One warp per (row x, q head): out = sum over splits of 2^(lse_s - max) * part_s / sum of the weights, in split
-// order; empty splits (lse -inf) are skipped.
+// order; empty splits (lse -inf) are skipped. Each split's weight is computed once into shared memory, and the
+// partial rows are loaded four splits at a time, so a row costs a few dependent memory round trips, not one per
+// split.
 template <class T>
 __global__ void paged_combine_kernel(T* out, const float* part_out, const float* part_lse, int splits,
                                      int64_t tokens_q, int heads_q, int dim) {
   pdl::grid_begin();
+  __shared__ float weights[kWarps][kMaxSplits];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int h = blockIdx.y * kWarps + warp;
   const int64_t t = blockIdx.x;
@@ -373,17 +376,31 @@ __global__ void paged_combine_kernel(T* out, const float* part_out, const float*
   float mx = -INFINITY;
   for (int sp = lane; sp < splits; sp += 32) mx = fmaxf(mx, part_lse[sp * plane + row]);
   mx = warp_max(mx);
-  float total = 0.f;
-  for (int sp = 0; sp < splits; ++sp) {
+  float* w = weights[warp];  // -1: an empty split
+  for (int sp = lane; sp < splits; sp += 32) {
     const float lse = part_lse[sp * plane + row];
-    if (lse != -INFINITY) total += exp2f(lse - mx);
+    w[sp] = lse != -INFINITY ? exp2f(lse - mx) : -1.f;
   }
+  __syncwarp();
+  float total = 0.f;
+  for (int sp = 0; sp < splits; ++sp)
+    if (w[sp] >= 0.f) total += w[sp];
   const float inv = total > 0.f ? 1.f / total : 0.f;
+  constexpr int kLoads = 4;
   for (int d = lane; d < dim; d += 32) {
     float v = 0.f;
-    for (int sp = 0; sp < splits; ++sp) {
-      const float lse = part_lse[sp * plane + row];
-      if (lse != -INFINITY) v += exp2f(lse - mx) * part_out[(sp * plane + row) * dim + d];
+    int sp = 0;
+    for (; sp + kLoads <= splits; sp += kLoads) {
+      float x[kLoads];
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) x[u] = part_out[((sp + u) * plane + row) * dim + d];
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u)
+        if (w[sp + u] >= 0.f) v += w[sp + u] * x[u];
+    }
+    for (; sp < splits; ++sp) {
+      const float x = part_out[(sp * plane + row) * dim + d];
+      if (w[sp] >= 0.f) v += w[sp] * x;
     }
     out[row * dim + d] = from_f32<T>(v * inv);
   }
