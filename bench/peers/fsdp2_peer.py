@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_nanovlm import PEAK_TFLOPS, NanoVlm, Shape, model_flops_per_sample  # noqa: E402
+from train_nanovlm import PEAK_TFLOPS, NanoVlm, Shape, make_step, model_flops_per_sample  # noqa: E402
 
 try:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -75,15 +75,7 @@ def run(preset: str, args, rank: int, world: int) -> dict:
     targets = torch.randint(0, s.vocab, (args.batch, s.text_tokens), device=dev, generator=g)
     fwd = torch.compile(model) if args.compile else model
 
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = fwd(images, ids, targets)
-        loss.backward()
-        if args.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+    step = make_step(fwd, model, opt, images, ids, targets, args.grad_clip)
 
     t0 = time.perf_counter()
     for _ in range(args.warmup):

@@ -157,6 +157,22 @@ class NanoVlm(nn.Module):
         return F.cross_entropy(logits.view(-1, self.s.vocab), targets.view(-1))  # autocast runs it in fp32
 
 
+def make_step(fwd, model, opt, images, ids, targets, grad_clip: float):
+    """One training step of the peers: forward under bf16 autocast, backward, clipping, AdamW."""
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fwd(images, ids, targets)
+        loss.backward()
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return step
+
+
 def run(mode: str, args) -> dict:
     torch.manual_seed(0)
     s = Shape()
@@ -168,15 +184,7 @@ def run(mode: str, args) -> dict:
     targets = torch.randint(0, s.vocab, (args.batch, s.text_tokens), device=dev)
     fwd = torch.compile(model) if mode == "compile" else model
 
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = fwd(images, ids, targets)
-        loss.backward()
-        if args.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+    step = make_step(fwd, model, opt, images, ids, targets, args.grad_clip)
 
     t0 = time.perf_counter()
     for _ in range(args.warmup):

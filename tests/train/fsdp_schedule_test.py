@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from fsdp_mpi import FsdpMpi, compare, fail, losses
+
 driver = sys.argv[1]
 if shutil.which("mpirun") is None:
     print("mpirun not found: skipped")
@@ -32,18 +34,8 @@ tmp = tempfile.mkdtemp()
 data = os.path.join(tmp, "data")
 
 
-def fail(msg):
-    print("FAIL:", msg)
-    sys.exit(1)
-
-
-def mpi(np, *args, timeout=120, env=None):
-    cmd = ["mpirun", "-np", str(np), "--oversubscribe", "--allow-run-as-root", driver, *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    if p.returncode != 0 and "built without MPI" in p.stdout + p.stderr:
-        print("vlm_dist built without MPI: skipped")
-        sys.exit(77)
-    return p
+runner = FsdpMpi(driver, tmp, data)
+mpi, train, reference = runner.mpi, runner.train, runner.reference
 
 
 subprocess.run([driver, "prepare", data], check=True)
@@ -57,41 +49,6 @@ for np in (2, 3):
                 fail(f"-np {np} {s} {' '.join(extra)}: the collectives' order")
     print(f"-np {np}: every strategy's collectives keep their order on every rank, with and without prefetch")
 REL_TOL = 1e-6
-
-
-def losses(run):
-    out = []
-    with open(os.path.join(run, "metrics.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if "loss" in r and r.get("kind", "train") == "train":
-                out.append((r["step"], r["loss"]))
-    return out
-
-
-def train(np, name, strategy, steps, accum, *extra):
-    run = os.path.join(tmp, name)
-    p = mpi(np, "train", data, run, strategy, str(steps), str(accum), *extra)
-    if p.returncode != 0:
-        print(p.stdout, p.stderr)
-        fail(f"{name}: mpirun -np {np} {strategy} {' '.join(extra)}")
-    return run
-
-
-def reference(np, steps, accum):
-    out = subprocess.run([driver, "reference", data, str(np), str(steps), str(accum)], capture_output=True, text=True,
-                         check=True).stdout
-    return [(int(a), float(b)) for a, b in (l.split() for l in out.splitlines())]
-
-
-def compare(what, got, want, tol):
-    if len(got) != len(want):
-        fail(f"{what}: {len(got)} losses, expected {len(want)}")
-    worst = max(abs(g[1] - w[1]) / abs(w[1]) for g, w in zip(got, want))
-    if worst > tol:
-        fail(f"{what}: max relative difference {worst:.3g} > {tol}")
-    print(f"{what}: {'exact' if got == want else f'max relative difference {worst:.2g} (tolerance {tol})'}")
-    return worst
 
 
 def dump(ckpt):

@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from fsdp_mpi import FsdpMpi, compare, fail, losses
+
 REL_TOL = 1e-6
 driver, vlm = sys.argv[1], sys.argv[2]
 if shutil.which("mpirun") is None:
@@ -38,53 +40,8 @@ data = os.path.join(tmp, "data")
 STRATEGIES = ["no_shard", "shard_grad_op", "full_shard"]
 
 
-def fail(msg):
-    print("FAIL:", msg)
-    sys.exit(1)
-
-
-def mpi(np, *args, timeout=120, env=None):
-    cmd = ["mpirun", "-np", str(np), "--oversubscribe", "--allow-run-as-root", driver, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def losses(run):
-    out = []
-    with open(os.path.join(run, "metrics.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if "loss" in r and r.get("kind", "train") == "train":
-                out.append((r["step"], r["loss"]))
-    return out
-
-
-def train(np, name, strategy, steps, accum, *extra):
-    run = os.path.join(tmp, name)
-    p = mpi(np, "train", data, run, strategy, str(steps), str(accum), *extra)
-    if p.returncode != 0:
-        if "built without MPI" in p.stdout + p.stderr:
-            print("vlm_dist built without MPI: skipped")
-            sys.exit(77)
-        print(p.stdout, p.stderr)
-        fail(f"{name}: mpirun -np {np} {strategy}")
-    return run
-
-
-def reference(np, steps, accum):
-    out = subprocess.run([driver, "reference", data, str(np), str(steps), str(accum)], capture_output=True, text=True,
-                         check=True).stdout
-    return [(int(a), float(b)) for a, b in (l.split() for l in out.splitlines())]
-
-
-def compare(what, got, want, tol):
-    if len(got) != len(want):
-        fail(f"{what}: {len(got)} losses, expected {len(want)}")
-    worst = max(abs(g[1] - w[1]) / abs(w[1]) for g, w in zip(got, want))
-    if tol == 0 and got != want:
-        fail(f"{what}: not exact (max relative difference {worst:.3g})\n{list(zip(got, want))}")
-    if worst > tol:
-        fail(f"{what}: max relative difference {worst:.3g} > {tol}")
-    print(f"{what}: {'exact' if got == want else f'max relative difference {worst:.2g} (tolerance {tol})'}")
+runner = FsdpMpi(driver, tmp, data)
+mpi, train, reference = runner.mpi, runner.train, runner.reference
 
 
 subprocess.run([driver, "prepare", data], check=True)
