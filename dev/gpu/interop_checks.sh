@@ -166,7 +166,7 @@ step_serve() {
   return $rc
 }
 step_fsdp() {
-  VLM=$BIN/vlm TEST_BIN=$BIN/test_train_gpu OUT=/tmp/fsdp_out STEPS=${FSDP_STEPS:-25} bash "$here/fsdp_check.sh"
+  VLM=$BIN/vlm TEST_BIN=$BIN/test_train_gpu KERNEL_TEST_BIN=$BIN/test_kernels_cuda OUT=/tmp/fsdp_out STEPS=${FSDP_STEPS:-25} bash "$here/fsdp_check.sh"
 }
 
 steps=("$@")
