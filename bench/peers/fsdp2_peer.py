@@ -24,13 +24,12 @@ import argparse
 import json
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_nanovlm import PEAK_TFLOPS, NanoVlm, Shape, make_step, model_flops_per_sample  # noqa: E402
+from train_nanovlm import PEAK_TFLOPS, NanoVlm, Shape, make_step, model_flops_per_sample, timed_steps  # noqa: E402
 
 try:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -77,20 +76,7 @@ def run(preset: str, args, rank: int, world: int) -> dict:
 
     step = make_step(fwd, model, opt, images, ids, targets, args.grad_clip)
 
-    t0 = time.perf_counter()
-    for _ in range(args.warmup):
-        step()
-    torch.cuda.synchronize()
-    warmup_s = time.perf_counter() - t0
-    torch.cuda.reset_peak_memory_stats()
-    dist.barrier()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(args.steps):
-        loss = step().detach()
-    end.record()
-    torch.cuda.synchronize()
-    step_ms = start.elapsed_time(end) / args.steps
+    warmup_s, step_ms, loss = timed_steps(step, args.warmup, args.steps, dist.barrier)
     mine = {"rank": rank, "step_ms": step_ms, "peak_gb": torch.cuda.max_memory_allocated() / 1e9,
             "loss": loss.float().item()}
     everyone = [None] * world

@@ -173,6 +173,26 @@ def make_step(fwd, model, opt, images, ids, targets, grad_clip: float):
     return step
 
 
+def timed_steps(step, warmup: int, steps: int, before_timing=None):
+    """Runs `warmup` untimed steps, resets the peak-memory counter, calls `before_timing` (e.g. a barrier), then
+    times `steps` steps with CUDA events: (warm-up seconds, ms per timed step, the last step's loss)."""
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    warmup_s = time.perf_counter() - t0
+    torch.cuda.reset_peak_memory_stats()
+    if before_timing:
+        before_timing()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        loss = step().detach()
+    end.record()
+    torch.cuda.synchronize()
+    return warmup_s, start.elapsed_time(end) / steps, loss
+
+
 def run(mode: str, args) -> dict:
     torch.manual_seed(0)
     s = Shape()
@@ -186,19 +206,7 @@ def run(mode: str, args) -> dict:
 
     step = make_step(fwd, model, opt, images, ids, targets, args.grad_clip)
 
-    t0 = time.perf_counter()
-    for _ in range(args.warmup):
-        step()
-    torch.cuda.synchronize()
-    warmup_s = time.perf_counter() - t0
-    torch.cuda.reset_peak_memory_stats()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(args.steps):
-        loss = step().detach()
-    end.record()
-    torch.cuda.synchronize()
-    step_ms = start.elapsed_time(end) / args.steps
+    warmup_s, step_ms, loss = timed_steps(step, args.warmup, args.steps)
     sps = args.batch / (step_ms / 1e3)
     tflops = sps * model_flops_per_sample(s) / 1e12
     return {
