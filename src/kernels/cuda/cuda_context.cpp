@@ -22,6 +22,8 @@ void check_device_index(int device) {
 thread_local std::array<StreamHandle, kMaxDevices> t_streams{};
 // Side streams live as long as the thread (never destroyed: work may still be queued on them at exit).
 thread_local std::array<StreamHandle, kMaxDevices> t_side_streams{};
+// Capture streams (CUDA graphs), kept for the thread's life like the side streams.
+thread_local std::array<StreamHandle, kMaxDevices> t_capture_streams{};
 
 StreamHandle create_stream(int device, unsigned flags) {
   const DeviceGuard guard(Device::cuda(device));
@@ -48,6 +50,13 @@ void set_current_stream(int device, StreamHandle stream) {
 StreamHandle side_stream(int device) {
   check_device_index(device);
   StreamHandle& s = t_side_streams[static_cast<size_t>(device)];
+  if (s == nullptr) s = create_stream(device, cudaStreamNonBlocking);
+  return s;
+}
+
+StreamHandle capture_stream(int device) {
+  check_device_index(device);
+  StreamHandle& s = t_capture_streams[static_cast<size_t>(device)];
   if (s == nullptr) s = create_stream(device, cudaStreamNonBlocking);
   return s;
 }

@@ -20,6 +20,9 @@ inline StreamHandle current_stream(Device device) { return current_stream(device
 // A second stream of `device` (per host thread, created on first use, not synchronizing with the legacy default
 // stream) for work that overlaps the current stream's: the weight gradients of linear_backward (gemm.cpp).
 StreamHandle side_stream(int device);
+// The stream CUDA graphs are captured on (per host thread, created on first use, non-blocking). One per thread, so
+// that cuBLASLt, which keys its workspace by stream, gives every graph of the thread the same workspace.
+StreamHandle capture_stream(int device);
 // Enqueues on `waiter` a wait for everything enqueued on `signaler` so far (an event recorded on `signaler`).
 void stream_wait(int device, StreamHandle waiter, StreamHandle signaler);
 

@@ -11,29 +11,11 @@
 
 namespace vlm::ops::cuda {
 
-namespace {
-// One capture stream per (thread, device), kept for the thread's life: cuBLASLt keys its workspace by stream, so
-// every graph of the thread shares one workspace (graphs sharing a pool never run concurrently).
-thread_local StreamHandle t_capture_streams[64] = {};
-
-cudaStream_t capture_stream(int device) {
-  VLM_CHECK(device >= 0 && device < 64, "op graph: device index ", device, " out of range");
-  StreamHandle& s = t_capture_streams[device];
-  if (s == nullptr) {
-    cudaStream_t created = nullptr;
-    VLM_CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
-    s = created;
-  }
-  return static_cast<cudaStream_t>(s);
-}
-}  // namespace
-
 void* graph_capture(Device device, const void* pool, const std::function<void()>& ops, size_t& nodes) {
   DeviceGuard guard(device);
   const StreamHandle previous = current_stream(device);
-  cudaStream_t stream = capture_stream(device.index);
-  // Work queued before the capture (inputs being written) stays ordered before anything the graph's first replay
-  // does only through the replay stream; the capture itself runs nothing.
+  auto stream = static_cast<cudaStream_t>(capture_stream(device.index));
+  // The capture runs nothing: a replay is ordered with other work by the stream it is launched on.
   cudaGraph_t graph = nullptr;
   {
     const CudaPoolScope pool_scope(device.index, pool);
@@ -65,7 +47,8 @@ void* graph_capture(Device device, const void* pool, const std::function<void()>
 
 void graph_replay(void* exec, Device device) {
   DeviceGuard guard(device);
-  VLM_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), static_cast<cudaStream_t>(current_stream(device))));
+  auto stream = static_cast<cudaStream_t>(current_stream(device));
+  VLM_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), stream));
 }
 
 void graph_destroy(void* exec) { (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec)); }
