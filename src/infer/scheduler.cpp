@@ -220,12 +220,13 @@ void Scheduler::check_invariants() const {
     for (size_t j = 0; j < s->blocks.size(); ++j) {
       const int64_t f = std::clamp<int64_t>(s->computed - static_cast<int64_t>(j) * bs, 0, bs);
       auto [it, fresh] = fill.emplace(s->blocks[j], f);
-      VLM_CHECK(fresh || it->second == f, "block ", s->blocks[j], " holds ", it->second, " computed slots for one holder and ",
-                f, " for another");
+      VLM_CHECK(fresh || it->second == f, "block ", s->blocks[j], " holds ", it->second,
+                " computed slots for one holder and ", f, " for another");
     }
   int64_t waste = 0;
   for (const auto& [b, f] : fill) waste += bs - f;
-  VLM_CHECK(waste == stats().waste_slots, "stats() counts ", stats().waste_slots, " unused slots; the blocks hold ", waste);
+  const int64_t counted = stats().waste_slots;
+  VLM_CHECK(waste == counted, "stats() counts ", counted, " unused slots; the blocks hold ", waste);
 }
 
 }  // namespace vlm::infer
