@@ -73,7 +73,9 @@ constexpr const char* kOps[] = {"cast",
                                 "sum",
                                 "zero_multi",
                                 "quantize_fp8_blocks",
-                                "dequantize_fp8_blocks"};
+                                "dequantize_fp8_blocks",
+                                "rmsnorm_linear_forward",
+                                "rmsnorm_linear_swiglu_forward"};
 
 }  // namespace
 

@@ -3,7 +3,8 @@
 // reference cpu/<family>.cpp or the fast CUDA version cuda/<family>.cu (gemm: cuda/gemm.cpp, on cuBLASLt); its tests
 // are tests/kernels/test_<family>.cpp and tests/kernels/cuda/test_cuda_<family>.cpp. Families: gemm, elementwise, norm,
 // activation, rope, packed, attention, paged_attention, loss, embedding, layout, quant, optimizer; lm_head composes gemm and
-// loss ops (ops/lm_head.cpp, tests/kernels/test_lm_head.cpp). supports(), the device-level switches and streams
+// loss ops (ops/lm_head.cpp, tests/kernels/test_lm_head.cpp); fused_linear composes norm, gemm and packed ops, with
+// its own CUDA kernel (cuda/gemv.cu) for few rows. supports(), the device-level switches and streams
 // declared among the families, and check_index_errors are defined in ops.cpp. Layout conventions:
 //   * activations are row-major 2-D [T, C] (T = tokens or rows, C = channels) unless stated; linear, layernorm
 //     and rmsnorm also take [..., C], flattening the leading dims into T;
@@ -100,6 +101,19 @@ void linear_gelu_forward(Tensor& y, Tensor& pre, const Tensor& x, const Tensor& 
 // (overwrite; dpre must not alias dy or pre). On CUDA with bf16 one cuBLASLt GEMM with the DGELU epilogue reading
 // pre where cuBLASLt supports the shape (in a multiple of 8), else the GEMM, then gelu_tanh_backward.
 void linear_dgelu_backward(Tensor& dpre, const Tensor& dy, const Tensor& w, const Tensor& pre);
+
+// ---- fused_linear: a pre-norm block's projections with their neighbours --------------------------------------
+// y[T, out] = rmsnorm(x; norm_w, eps) @ w[out, in]^T + b[out] (b may be undefined): a block's first projection, or
+// the final norm and LM head with an f32 y (the logits, holding the values the compute dtype stores). Equal to
+// rmsnorm_forward (its rows rounded to the compute dtype) then linear_forward, up to the order of the fp32 sums; on
+// the CPU exactly that. On CUDA, calls of at most 8 rows (a decode step at small batch) are one GEMV kernel that
+// normalizes x on the way in (cuda/gemv.cu).
+void rmsnorm_linear_forward(Tensor& y, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& w,
+                            const Tensor& b);
+// y[T, I] = swiglu_packed(rmsnorm(x) @ w[2I, in]^T + b[2I]): the MLP's norm, packed gate/up projection (gate rows,
+// then up rows) and SwiGLU, the products rounded to the compute dtype before the SwiGLU as the packed tensor would be.
+void rmsnorm_linear_swiglu_forward(Tensor& y, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& w,
+                                   const Tensor& b);
 
 // ---- elementwise -------------------------------------------------------------------------------------------
 // out = in converted between f32 and bf16 (round to nearest even; a plain copy when the dtypes match). Same shape,

@@ -98,7 +98,9 @@ TEST(EngineLoop, FullQueueRefusesAndCancelFreesBlocks) {
     loop.cancel(a, ApiError{499, "gone", "invalid_request_error", "", ""});
     drain(*a);
     caught = a->error().status == 499;
-    if (!caught) EXPECT_TRUE(a->error().ok());  // it finished first
+    if (!caught) {
+      EXPECT_TRUE(a->error().ok());  // it finished first
+    }
   }
   EXPECT_TRUE(caught) << "five requests finished before their cancellation";
   drain(*b);

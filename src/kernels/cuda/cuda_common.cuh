@@ -180,6 +180,14 @@ inline cudaStream_t stream_of(Device device) { return static_cast<cudaStream_t>(
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The streaming multiprocessors of `device` (asked once per device).
+inline int multiprocessors(int device) {
+  static int cached[64] = {};
+  int& n = cached[std::clamp(device, 0, 63)];
+  if (n == 0) VLM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  return n;
+}
+
 // Blocks for a grid-stride loop over n elements (n > 0): enough to fill the GPU, capped so the loop does the rest.
 inline unsigned grid_for(int64_t n, int threads) {
   return static_cast<unsigned>(std::clamp<int64_t>(ceil_div(n, threads), 1, int64_t{1} << 16));

@@ -30,6 +30,17 @@ void set_gemm_autotune(bool on);
 void weight_grad_overlap_begin(Device device);
 void weight_grad_overlap_end(Device device);
 
+// ---- gemv.cu: linear layers over at most kGemvMaxRows rows, with their neighbours fused ---------------------------
+// y = epilogue(norm(x) @ w^T + b): norm is RMSNorm with norm_w when defined (the normalized rows rounded to the compute
+// dtype, as rmsnorm_forward stores them); the epilogue adds residual when defined, or with swiglu (w [2I, in]: gate
+// rows, then up rows) gives y[T, I] = silu(gate) * up of the rounded products. y is in the compute dtype, or f32 for a
+// plain product (logits). Returns false, launching nothing, when the call does not fit the kernel (more rows, a row
+// width not a multiple of 16 bytes, misaligned tensors, an f32 y with swiglu or a residual); the caller then runs the
+// general path. Tensors are validated and contiguous.
+inline constexpr int kGemvMaxRows = 8;
+bool gemv_forward(Tensor& y, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& w, const Tensor& b,
+                  const Tensor& residual, bool swiglu);
+
 // ---- op_graph.cpp (ops::OpGraph) ----------------------------------------------------------------------------------
 // Captures `ops` on a capture stream of `device` with allocations from the pool `pool`; returns the instantiated
 // cudaGraphExec_t and sets the node count.

@@ -13,6 +13,7 @@
 // cuBLASLt's C. Weight gradients run on a side stream beside the input gradients (ops::WeightGradOverlap).
 // Autotuned choices can differ between processes (timing noise), and with them the rounding of results.
 // Compute type is always 32F (no TF32), so f32 GEMMs are fp32.
+// linear_forward and linear_add_forward of at most kGemvMaxRows rows run as gemv.cu's one pass over the weights.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -413,6 +414,7 @@ void linear_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b
     if (b.defined()) add_rows_broadcast(y, b, rows);
     return;
   }
+  if (gemv_forward(y, x, Tensor(), 0.f, w, b, Tensor(), /*swiglu=*/false)) return;  // a few rows: one weight pass
   linear_gemm(y, nullptr, x, w, b);
 }
 
@@ -420,6 +422,7 @@ void linear_add_forward(Tensor& y, const Tensor& x, const Tensor& w, const Tenso
   const int64_t rows = rows_of(x), out = w.dim(0), in = w.dim(1);
   if (rows == 0 || out == 0) return;
   DeviceGuard guard(y.device());
+  if (in > 0 && gemv_forward(y, x, Tensor(), 0.f, w, b, residual, /*swiglu=*/false)) return;
   if (in > 0) {
     // One GEMM reading the residual as cuBLASLt's C (beta = 1): y = x w^T + residual, then + b in the epilogue.
     Gemm g = product(y, x, w, rows, out, in);

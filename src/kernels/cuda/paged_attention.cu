@@ -406,13 +406,6 @@ __global__ void paged_combine_kernel(T* out, const float* part_out, const float*
   }
 }
 
-int multiprocessors(int device) {
-  static int cached[64] = {};
-  int& n = cached[std::clamp(device, 0, 63)];
-  if (n == 0) VLM_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  return n;
-}
-
 // Context splits of a decode step: enough blocks for about two waves when batch x kv heads leave the GPU idle, each
 // split at least kMinSplitKeys keys; returns the split length (a multiple of kSplitAlign) and sets splits.
 int decode_chunk(int& splits, int64_t batch, int64_t heads_kv, int max_ctx, int device) {

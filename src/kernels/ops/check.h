@@ -111,4 +111,12 @@ inline Shape with_last_dim(const Tensor& like, int64_t last) {
   return s;
 }
 
+// An uninitialized temporary on `device` for a composite op's intermediate (stream-ordered on CUDA).
+inline Tensor temporary(const Shape& shape, DType dtype, Device device) {
+#ifdef VLM_HAVE_CUDA
+  if (device.is_cuda()) return cuda::scratch(shape, dtype, device);
+#endif
+  return Tensor::empty(shape, dtype, device);
+}
+
 }  // namespace vlm::ops::detail

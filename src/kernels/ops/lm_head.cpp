@@ -15,16 +15,6 @@ namespace vlm::ops {
 
 using namespace detail;  // NOLINT: the boundary helpers of ops/check.h
 
-namespace {
-// An uninitialized temporary on `device` (stream-ordered on CUDA).
-Tensor temporary(const Shape& shape, DType dtype, Device device) {
-#ifdef VLM_HAVE_CUDA
-  if (device.is_cuda()) return cuda::scratch(shape, dtype, device);
-#endif
-  return Tensor::empty(shape, dtype, device);
-}
-}  // namespace
-
 void lm_head_cross_entropy(Tensor& losses, Tensor& dhidden, Tensor& dw, const Tensor& hidden, const Tensor& w,
                            const Tensor& targets, float dloss, int ignore_index, int64_t chunk_rows) {
   const char* op = "lm_head_cross_entropy";

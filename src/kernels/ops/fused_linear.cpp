@@ -1,0 +1,81 @@
+// The fused_linear family's op boundary: a pre-norm block's projections with their neighbours (the RMSNorm before,
+// the SwiGLU after). Each op validates, then on CUDA runs the one-pass GEMV of cuda/gemv.cu when the call has few
+// enough rows (a decode step at small batch); everywhere else it is the composition of the ops it fuses
+// (rmsnorm_forward, linear_forward, swiglu_packed_forward), so the CPU reference is those ops' references.
+#include "kernels/ops.h"
+#include "kernels/ops/check.h"
+
+namespace vlm::ops {
+
+using namespace detail;  // NOLINT: the boundary helpers of ops/check.h
+
+namespace {
+
+// x [..., in], norm_w [in], w [out, in], b [out] or undefined; returns the compute dtype.
+DType check_norm_linear(const char* op, const Tensor& x, const Tensor& norm_w, const Tensor& w, const Tensor& b,
+                        Device dev) {
+  const DType dt = compute_dtype(op, "x", x);
+  check_tensor(op, "x", x, dt, dev);
+  check_tensor(op, "w", w, dt, dev);
+  check_ndim(op, "w", w, 2);
+  VLM_CHECK(x.ndim() >= 2, "ops::", op, ": x is ", x.describe(), ", expected [T, in] (leading dims flatten into T)");
+  check_shape(op, "x", x, with_last_dim(x, w.dim(1)));
+  check_like(op, "norm_w", norm_w, dt, dev, Shape{w.dim(1)});
+  check_optional(op, "b", b, dt, dev, Shape{w.dim(0)});
+  return dt;
+}
+
+// The normalized rows, as rmsnorm_forward stores them.
+Tensor normalized(const Tensor& x, const Tensor& norm_w, float eps) {
+  Tensor n = temporary(x.shape(), x.dtype(), x.device()), no_rstd;
+  rmsnorm_forward(n, no_rstd, x, norm_w, eps);
+  return n;
+}
+
+// The fused kernel when the call fits it (CUDA, few rows); false: run the composition.
+bool fused_gemv(Tensor& y, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& w, const Tensor& b,
+                bool swiglu) {
+#ifdef VLM_HAVE_CUDA
+  if (y.device().is_cuda()) return cuda::gemv_forward(y, x, norm_w, eps, w, b, Tensor(), swiglu);
+#else
+  static_cast<void>(y), static_cast<void>(x), static_cast<void>(norm_w), static_cast<void>(eps),
+      static_cast<void>(w), static_cast<void>(b), static_cast<void>(swiglu);
+#endif
+  return false;
+}
+
+}  // namespace
+
+void rmsnorm_linear_forward(Tensor& y, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& w,
+                            const Tensor& b) {
+  const char* op = "rmsnorm_linear_forward";
+  const Device dev = y.device();
+  const DType dt = check_norm_linear(op, x, norm_w, w, b, dev);
+  VLM_CHECK(y.dtype() == dt || y.dtype() == DType::f32, "ops::", op, ": y is ", y.describe(), ", expected dtype ",
+            dtype_name(dt), " or f32");
+  check_like(op, "y", y, y.dtype(), dev, with_last_dim(x, w.dim(0)));
+  const profile::OpRange range(op, dev);
+  if (y.numel() == 0 || fused_gemv(y, x, norm_w, eps, w, b, /*swiglu=*/false)) return;
+  const Tensor n = normalized(x, norm_w, eps);
+  if (y.dtype() == dt) return linear_forward(y, n, w, b);
+  Tensor rounded = temporary(y.shape(), dt, dev);  // the product as the compute dtype stores it, then widened
+  linear_forward(rounded, n, w, b);
+  cast(y, rounded);
+}
+
+void rmsnorm_linear_swiglu_forward(Tensor& y, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& w,
+                                   const Tensor& b) {
+  const char* op = "rmsnorm_linear_swiglu_forward";
+  const Device dev = y.device();
+  const DType dt = check_norm_linear(op, x, norm_w, w, b, dev);
+  VLM_CHECK(w.dim(0) % 2 == 0, "ops::", op, ": w is ", w.describe(), ", expected [2I, in] (gate rows, then up rows)");
+  check_like(op, "y", y, dt, dev, with_last_dim(x, w.dim(0) / 2));
+  const profile::OpRange range(op, dev);
+  if (y.numel() == 0 || fused_gemv(y, x, norm_w, eps, w, b, /*swiglu=*/true)) return;
+  const Tensor n = normalized(x, norm_w, eps);
+  Tensor gate_up = temporary(with_last_dim(x, w.dim(0)), dt, dev);
+  linear_forward(gate_up, n, w, b);
+  swiglu_packed_forward(y, gate_up);
+}
+
+}  // namespace vlm::ops
