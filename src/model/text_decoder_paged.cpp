@@ -1,10 +1,18 @@
-// TextDecoder::forward_paged: the decoder's inference step over a paged KV cache.
+// TextDecoder::forward_paged: the decoder's inference step over a paged KV cache. Each norm runs fused into the
+// projection after it (ops::rmsnorm_linear_forward, rmsnorm_linear_swiglu_forward) and each residual add into the
+// projection before it (linear_add_forward), so that a decode step at small batch is one weight pass per projection.
 #include <cmath>
 
 #include "kernels/ops.h"
 #include "model/text_decoder.h"
 
 namespace vlm {
+
+namespace {
+// A packed projection's weight as one [out, in] matrix, and its bias (undefined without).
+Tensor packed_weight(const PackedLinear& p) { return p.w->weight().view({p.out, p.in}); }
+Tensor packed_bias(const PackedLinear& p) { return p.b ? p.b->weight() : Tensor(); }
+}  // namespace
 
 Tensor TextDecoder::forward_paged(const Tensor& x0, const PagedStep& step, PagedKvCaches& caches,
                                   const Tensor& logit_rows, Tensor* logits_out) const {
@@ -19,39 +27,34 @@ Tensor TextDecoder::forward_paged(const Tensor& x0, const PagedStep& step, Paged
   Tensor x = x0;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const Block& b = blocks_[i];
-    RMSNorm::Saved n1s, n2s;  // unused: no backward
-    const Tensor n1 = b.n1.forward(x, n1s);
-    const Tensor qkv = b.attn.qkv.forward(n1);  // [T, (H + 2 Hkv) D]
+    Tensor qkv = new_like({T, b.attn.qkv.out}, x);  // [T, (H + 2 Hkv) D] of the normalized rows
+    ops::rmsnorm_linear_forward(qkv, x, b.n1.w->weight(), b.n1.eps, packed_weight(b.attn.qkv),
+                                packed_bias(b.attn.qkv));
     Tensor q = new_like({T, H, D}, x), k = new_like({T, Hkv, D}, x), v = new_like({T, Hkv, D}, x);
     ops::qkv_split_forward(q, k, v, qkv, step.positions, c.rope_theta);  // RoPE at the absolute positions
     ops::paged_kv_write(caches.k[i], caches.v[i], k, v, step.slot_mapping);
     Tensor out = new_like({T, H, D}, x);
     ops::paged_attention(out, q, caches.k[i], caches.v[i], step.block_tables, step.context_lens, step.cu_seqlens_q,
                          step.max_seqlen_q, step.max_context_len, scale, /*indices_checked=*/i > 0);
-    const Tensor attn = b.attn.o.forward(out.view({T, H * D}));
-    Tensor h;
-    const Tensor n2 = b.n2.forward_add(h, x, attn, n2s);  // h = x + attn
-    const Tensor gate_up = b.gate_up.forward(n2);
+    const Tensor h = b.attn.o.forward_add(out.view({T, H * D}), x);  // h = x + attn
     Tensor act = new_like({T, c.intermediate}, x);
-    ops::swiglu_packed_forward(act, gate_up);
+    ops::rmsnorm_linear_swiglu_forward(act, h, b.n2.w->weight(), b.n2.eps, packed_weight(b.gate_up),
+                                       packed_bias(b.gate_up));
     x = b.down.forward_add(act, h);
   }
   if (logit_rows.numel() == 0) return Tensor::empty({0, c.vocab_size}, DType::f32, x.device());
   // Only the rows that sample: the final norm is per row, so normalizing them alone changes nothing.
   Tensor sel = new_like({logit_rows.numel(), c.hidden}, x);
   ops::gather_rows(sel, x, logit_rows);
-  RMSNorm::Saved fs;
-  const Tensor logits = lm_head_.forward(final_norm_.forward(sel, fs));
-  if (logits_out) {
-    VLM_CHECK(logits_out->dtype() == DType::f32 && logits_out->shape() == logits.shape(), "forward_paged: logits_out ",
-              logits_out->describe(), " for logits ", logits.describe());
-    ops::cast(*logits_out, logits);
-    return *logits_out;
-  }
-  if (logits.dtype() == DType::f32) return logits;
-  Tensor logits_f32 = new_f32_like(logits.shape(), logits);
-  ops::cast(logits_f32, logits);
-  return logits_f32;
+  // The final norm and the LM head in one op, writing f32 logits (the values the compute dtype holds).
+  const Shape shape{logit_rows.numel(), c.vocab_size};
+  Tensor logits = logits_out ? *logits_out : new_f32_like(shape, x);
+  VLM_CHECK(logits.dtype() == DType::f32 && logits.shape() == shape, "forward_paged: logits_out ",
+            logits.describe(), ", expected f32", shape.to_string());
+  const Linear& head = lm_head_;
+  ops::rmsnorm_linear_forward(logits, sel, final_norm_.w->weight(), final_norm_.eps, head.w->weight(),
+                              head.b ? head.b->weight() : Tensor());
+  return logits;
 }
 
 }  // namespace vlm
