@@ -237,6 +237,15 @@ void attention_backward(Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, 
 // CUDA, k and v may be row-strided (column slices of a packed qkv projection); a bad slot is recorded
 // (check_index_errors) and its row skipped.
 void paged_kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& slot_mapping);
+// The paged step's qkv_split_forward and paged_kv_write in one op (one kernel on CUDA): q [T, H, D] = the q heads of
+// qkv [T, (H + 2 Hkv) D] with RoPE at positions (theta > 0; theta == 0: none), as qkv_split_forward writes them; the k
+// heads (with RoPE) and v heads of row t go straight to cache slot slot_mapping[t] (i32 [T]; distinct, as for
+// paged_kv_write), as paged_kv_write would write them (-1: the row's k/v are skipped). D even; the caches' Hkv and D.
+// Equals qkv_split_forward into temporaries + paged_kv_write bit for bit on each device. A bad slot aborts naming the
+// entry on the CPU; on CUDA it is recorded (check_index_errors) and that row's k/v skipped (its q still written).
+// q must not overlap qkv or the caches, nor qkv a cache, nor the caches each other.
+void qkv_split_paged_write(Tensor& q, Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& positions,
+                           const Tensor& slot_mapping, float theta);
 // Attention of packed queries over the paged cache, grouped-query (Hq % Hkv == 0; q head h reads kv head
 // h / (Hq/Hkv)).
 //   q [Tq, Hq, D] packed by sequence, cu_seqlens_q i32 [B + 1] (sequence b's queries are rows [cu[b], cu[b+1]));

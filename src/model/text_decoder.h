@@ -59,7 +59,7 @@ class TextDecoder {
   void set_recompute_blocks(bool on) { recompute_blocks_ = on; }
   bool recompute_blocks() const { return recompute_blocks_; }
   // Inference over paged KV: x0 [T, hidden] (embeddings of the step's rows) -> f32 logits [R, vocab] at
-  // `logit_rows` (i32 [R]). Each layer writes the rows' K/V into `caches` (ops::paged_kv_write) and attends over
+  // `logit_rows` (i32 [R]). Each layer writes the rows' K/V into `caches` (ops::qkv_split_paged_write) and attends over
   // its sequence's cached context (ops::paged_attention). The same parameters and ops as training; nothing saved.
   // With `logits_out` (f32 [R, vocab] on the model's device) the logits are written there and it is returned: a
   // CUDA graph's output that stays put across replays.

@@ -18,7 +18,7 @@ Tensor TextDecoder::forward_paged(const Tensor& x0, const PagedStep& step, Paged
                                   const Tensor& logit_rows, Tensor* logits_out) const {
   const TextConfig& c = config_;
   const int64_t T = x0.dim(0);
-  const int H = c.heads, Hkv = c.kv_heads, D = c.head_dim();
+  const int H = c.heads, D = c.head_dim();
   VLM_CHECK(caches.k.size() == blocks_.size() && caches.v.size() == blocks_.size(), "forward_paged: ", caches.k.size(),
             " K caches for ", blocks_.size(), " layers");
   VLM_CHECK(step.positions.numel() == T && step.slot_mapping.numel() == T, "forward_paged: ", T, " rows but ",
@@ -30,9 +30,9 @@ Tensor TextDecoder::forward_paged(const Tensor& x0, const PagedStep& step, Paged
     Tensor qkv = new_like({T, b.attn.qkv.out}, x);  // [T, (H + 2 Hkv) D] of the normalized rows
     ops::rmsnorm_linear_forward(qkv, x, b.n1.w->weight(), b.n1.eps, packed_weight(b.attn.qkv),
                                 packed_bias(b.attn.qkv));
-    Tensor q = new_like({T, H, D}, x), k = new_like({T, Hkv, D}, x), v = new_like({T, Hkv, D}, x);
-    ops::qkv_split_forward(q, k, v, qkv, step.positions, c.rope_theta);  // RoPE at the absolute positions
-    ops::paged_kv_write(caches.k[i], caches.v[i], k, v, step.slot_mapping);
+    Tensor q = new_like({T, H, D}, x);
+    // q, and the rows' K/V into their cache slots, with RoPE at the absolute positions.
+    ops::qkv_split_paged_write(q, caches.k[i], caches.v[i], qkv, step.positions, step.slot_mapping, c.rope_theta);
     Tensor out = new_like({T, H, D}, x);
     ops::paged_attention(out, q, caches.k[i], caches.v[i], step.block_tables, step.context_lens, step.cu_seqlens_q,
                          step.max_seqlen_q, step.max_context_len, scale, /*indices_checked=*/i > 0);

@@ -45,6 +45,7 @@ const char* const kAllOps[] = {"cast",
                                "attention_forward",
                                "attention_backward",
                                "paged_kv_write",
+                               "qkv_split_paged_write",
                                "paged_attention",
                                "cross_entropy_forward",
                                "cross_entropy_backward",
@@ -291,6 +292,11 @@ TEST(Dispatch, MalformedCallsAbortNamingTheOp) {
          Tensor kc = f32({2, 4, 2, 8}), vc = f32({2, 4, 2, 8});
          ops::paged_kv_write(kc, vc, f32({3, 2, 8}), f32({3, 2, 8}), i32({2}));
        }},
+      {"qkv_split_paged_write",
+       [&] {
+         Tensor q = f32({3, 2, 8}), kc = f32({2, 4, 1, 8}), vc = f32({2, 4, 1, 8});
+         ops::qkv_split_paged_write(q, kc, vc, f32({3, 24}), i32({3}), i32({3}), 1e4f);
+       }},  // qkv narrower than H + 2 Hkv heads
       {"paged_attention",
        [&] {
          Tensor o = f32({2, 4, 8});

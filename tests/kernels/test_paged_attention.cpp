@@ -1,8 +1,9 @@
 // The paged KV cache ops on the CPU: paged_attention against a float64 dense attention over the K/V gathered through
 // the block tables (shuffled, non-contiguous blocks; every cache slot the op must not read is NaN, so reading one
 // fails), GQA ratios 1/3/8, decode and chunked prefill, context lengths that are not multiples of the block size;
-// chunked prefill written with paged_kv_write equals attention_forward over the whole sequences bit for bit; and the
-// errors for bad slots, block ids, context lengths and cu_seqlens.
+// chunked prefill written with paged_kv_write equals attention_forward over the whole sequences bit for bit;
+// qkv_split_paged_write equals qkv_split_forward + paged_kv_write bit for bit; and the errors for bad slots, block
+// ids, context lengths and cu_seqlens.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -168,6 +169,81 @@ TEST(PagedKvWrite, BadSlotsAndShapesAbortNamingTheEntry) {
                "ops::paged_kv_write: k is .* \\(expected k \\[T, Hkv, D\\] with the cache's Hkv and D\\)");
   Tensor v_small = Tensor::zeros({1, 4, 1, 8}, DType::f32);
   EXPECT_DEATH(ops::paged_kv_write(k_cache, v_small, k, v, i32_tensor({0, 1, 2})), "ops::paged_kv_write: v_cache");
+}
+
+// qkv_split_paged_write against its definition: qkv_split_forward into temporaries, then paged_kv_write. Caches start
+// random (so a skipped or misplaced row shows), slots include -1 and are scattered over blocks; theta 0 and > 0; the
+// last case is large enough for the parallel path.
+TEST(QkvSplitPagedWrite, EqualsSplitThenPagedKvWrite) {
+  struct Case {
+    int64_t tokens, heads_q, heads_kv, dim, num_blocks, block_size;
+    float theta;
+  };
+  const Case cases[] = {{7, 6, 2, 8, 3, 4, 10000.f}, {5, 3, 3, 4, 2, 4, 0.f}, {1, 9, 3, 64, 4, 16, 100000.f},
+                        {300, 9, 3, 64, 24, 16, 100000.f}};
+  uint64_t seed = 500;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "T=" << c.tokens << " Hq=" << c.heads_q << " Hkv=" << c.heads_kv
+                                      << " D=" << c.dim << " theta=" << c.theta);
+    const int64_t num_slots = c.num_blocks * c.block_size;
+    std::vector<int32_t> slots, pos;
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      slots.push_back(t % 4 == 1 ? -1 : static_cast<int32_t>((t * 37 + 5) % num_slots));  // distinct: T < num_slots
+      pos.push_back(static_cast<int32_t>((t * 53 + 11) % 5000));
+    }
+    const Shape cache_shape{c.num_blocks, c.block_size, c.heads_kv, c.dim};
+    const Tensor qkv = random_normal({c.tokens, (c.heads_q + 2 * c.heads_kv) * c.dim}, seed++);
+    const Tensor k_init = random_normal(cache_shape, seed++), v_init = random_normal(cache_shape, seed++);
+    const Tensor positions = i32_tensor(pos), slot_mapping = i32_tensor(slots);
+
+    Tensor q_ref = nan_tensor({c.tokens, c.heads_q, c.dim}), k = nan_tensor({c.tokens, c.heads_kv, c.dim});
+    Tensor v = nan_tensor(k.shape()), k_ref = k_init.clone(), v_ref = v_init.clone();
+    ops::qkv_split_forward(q_ref, k, v, qkv, positions, c.theta);
+    ops::paged_kv_write(k_ref, v_ref, k, v, slot_mapping);
+
+    Tensor q = nan_tensor(q_ref.shape()), k_cache = k_init.clone(), v_cache = v_init.clone();
+    ops::qkv_split_paged_write(q, k_cache, v_cache, qkv, positions, slot_mapping, c.theta);
+    EXPECT_TRUE(bitwise_equal(q, q_ref)) << "q";
+    EXPECT_TRUE(bitwise_equal(k_cache, k_ref)) << "k_cache";
+    EXPECT_TRUE(bitwise_equal(v_cache, v_ref)) << "v_cache";
+  }
+}
+
+// Every row padding (-1): the caches keep their bytes, q is still written.
+TEST(QkvSplitPagedWrite, SlotMinusOneLeavesTheCacheUntouched) {
+  const int64_t t = 3, hq = 4, hkv = 2, d = 8;
+  const Tensor qkv = random_normal({t, (hq + 2 * hkv) * d}, 7), positions = i32_tensor({0, 5, 9});
+  const Tensor k_init = random_normal({2, 4, hkv, d}, 8), v_init = random_normal({2, 4, hkv, d}, 9);
+  Tensor q = nan_tensor({t, hq, d}), k_cache = k_init.clone(), v_cache = v_init.clone();
+  ops::qkv_split_paged_write(q, k_cache, v_cache, qkv, positions, i32_tensor({-1, -1, -1}), 10000.f);
+  EXPECT_TRUE(bitwise_equal(k_cache, k_init));
+  EXPECT_TRUE(bitwise_equal(v_cache, v_init));
+  Tensor q_ref = nan_tensor(q.shape()), k = nan_tensor({t, hkv, d}), v = nan_tensor({t, hkv, d});
+  ops::qkv_split_forward(q_ref, k, v, qkv, positions, 10000.f);
+  EXPECT_TRUE(bitwise_equal(q, q_ref));
+}
+
+TEST(QkvSplitPagedWrite, BadSlotsAndShapesAbortNamingTheEntry) {
+  use_threadsafe_death_tests();
+  Tensor k_cache = Tensor::zeros({2, 4, 1, 8}, DType::f32), v_cache = Tensor::zeros({2, 4, 1, 8}, DType::f32);
+  Tensor q = Tensor::zeros({3, 2, 8}, DType::f32);
+  const Tensor qkv = random_normal({3, 32}, 1), positions = i32_tensor({0, 1, 2});
+  EXPECT_DEATH(ops::qkv_split_paged_write(q, k_cache, v_cache, qkv, positions, i32_tensor({0, 8, 1}), 1e4f),
+               "ops::qkv_split_paged_write: slot_mapping\\[1\\] = 8 is outside \\[-1, 8\\)");
+  EXPECT_DEATH(ops::qkv_split_paged_write(q, k_cache, v_cache, qkv, positions, i32_tensor({-2, 0, 1}), 1e4f),
+               "ops::qkv_split_paged_write: slot_mapping\\[0\\] = -2");
+  EXPECT_DEATH(ops::qkv_split_paged_write(q, k_cache, v_cache, qkv, positions, i32_tensor({0, 1}), 1e4f),
+               "ops::qkv_split_paged_write: slot_mapping");
+  EXPECT_DEATH(ops::qkv_split_paged_write(q, k_cache, v_cache, random_normal({3, 40}, 2), positions,
+                                          i32_tensor({0, 1, 2}), 1e4f),
+               "ops::qkv_split_paged_write: qkv is .*expected shape \\[3, 32\\]");
+  Tensor k_d4 = Tensor::zeros({2, 4, 1, 4}, DType::f32), v_d4 = Tensor::zeros({2, 4, 1, 4}, DType::f32);
+  EXPECT_DEATH(ops::qkv_split_paged_write(q, k_d4, v_d4, qkv, positions, i32_tensor({0, 1, 2}), 1e4f),
+               "ops::qkv_split_paged_write: q is .* \\(head dims must match\\)");
+  EXPECT_DEATH(ops::qkv_split_paged_write(q, k_cache, v_cache, qkv, Tensor(), i32_tensor({0, 1, 2}), 1e4f),
+               "ops::qkv_split_paged_write: positions");
+  EXPECT_DEATH(ops::qkv_split_paged_write(q, k_cache, k_cache, qkv, positions, i32_tensor({0, 1, 2}), 1e4f),
+               "ops::qkv_split_paged_write: k_cache .* overlaps v_cache");
 }
 
 TEST(PagedAttention, BadTablesAbortNamingTheEntry) {

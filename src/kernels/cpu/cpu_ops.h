@@ -81,6 +81,12 @@ void rope_rotate_heads(float* dst, const float* src, int64_t heads, int64_t head
 // be null).
 void qkv_split_forward(float* q, float* k, float* v, const float* qkv, const int32_t* positions, int64_t tokens,
                        int64_t heads_q, int64_t heads_kv, int64_t head_dim, float theta);
+// q as qkv_split_forward; the k and v heads of row t (k rotated) go to row slots[t] of k_cache, v_cache
+// [num_slots, heads_kv * head_dim] (slot -1: not written), as paged_kv_write copies them. Slots are checked first
+// (check_kv_slots). Equals qkv_split_forward + paged_kv_write bit for bit.
+void qkv_split_paged_write(float* q, float* k_cache, float* v_cache, const float* qkv, const int32_t* positions,
+                           const int32_t* slots, int64_t tokens, int64_t num_slots, int64_t heads_q, int64_t heads_kv,
+                           int64_t head_dim, float theta);
 // dqkv = [rope_backward(dq) | rope_backward(dk) | dv] (no rotation when theta == 0).
 void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, const int32_t* positions,
                         int64_t tokens, int64_t heads_q, int64_t heads_kv, int64_t head_dim, float theta);
@@ -115,6 +121,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const AttentionParams& p);
 
 // ---- paged_attention.cpp -----------------------------------------------------------------------------------
+// Aborts naming op and the entry unless every slots[t] (t < tokens) lies in [-1, num_slots).
+void check_kv_slots(const char* op, const int32_t* slots, int64_t tokens, int64_t num_slots);
 // Row t of k, v [tokens, row] (row = heads_kv * head_dim) into cache row slots[t] of k_cache, v_cache
 // [num_slots, row]; -1 skips the row; any other slot outside [0, num_slots) aborts naming the op and the entry.
 void paged_kv_write(float* k_cache, float* v_cache, const float* k, const float* v, const int32_t* slots,

@@ -14,13 +14,17 @@
 
 namespace vlm::ops::cpu {
 
-void paged_kv_write(float* k_cache, float* v_cache, const float* k, const float* v, const int32_t* slots,
-                    int64_t tokens, int64_t num_slots, int64_t row) {
+void check_kv_slots(const char* op, const int32_t* slots, int64_t tokens, int64_t num_slots) {
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t s = slots[t];
-    VLM_CHECK(s >= -1 && s < num_slots, "ops::paged_kv_write: slot_mapping[", t, "] = ", s, " is outside [-1, ",
-              num_slots, ") (num_blocks * block_size cache slots; -1 skips a row)");
+    VLM_CHECK(s >= -1 && s < num_slots, "ops::", op, ": slot_mapping[", t, "] = ", s, " is outside [-1, ", num_slots,
+              ") (num_blocks * block_size cache slots; -1 skips a row)");
   }
+}
+
+void paged_kv_write(float* k_cache, float* v_cache, const float* k, const float* v, const int32_t* slots,
+                    int64_t tokens, int64_t num_slots, int64_t row) {
+  check_kv_slots("paged_kv_write", slots, tokens, num_slots);
   const size_t bytes = static_cast<size_t>(row) * sizeof(float);
 #pragma omp parallel for if (tokens * row >= kParallelMinWork)
   for (int64_t t = 0; t < tokens; ++t) {

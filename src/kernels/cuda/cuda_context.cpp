@@ -113,6 +113,7 @@ const char* index_error_op_name(int32_t code) {
     case IndexErrorOp::paged_cu_seqlens: return "paged_attention (cu_seqlens_q)";
     case IndexErrorOp::paged_context_lens: return "paged_attention (context_lens)";
     case IndexErrorOp::paged_block_tables: return "paged_attention (block_tables)";
+    case IndexErrorOp::qkv_paged_slots: return "qkv_split_paged_write (slot_mapping)";
   }
   return "unknown op";
 }
@@ -149,7 +150,8 @@ Status take_index_error(Device device) {
     return out_of_range(str("ops::", what, ": entry ", host.position, " = ", host.value,
                             " is below the sequence's query count or above ", host.limit,
                             " (max_context_len and the block table's capacity) on ", device.to_string()));
-  if (static_cast<IndexErrorOp>(host.op) == IndexErrorOp::paged_kv_slots)
+  if (static_cast<IndexErrorOp>(host.op) == IndexErrorOp::paged_kv_slots ||
+      static_cast<IndexErrorOp>(host.op) == IndexErrorOp::qkv_paged_slots)
     return out_of_range(str("ops::", what, ": entry ", host.position, " = ", host.value, " is outside [-1, ",
                             host.limit, ") on ", device.to_string()));
   if (static_cast<IndexErrorOp>(host.op) == IndexErrorOp::attention_cu_seqlens ||

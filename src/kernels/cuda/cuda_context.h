@@ -55,6 +55,7 @@ enum class IndexErrorOp : int32_t {
   paged_cu_seqlens,
   paged_context_lens,
   paged_block_tables,
+  qkv_paged_slots,  // qkv_split_paged_write's slot_mapping (reported like paged_kv_slots)
 };
 const char* index_error_op_name(int32_t code);
 

@@ -100,6 +100,9 @@ void rope(Tensor& x, const Tensor& positions, float theta, bool backward);
 void qkv_split_forward(Tensor& q, Tensor& k, Tensor& v, const Tensor& qkv, const Tensor& positions, float theta);
 void qkv_split_backward(Tensor& dqkv, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& positions,
                         float theta);
+// The split with the k/v heads written to paged cache slots (ops::qkv_split_paged_write), one launch.
+void qkv_split_paged_write(Tensor& q, Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& positions,
+                           const Tensor& slot_mapping, float theta);
 void swiglu_packed_forward(Tensor& y, const Tensor& gu);
 void swiglu_packed_backward(Tensor& dgu, const Tensor& dy, const Tensor& gu);
 

@@ -1,7 +1,7 @@
-// Ops on packed projections on CUDA: the QKV split (+ RoPE on q and k) of one [T, (Hq + 2 Hkv) * D] projection and
-// its backward, and SwiGLU on one [T, 2I] gate/up projection and its backward. All are pure data movement plus a
-// little math, so they are written for bandwidth: 16-byte loads and stores where the rows allow them, a scalar
-// fallback otherwise.
+// Ops on packed projections on CUDA: the QKV split (+ RoPE on q and k) of one [T, (Hq + 2 Hkv) * D] projection, its
+// backward and its paged form (k/v heads straight into KV cache slots), and SwiGLU on one [T, 2I] gate/up projection
+// and its backward. All are pure data movement plus a little math, so they are written for bandwidth: 16-byte loads
+// and stores where the rows allow them, a scalar fallback otherwise.
 // RoPE angles follow rope.cu's recipe (inverse frequencies computed on the host in double, rounded to f32, passed by
 // value; angle = f32(pos) * inv_freq in f32; cosf/sinf; the same rotation expressions), so the split equals
 // rope_forward / rope_backward on the split tensors bit for bit. The SwiGLU formulas are those of swiglu_forward /
@@ -11,6 +11,9 @@
 //     (q, k and v heads alike); it issues all its loads, reads the token's position once, computes its cos/sin pairs
 //     once (only if one of its heads rotates), then rotates (q, k) or copies (v) its vectors into place.
 //   * QKV scalar fallback: one block per token builds the cos/sin table in shared memory; each thread moves pairs.
+//   * The paged split (kPaged) runs the same kernels with k and v the caches: token t's k/v heads go to cache row
+//     slots[t], read once by each thread that holds k/v heads (-1: not stored; out of range: recorded as an index
+//     error and not stored), so the split + paged_kv_write pair becomes one launch with the same bits.
 //   * SwiGLU: one thread per 16-byte vector of the output (vector path) or per element (fallback).
 #include <climits>
 #include <cmath>
@@ -32,46 +35,59 @@ struct InvFreq {
 };
 
 // One QKV split call. The packed row of token t holds heads() heads of head_dim values: heads_q query heads, then
-// heads_kv key heads, then heads_kv value heads; q, k, v hold the same heads contiguously per token. The first
-// `rotated` heads of the row (q and k, or none) are rotated, the others copied.
+// heads_kv key heads, then heads_kv value heads; q, k, v hold the same heads contiguously per token (k and v at row
+// kv_row: t, or in the paged split the token's cache slot). The first `rotated` heads of the row (q and k, or none)
+// are rotated, the others copied.
 template <class T>
 struct QkvSplit {
   T* packed;                  // [tokens, heads() * head_dim]
   T* q;                       // [tokens, heads_q, head_dim]
-  T* k;                       // [tokens, heads_kv, head_dim]
-  T* v;                       // [tokens, heads_kv, head_dim]
+  T* k;                       // [tokens, heads_kv, head_dim]; paged: the cache, [num_slots, heads_kv, head_dim]
+  T* v;                       // same
   const int32_t* positions;   // [tokens]; null when rotated == 0
   int64_t tokens;
   int heads_q, heads_kv, head_dim;
   int rotated;                // heads_q + heads_kv with RoPE, 0 without
   float direction;            // +1: rotate by +angle (forward); -1: by -angle (backward)
+  const int32_t* slots;       // paged: [tokens], token t's cache slot (-1: k/v not stored); null otherwise
+  int64_t num_slots;          // paged: cache rows (num_blocks * block_size)
+  IndexErrorRecord* rec;      // paged: where a slot outside [-1, num_slots) is recorded
 
   __device__ int heads() const { return heads_q + 2 * heads_kv; }
-  // Head h of token t in the packed row, and in q, k or v.
+  // Head h of token t in the packed row, and in q, k or v (k and v at row kv_row).
   __device__ T* packed_head(int64_t t, int h) const { return packed + (t * heads() + h) * head_dim; }
-  __device__ T* split_head(int64_t t, int h) const {
+  __device__ T* split_head(int64_t t, int64_t kv_row, int h) const {
     if (h < heads_q) return q + (t * heads_q + h) * head_dim;
     h -= heads_q;
-    if (h < heads_kv) return k + (t * heads_kv + h) * head_dim;
-    return v + (t * heads_kv + h - heads_kv) * head_dim;
+    if (h < heads_kv) return k + (kv_row * heads_kv + h) * head_dim;
+    return v + (kv_row * heads_kv + h - heads_kv) * head_dim;
   }
   // Where head h of token t is read from and written to: packed -> split in the forward, split -> packed backward.
   template <bool kToSplit>
-  __device__ const T* src_head(int64_t t, int h) const {
-    return kToSplit ? packed_head(t, h) : split_head(t, h);
+  __device__ const T* src_head(int64_t t, int64_t kv_row, int h) const {
+    return kToSplit ? packed_head(t, h) : split_head(t, kv_row, h);
   }
   template <bool kToSplit>
-  __device__ T* dst_head(int64_t t, int h) const {
-    return kToSplit ? split_head(t, h) : packed_head(t, h);
+  __device__ T* dst_head(int64_t t, int64_t kv_row, int h) const {
+    return kToSplit ? split_head(t, kv_row, h) : packed_head(t, h);
+  }
+  // Paged: whether token t's k/v heads are stored at `slot` (its slots[t]): not for -1, nor for a slot outside
+  // [-1, num_slots), which is recorded when `report`.
+  __device__ bool kv_slot_ok(int64_t t, int64_t slot, bool report) const {
+    if (slot >= 0 && slot < num_slots) return true;
+    if (slot != -1 && report) record_index_error(rec, IndexErrorOp::qkv_paged_slots, t, slot, num_slots);
+    return false;
   }
 };
 
 // The vector path: thread idx = (token t, head group hg, frequency group fg), fg fastest. Frequencies
 // fg * kV .. fg * kV + kV - 1 of heads [hg * heads_per_thread, min(heads, (hg + 1) * heads_per_thread)).
-template <class T, bool kToSplit>
+// kPaged (forward only): k/v heads go to cache row slots[t].
+template <class T, bool kToSplit, bool kPaged>
 __global__ void qkv_split_vec_kernel(const QkvSplit<T> p, int heads_per_thread, int head_groups,
                                      const InvFreq inv_freq) {
   pdl::grid_begin();
+  static_assert(kToSplit || !kPaged, "the paged split is a forward");
   constexpr int kV = kVec16<T>;
   const int half = p.head_dim / 2, freq_groups = half / kV;
   const int64_t per_token = static_cast<int64_t>(head_groups) * freq_groups;
@@ -80,16 +96,25 @@ __global__ void qkv_split_vec_kernel(const QkvSplit<T> p, int heads_per_thread, 
   const int64_t t = idx / per_token;
   const int rem = static_cast<int>(idx - t * per_token);
   const int hg = rem / freq_groups, fg = rem % freq_groups;
-  const int h0 = hg * heads_per_thread, h1 = min(p.heads(), h0 + heads_per_thread);
+  const int h0 = hg * heads_per_thread;
+  int h1 = min(p.heads(), h0 + heads_per_thread);
+  int64_t kv_row = t;
+  // Paged: only threads holding k/v heads read the slot, in flight with the loads below (which do not depend on it).
+  if constexpr (kPaged)
+    if (h1 > p.heads_q) kv_row = p.slots[t];
   // Raw 16-byte vectors (4 registers each): all loads in flight before any math or store.
   uint4 lo[kMaxHeadsPerThread], hi[kMaxHeadsPerThread];
 #pragma unroll
   for (int u = 0; u < kMaxHeadsPerThread; ++u) {
     if (h0 + u >= h1) break;
-    const T* src = p.template src_head<kToSplit>(t, h0 + u) + fg * kV;
+    const T* src = p.template src_head<kToSplit>(t, kv_row, h0 + u) + fg * kV;
     lo[u] = *reinterpret_cast<const uint4*>(src);
     hi[u] = *reinterpret_cast<const uint4*>(src + half);
   }
+  // Without a cache slot the thread stores its q heads only; the first thread per token holding k/v heads (fg 0 of
+  // the group with head heads_q) reports a bad slot.
+  if constexpr (kPaged)
+    if (h1 > p.heads_q && !p.kv_slot_ok(t, kv_row, fg == 0 && h0 <= p.heads_q)) h1 = max(h0, p.heads_q);
   float c[kV] = {}, s[kV] = {};
   if (h0 < p.rotated) {
     const float pos = static_cast<float>(p.positions[t]);
@@ -103,7 +128,7 @@ __global__ void qkv_split_vec_kernel(const QkvSplit<T> p, int heads_per_thread, 
 #pragma unroll
   for (int u = 0; u < kMaxHeadsPerThread; ++u) {
     if (h0 + u >= h1) break;
-    T* dst = p.template dst_head<kToSplit>(t, h0 + u) + fg * kV;
+    T* dst = p.template dst_head<kToSplit>(t, kv_row, h0 + u) + fg * kV;
     if (h0 + u < p.rotated) {
       float a[kV], b[kV], out_lo[kV], out_hi[kV];
       load_vec16(reinterpret_cast<const T*>(&lo[u]), a);  // widens the register copy (no memory access)
@@ -122,13 +147,21 @@ __global__ void qkv_split_vec_kernel(const QkvSplit<T> p, int heads_per_thread, 
   }
 }
 
-// The scalar fallback: block t moves token t; each thread owns pairs (i, i + D/2) of heads.
-template <class T, bool kToSplit>
+// The scalar fallback: block t moves token t; each thread owns pairs (i, i + D/2) of heads. kPaged (forward only):
+// k/v heads go to cache row slots[t] (every thread reads it; thread 0 reports a bad one).
+template <class T, bool kToSplit, bool kPaged>
 __global__ void qkv_split_kernel(const QkvSplit<T> p, const InvFreq inv_freq) {
   pdl::grid_begin();
+  static_assert(kToSplit || !kPaged, "the paged split is a forward");
   __shared__ float cos_a[kMaxHalf], sin_a[kMaxHalf];
   const int64_t t = blockIdx.x;
   const int half = p.head_dim / 2;
+  int64_t kv_row = t;
+  int heads = p.heads();  // the heads this token stores: without a cache slot, its q heads only
+  if constexpr (kPaged) {
+    kv_row = p.slots[t];
+    if (!p.kv_slot_ok(t, kv_row, threadIdx.x == 0)) heads = p.heads_q;
+  }
   if (p.rotated > 0 && threadIdx.x < half) {
     const float pos = static_cast<float>(p.positions[t]);
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -138,10 +171,10 @@ __global__ void qkv_split_kernel(const QkvSplit<T> p, const InvFreq inv_freq) {
     }
   }
   __syncthreads();
-  for (int j = threadIdx.x; j < p.heads() * half; j += blockDim.x) {
+  for (int j = threadIdx.x; j < heads * half; j += blockDim.x) {
     const int h = j / half, i = j % half;
-    const T* src = p.template src_head<kToSplit>(t, h);
-    T* dst = p.template dst_head<kToSplit>(t, h);
+    const T* src = p.template src_head<kToSplit>(t, kv_row, h);
+    T* dst = p.template dst_head<kToSplit>(t, kv_row, h);
     if (h < p.rotated) {
       const float a = to_f32(src[i]), b = to_f32(src[i + half]), c = cos_a[i], s = sin_a[i];
       dst[i] = from_f32<T>(a * c - b * s);
@@ -154,11 +187,12 @@ __global__ void qkv_split_kernel(const QkvSplit<T> p, const InvFreq inv_freq) {
 }
 
 // The forward (kToSplit: packed = qkv read, q/k/v written) or the backward (packed = dqkv written, q/k/v = dq/dk/dv
-// read) on validated tensors.
-template <bool kToSplit>
+// read) on validated tensors. kPaged: the forward with k, v the caches [num_blocks, block_size, Hkv, D] and token t's
+// k/v heads written to slot slots[t].
+template <bool kToSplit, bool kPaged = false>
 void qkv_split(const char* op, const Tensor& packed, const Tensor& q, const Tensor& k, const Tensor& v,
-               const Tensor& positions, float theta) {
-  const int64_t tokens = q.dim(0), heads_q = q.dim(1), heads_kv = k.dim(1), head_dim = q.dim(2), half = head_dim / 2;
+               const Tensor& positions, float theta, const Tensor& slots = Tensor()) {
+  const int64_t tokens = q.dim(0), heads_q = q.dim(1), heads_kv = k.dim(-2), head_dim = q.dim(2), half = head_dim / 2;
   VLM_CHECK(half <= kMaxHalf, "ops::", op, ": head dim ", head_dim, " exceeds the CUDA kernel's ", 2 * kMaxHalf);
   const int64_t heads = heads_q + 2 * heads_kv;
   VLM_CHECK(heads * half <= INT_MAX, "ops::", op, ": ", heads, " heads of dim ", head_dim,
@@ -170,7 +204,8 @@ void qkv_split(const char* op, const Tensor& packed, const Tensor& q, const Tens
     for (int64_t i = 0; i < half; ++i)
       inv_freq.v[i] =
           static_cast<float>(1.0 / std::pow(static_cast<double>(theta), 2.0 * static_cast<double>(i) / head_dim));
-  DeviceGuard guard(packed.device());
+  const Device dev = packed.device();
+  DeviceGuard guard(dev);
   dispatch_float(q.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     const QkvSplit<T> p{ptr<T>(packed),
@@ -183,19 +218,24 @@ void qkv_split(const char* op, const Tensor& packed, const Tensor& q, const Tens
                         static_cast<int>(heads_kv),
                         static_cast<int>(head_dim),
                         rotate ? static_cast<int>(heads_q + heads_kv) : 0,
-                        kToSplit ? 1.f : -1.f};
-    cudaStream_t stream = stream_of(packed.device());
+                        kToSplit ? 1.f : -1.f,
+                        kPaged ? ptr<int32_t>(slots) : nullptr,
+                        kPaged ? k.dim(0) * k.dim(1) : 0,
+                        kPaged ? index_error_record(dev) : nullptr};
+    cudaStream_t stream = stream_of(dev);
     if (half % kVec16<T> == 0 && all_aligned16(p.packed, p.q, p.k, p.v)) {
       const int head_groups = static_cast<int>(ceil_div(heads, kMaxHeadsPerThread));
       const int heads_per_thread = static_cast<int>(ceil_div(heads, head_groups));
       const int64_t threads = tokens * head_groups * (half / kVec16<T>);
-      pdl::launch(qkv_split_vec_kernel<T, kToSplit>, static_cast<unsigned>(ceil_div(threads, kBlock)), kBlock, 0,
-                  stream, p, heads_per_thread, head_groups, inv_freq);
+      pdl::launch(qkv_split_vec_kernel<T, kToSplit, kPaged>, static_cast<unsigned>(ceil_div(threads, kBlock)), kBlock,
+                  0, stream, p, heads_per_thread, head_groups, inv_freq);
     } else {
-      pdl::launch(qkv_split_kernel<T, kToSplit>, static_cast<unsigned>(tokens), kScalarBlock, 0, stream, p, inv_freq);
+      pdl::launch(qkv_split_kernel<T, kToSplit, kPaged>, static_cast<unsigned>(tokens), kScalarBlock, 0, stream, p,
+                  inv_freq);
     }
   });
   VLM_CUDA_CHECK_LAUNCH();
+  if constexpr (kPaged) check_index_errors_now(op, dev);
 }
 
 // ---- SwiGLU on gu [rows, 2 * cols] ------------------------------------------------------------------------------
@@ -281,6 +321,11 @@ void qkv_split_forward(Tensor& q, Tensor& k, Tensor& v, const Tensor& qkv, const
 void qkv_split_backward(Tensor& dqkv, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& positions,
                         float theta) {
   qkv_split<false>("qkv_split_backward", dqkv, dq, dk, dv, positions, theta);
+}
+
+void qkv_split_paged_write(Tensor& q, Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& positions,
+                           const Tensor& slot_mapping, float theta) {
+  qkv_split<true, true>("qkv_split_paged_write", qkv, q, k_cache, v_cache, positions, theta, slot_mapping);
 }
 
 void swiglu_packed_forward(Tensor& y, const Tensor& gu) {

@@ -95,6 +95,18 @@ inline void check_i32_vector(const char* op, const char* name, const Tensor& t, 
   check_shape(op, name, t, Shape{n});
 }
 
+// True when the bytes of a and b (defined, contiguous, on one device) intersect; empty tensors overlap nothing.
+inline bool overlaps(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const auto pa = reinterpret_cast<uintptr_t>(a.raw_data()), pb = reinterpret_cast<uintptr_t>(b.raw_data());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+inline void check_disjoint(const char* op, const char* name_a, const Tensor& a, const char* name_b, const Tensor& b) {
+  VLM_CHECK(!overlaps(a, b), "ops::", op, ": ", name_a, " (", a.describe(), ") overlaps ", name_b, " (",
+            b.describe(), ")");
+}
+
 inline float* f32_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 
 // Rows of a [..., C] activation: the product of all but the last dim.

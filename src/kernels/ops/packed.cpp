@@ -15,18 +15,6 @@ using namespace detail;  // NOLINT: the boundary helpers of ops/check.h
 
 namespace {
 
-// True when the bytes of a and b (defined, on one device) intersect; empty tensors overlap nothing.
-bool overlaps(const Tensor& a, const Tensor& b) {
-  if (a.numel() == 0 || b.numel() == 0) return false;
-  const auto pa = reinterpret_cast<uintptr_t>(a.raw_data()), pb = reinterpret_cast<uintptr_t>(b.raw_data());
-  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
-}
-
-void check_disjoint(const char* op, const char* name_a, const Tensor& a, const char* name_b, const Tensor& b) {
-  VLM_CHECK(!overlaps(a, b), "ops::", op, ": ", name_a, " (", a.describe(), ") overlaps ", name_b, " (",
-            b.describe(), ")");
-}
-
 // The tensors of one QKV split call: the packed projection and the three split tensors, named as the caller names
 // them (qkv, q, k, v in the forward; dqkv, dq, dk, dv in the backward).
 struct QkvTensors {

@@ -1,6 +1,8 @@
-// The paged_attention family's op boundary: writing K/V rows into the paged cache and attention of packed queries
-// over it (decode and chunked prefill). Each op validates shapes, dtypes and devices, then dispatches to
-// cuda/paged_attention.cu or the CPU reference in cpu/paged_attention.cpp (which checks the index tables' values).
+// The paged_attention family's op boundary: writing K/V rows into the paged cache (alone, or straight from the packed
+// QKV projection with the split and RoPE) and attention of packed queries over it (decode and chunked prefill). Each
+// op validates shapes, dtypes and devices, then dispatches to cuda/paged_attention.cu (the fused split + write: to
+// cuda/packed.cu) or the CPU reference in cpu/paged_attention.cpp and cpu/packed.cpp (which check the index tables'
+// values).
 #include <cmath>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -41,6 +43,36 @@ void paged_kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Ten
   const int64_t row = k.dim(1) * k.dim(2);
   cpu::paged_kv_write(k_cache.data<float>(), v_cache.data<float>(), k.data<float>(), v.data<float>(),
                       slot_mapping.data<int32_t>(), k.dim(0), k_cache.dim(0) * k_cache.dim(1), row);
+}
+
+void qkv_split_paged_write(Tensor& q, Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& positions,
+                           const Tensor& slot_mapping, float theta) {
+  const char* op = "qkv_split_paged_write";
+  const Device dev = q.device();
+  const DType dt = compute_dtype(op, "q", q);
+  check_tensor(op, "q", q, dt, dev);
+  check_ndim(op, "q", q, 3);
+  check_caches(op, k_cache, v_cache, dt, dev);
+  const int64_t tokens = q.dim(0), heads_q = q.dim(1), dim = q.dim(2), heads_kv = k_cache.dim(2);
+  VLM_CHECK(k_cache.dim(3) == dim, "ops::", op, ": q is ", q.describe(), ", k_cache is ", k_cache.describe(),
+            " (head dims must match)");
+  VLM_CHECK(dim % 2 == 0, "ops::", op, ": q is ", q.describe(), ", head dim must be even");
+  check_like(op, "qkv", qkv, dt, dev, Shape{tokens, (heads_q + 2 * heads_kv) * dim});
+  VLM_CHECK(std::isfinite(theta) && theta >= 0.f, "ops::", op, ": theta is ", theta,
+            ", expected > 0 (RoPE) or 0 (no rotation)");
+  if (theta > 0.f || positions.defined()) check_i32_vector(op, "positions", positions, dev, tokens);
+  check_i32_vector(op, "slot_mapping", slot_mapping, dev, tokens);
+  check_disjoint(op, "q", q, "qkv", qkv);
+  check_disjoint(op, "q", q, "k_cache", k_cache);
+  check_disjoint(op, "q", q, "v_cache", v_cache);
+  check_disjoint(op, "k_cache", k_cache, "qkv", qkv);
+  check_disjoint(op, "v_cache", v_cache, "qkv", qkv);
+  check_disjoint(op, "k_cache", k_cache, "v_cache", v_cache);
+  VLM_PROFILE_TAG(tokens, "x", heads_q, "+2x", heads_kv, "x", dim);
+  VLM_DISPATCH_CUDA(dev, op, cuda::qkv_split_paged_write(q, k_cache, v_cache, qkv, positions, slot_mapping, theta));
+  cpu::qkv_split_paged_write(q.data<float>(), k_cache.data<float>(), v_cache.data<float>(), qkv.data<float>(),
+                             theta > 0.f ? positions.data<int32_t>() : nullptr, slot_mapping.data<int32_t>(), tokens,
+                             k_cache.dim(0) * k_cache.dim(1), heads_q, heads_kv, dim, theta);
 }
 
 void paged_attention(Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
