@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The programmatic-dependent-launch contract of src/kernels/cuda/pdl.cuh: every __global__ function under the given
-directories (default src/kernels/cuda) calls pdl::grid_begin() as the first statement of its body (preprocessor
-lines and comments before it are allowed), so that launching any of them with the PDL attribute can never let it
+directories (default src/kernels/cuda) calls pdl::grid_begin() (or pdl::grid_begin_prefetch(...), which only
+warms L2 before it) as the first statement of its body (preprocessor lines and comments before it are allowed), so that launching any of them with the PDL attribute can never let it
 read or write global memory before the previous kernel in its stream has finished.
 
   dev/gpu/check_pdl.py [DIR_OR_FILE ...]
@@ -107,7 +107,7 @@ def main(argv):
     for path in sources(roots):
         for line, name, first in kernels(path):
             count += 1
-            if not re.match(r"(::)?(vlm::)?pdl::grid_begin\(\)\s*;", first):
+            if not re.match(r"(::)?(vlm::)?pdl::(grid_begin\(\)\s*;|grid_begin_prefetch\()", first):
                 bad.append(f"{path}:{line}: {name} (first statement: {first[:60]!r})")
     if count == 0:
         print("check_pdl: no __global__ functions found under", " ".join(roots))

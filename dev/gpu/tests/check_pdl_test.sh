@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# dev/gpu/check_pdl.py: it finds a kernel that does not begin with pdl::grid_begin() (also one with
-# __launch_bounds__, and one whose call sits after other statements), accepts preprocessor lines, comments and
-# declarations before a definition, and passes on the real tree (src/kernels/cuda).
+# dev/gpu/check_pdl.py: it finds a kernel that does not begin with pdl::grid_begin() or grid_begin_prefetch (also
+# one with __launch_bounds__, and one whose call sits after other statements), accepts preprocessor lines, comments
+# and declarations before a definition, and passes on the real tree (src/kernels/cuda).
 set -uo pipefail
 tool=$1
 src=$2
@@ -25,9 +25,14 @@ __global__ void guarded(int* x) {
   x[0] = 2;
 #endif
 }
+__global__ void warms_weights(const float* w, float* y, int n) {
+  pdl::grid_begin_prefetch(
+      w + blockIdx.x * n, n * 4);
+  y[0] = w[0];
+}
 CU
 out=$(python3 "$tool" "$dir/good.cu") || fail "good fixture rejected: $out"
-echo "$out" | grep -q "2 kernels begin" || fail "expected 2 kernels checked, got: $out"
+echo "$out" | grep -q "3 kernels begin" || fail "expected 3 kernels checked, got: $out"
 
 cat >"$dir/bad.cu" <<'CU'
 __global__ void __launch_bounds__(128) late(int* x) {

@@ -44,7 +44,13 @@ __device__ __forceinline__ float silu_times(float g, float u) {
   return g * sig * u;
 }
 
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+// The bytes of the block's first kWarps weight rows (fewer at the end of the matrix; no reads of memory).
+template <class T>
+__device__ __forceinline__ int64_t first_rows_bytes(const GemvParams& p) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kWarps;
+  const int64_t rows = first < p.n ? min(static_cast<int64_t>(kWarps), p.n - first) : 0;
+  return rows * p.in * static_cast<int64_t>(sizeof(T));
+}
 
 // acc[r] += w_vec . x_r[v * kV ...] for the call's rows (x staged in T, 16-byte aligned per vector).
 template <class T, int kRows>
@@ -98,7 +104,12 @@ __device__ __forceinline__ void warp_column(float (&acc)[kRows], float (&acc_up)
 
 template <class T, class OutT, int kRows, bool kSwiglu>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
-  pdl::grid_begin();
+  // The block's first weight rows (contiguous: its warps' first columns) start towards L2 before the wait for the
+  // previous kernel: they do not depend on it, and under PDL the fetch overlaps its tail.
+  pdl::grid_begin_prefetch(
+      static_cast<const T*>(p.w) + static_cast<int64_t>(blockIdx.x) * kWarps * p.in, first_rows_bytes<T>(p),
+      kSwiglu ? static_cast<const T*>(p.w) + (static_cast<int64_t>(blockIdx.x) * kWarps + p.n) * p.in : nullptr,
+      kSwiglu ? first_rows_bytes<T>(p) : 0);
   extern __shared__ uint4 staged_raw[];
   T* xs = reinterpret_cast<T*>(staged_raw);
   __shared__ float rstd[kRows];
@@ -106,16 +117,6 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvParams p) {
   const T* x = static_cast<const T*>(p.x);
   const T* norm_w = static_cast<const T*>(p.norm_w);
   const int64_t staged = static_cast<int64_t>(p.rows) * p.in;
-  // The warp's first weight row(s) start towards L2 while the block stages x (they do not depend on it).
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  if (first < p.n) {
-    const char* row = static_cast<const char*>(p.w) + first * p.in * static_cast<int64_t>(sizeof(T));
-    const int64_t bytes = static_cast<int64_t>(p.in) * sizeof(T), up = p.n * bytes;
-    for (int64_t b = lane * 128; b < bytes; b += 32 * 128) {
-      prefetch_l2(row + b);
-      if (kSwiglu) prefetch_l2(row + up + b);
-    }
-  }
   // x rows into shared memory; with a norm, each warp first sums the squares of its rows (fp32).
   for (int64_t i = threadIdx.x; i < staged; i += blockDim.x) xs[i] = x[i];
   if (norm_w != nullptr) {

@@ -3,7 +3,8 @@
 // its CTAs are scheduled behind the previous kernel's last wave instead of after the previous kernel's end and the
 // launch latency that follows it. The contract that keeps this safe: every __global__ function under
 // src/kernels/cuda calls pdl::grid_begin() before it touches global memory (dev/gpu/check_pdl.py, a CPU test, checks
-// that it is the first statement of each kernel). grid_begin waits until the previous grid has completed and its
+// that it is the first statement of each kernel; grid_begin_prefetch, which may warm L2 with read-only memory first,
+// counts as it). grid_begin waits until the previous grid has completed and its
 // writes are visible (griddepcontrol.wait), then lets the next kernel launch once all of this grid's CTAs have got
 // that far (griddepcontrol.launch_dependents). Both are no-ops for a kernel launched without the attribute, and
 // cuBLASLt's kernels, launched without it, keep plain stream order on both sides.
@@ -27,6 +28,21 @@ __device__ __forceinline__ void grid_begin() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+}
+
+// grid_begin() after an L2 prefetch, by this CTA's threads, of [a, a + a_bytes) and [b, b + b_bytes): memory that
+// no kernel before this one in the stream can still be writing to in a way the prefetch could break (a prefetch only
+// warms L2, the point of coherence, so it never returns stale data; the usual case is the weights a decode-step
+// kernel reads). Under PDL this CTA waits here while the previous kernel finishes, so the fetch overlaps it. dev/gpu/
+// check_pdl.py accepts this call in grid_begin()'s place.
+__device__ __forceinline__ void grid_begin_prefetch(const void* a, int64_t a_bytes, const void* b = nullptr,
+                                                    int64_t b_bytes = 0) {
+  constexpr int64_t kLine = 128;
+  for (int64_t off = threadIdx.x * kLine; off < a_bytes; off += blockDim.x * kLine)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(a) + off));
+  for (int64_t off = threadIdx.x * kLine; off < b_bytes; off += blockDim.x * kLine)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(b) + off));
+  grid_begin();
 }
 
 namespace detail {
