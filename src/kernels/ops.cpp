@@ -76,7 +76,8 @@ constexpr const char* kOps[] = {"cast",
                                 "quantize_fp8_blocks",
                                 "dequantize_fp8_blocks",
                                 "rmsnorm_linear_forward",
-                                "rmsnorm_linear_swiglu_forward"};
+                                "rmsnorm_linear_swiglu_forward",
+                                "rmsnorm_qkv_paged_write"};
 
 }  // namespace
 

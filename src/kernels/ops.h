@@ -246,6 +246,14 @@ void paged_kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Ten
 // q must not overlap qkv or the caches, nor qkv a cache, nor the caches each other.
 void qkv_split_paged_write(Tensor& q, Tensor& k_cache, Tensor& v_cache, const Tensor& qkv, const Tensor& positions,
                            const Tensor& slot_mapping, float theta);
+// The decode step's first op of a layer: qkv = rmsnorm(x; norm_w, eps) @ w[(Hq + 2 Hkv) D, in]^T + b, then
+// qkv_split_paged_write of it (q with RoPE; k, v into the rows' cache slots). Equal to rmsnorm_linear_forward into a
+// temporary then qkv_split_paged_write, up to the order of the fp32 sums; on the CPU exactly that. On CUDA, calls of
+// at most 8 rows (head dim <= 256) are one GEMV kernel whose warps compute each (head, frequency pair) and rotate and
+// store it (cuda/gemv.cu). x must not overlap q or the caches.
+void rmsnorm_qkv_paged_write(Tensor& q, Tensor& k_cache, Tensor& v_cache, const Tensor& x, const Tensor& norm_w,
+                             float eps, const Tensor& w, const Tensor& b, const Tensor& positions,
+                             const Tensor& slot_mapping, float theta);
 // Attention of packed queries over the paged cache, grouped-query (Hq % Hkv == 0; q head h reads kv head
 // h / (Hq/Hkv)).
 //   q [Tq, Hq, D] packed by sequence, cu_seqlens_q i32 [B + 1] (sequence b's queries are rows [cu[b], cu[b+1]));

@@ -27,12 +27,11 @@ Tensor TextDecoder::forward_paged(const Tensor& x0, const PagedStep& step, Paged
   Tensor x = x0;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const Block& b = blocks_[i];
-    Tensor qkv = new_like({T, b.attn.qkv.out}, x);  // [T, (H + 2 Hkv) D] of the normalized rows
-    ops::rmsnorm_linear_forward(qkv, x, b.n1.w->weight(), b.n1.eps, packed_weight(b.attn.qkv),
-                                packed_bias(b.attn.qkv));
+    // q, and the rows' K/V into their cache slots, of the normalized rows, with RoPE at the absolute positions.
     Tensor q = new_like({T, H, D}, x);
-    // q, and the rows' K/V into their cache slots, with RoPE at the absolute positions.
-    ops::qkv_split_paged_write(q, caches.k[i], caches.v[i], qkv, step.positions, step.slot_mapping, c.rope_theta);
+    ops::rmsnorm_qkv_paged_write(q, caches.k[i], caches.v[i], x, b.n1.w->weight(), b.n1.eps,
+                                 packed_weight(b.attn.qkv), packed_bias(b.attn.qkv), step.positions,
+                                 step.slot_mapping, c.rope_theta);
     Tensor out = new_like({T, H, D}, x);
     ops::paged_attention(out, q, caches.k[i], caches.v[i], step.block_tables, step.context_lens, step.cu_seqlens_q,
                          step.max_seqlen_q, step.max_context_len, scale, /*indices_checked=*/i > 0);

@@ -40,6 +40,10 @@ void weight_grad_overlap_end(Device device);
 inline constexpr int kGemvMaxRows = 8;
 bool gemv_forward(Tensor& y, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& w, const Tensor& b,
                   const Tensor& residual, bool swiglu);
+// ops::rmsnorm_qkv_paged_write as one GEMV (validated tensors); false, launching nothing, when the call does not fit.
+bool gemv_qkv_paged_write(Tensor& q, Tensor& k_cache, Tensor& v_cache, const Tensor& x, const Tensor& norm_w,
+                          float eps, const Tensor& w, const Tensor& b, const Tensor& positions,
+                          const Tensor& slot_mapping, float theta);
 
 // ---- op_graph.cpp (ops::OpGraph) ----------------------------------------------------------------------------------
 // Captures `ops` on a capture stream of `device` with allocations from the pool `pool`; returns the instantiated

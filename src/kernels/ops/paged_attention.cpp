@@ -24,6 +24,27 @@ void check_caches(const char* op, const Tensor& k_cache, const Tensor& v_cache, 
             k_cache.describe(), ", expected [num_blocks, block_size > 0, Hkv > 0, D > 0]");
 }
 
+// The checks qkv_split_paged_write and rmsnorm_qkv_paged_write share: q [T, Hq, D] and the caches of one dtype and
+// device, an even head dim, theta, positions and slot_mapping for T rows, q disjoint from the caches.
+void check_split_paged_write(const char* op, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                             const Tensor& positions, const Tensor& slot_mapping, float theta, DType dt) {
+  const Device dev = q.device();
+  check_tensor(op, "q", q, dt, dev);
+  check_ndim(op, "q", q, 3);
+  check_caches(op, k_cache, v_cache, dt, dev);
+  const int64_t tokens = q.dim(0), dim = q.dim(2);
+  VLM_CHECK(k_cache.dim(3) == dim, "ops::", op, ": q is ", q.describe(), ", k_cache is ", k_cache.describe(),
+            " (head dims must match)");
+  VLM_CHECK(dim % 2 == 0, "ops::", op, ": q is ", q.describe(), ", head dim must be even");
+  VLM_CHECK(std::isfinite(theta) && theta >= 0.f, "ops::", op, ": theta is ", theta,
+            ", expected > 0 (RoPE) or 0 (no rotation)");
+  if (theta > 0.f || positions.defined()) check_i32_vector(op, "positions", positions, dev, tokens);
+  check_i32_vector(op, "slot_mapping", slot_mapping, dev, tokens);
+  check_disjoint(op, "q", q, "k_cache", k_cache);
+  check_disjoint(op, "q", q, "v_cache", v_cache);
+  check_disjoint(op, "k_cache", k_cache, "v_cache", v_cache);
+}
+
 }  // namespace
 
 void paged_kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& slot_mapping) {
@@ -50,29 +71,48 @@ void qkv_split_paged_write(Tensor& q, Tensor& k_cache, Tensor& v_cache, const Te
   const char* op = "qkv_split_paged_write";
   const Device dev = q.device();
   const DType dt = compute_dtype(op, "q", q);
-  check_tensor(op, "q", q, dt, dev);
-  check_ndim(op, "q", q, 3);
-  check_caches(op, k_cache, v_cache, dt, dev);
+  check_split_paged_write(op, q, k_cache, v_cache, positions, slot_mapping, theta, dt);
   const int64_t tokens = q.dim(0), heads_q = q.dim(1), dim = q.dim(2), heads_kv = k_cache.dim(2);
-  VLM_CHECK(k_cache.dim(3) == dim, "ops::", op, ": q is ", q.describe(), ", k_cache is ", k_cache.describe(),
-            " (head dims must match)");
-  VLM_CHECK(dim % 2 == 0, "ops::", op, ": q is ", q.describe(), ", head dim must be even");
   check_like(op, "qkv", qkv, dt, dev, Shape{tokens, (heads_q + 2 * heads_kv) * dim});
-  VLM_CHECK(std::isfinite(theta) && theta >= 0.f, "ops::", op, ": theta is ", theta,
-            ", expected > 0 (RoPE) or 0 (no rotation)");
-  if (theta > 0.f || positions.defined()) check_i32_vector(op, "positions", positions, dev, tokens);
-  check_i32_vector(op, "slot_mapping", slot_mapping, dev, tokens);
   check_disjoint(op, "q", q, "qkv", qkv);
-  check_disjoint(op, "q", q, "k_cache", k_cache);
-  check_disjoint(op, "q", q, "v_cache", v_cache);
   check_disjoint(op, "k_cache", k_cache, "qkv", qkv);
   check_disjoint(op, "v_cache", v_cache, "qkv", qkv);
-  check_disjoint(op, "k_cache", k_cache, "v_cache", v_cache);
   VLM_PROFILE_TAG(tokens, "x", heads_q, "+2x", heads_kv, "x", dim);
   VLM_DISPATCH_CUDA(dev, op, cuda::qkv_split_paged_write(q, k_cache, v_cache, qkv, positions, slot_mapping, theta));
   cpu::qkv_split_paged_write(q.data<float>(), k_cache.data<float>(), v_cache.data<float>(), qkv.data<float>(),
                              theta > 0.f ? positions.data<int32_t>() : nullptr, slot_mapping.data<int32_t>(), tokens,
                              k_cache.dim(0) * k_cache.dim(1), heads_q, heads_kv, dim, theta);
+}
+
+void rmsnorm_qkv_paged_write(Tensor& q, Tensor& k_cache, Tensor& v_cache, const Tensor& x, const Tensor& norm_w,
+                             float eps, const Tensor& w, const Tensor& b, const Tensor& positions,
+                             const Tensor& slot_mapping, float theta) {
+  const char* op = "rmsnorm_qkv_paged_write";
+  const Device dev = q.device();
+  const DType dt = compute_dtype(op, "x", x);
+  check_split_paged_write(op, q, k_cache, v_cache, positions, slot_mapping, theta, dt);
+  const int64_t tokens = q.dim(0), heads_q = q.dim(1), dim = q.dim(2), heads_kv = k_cache.dim(2);
+  check_tensor(op, "x", x, dt, dev);
+  check_ndim(op, "x", x, 2);
+  check_tensor(op, "w", w, dt, dev);
+  check_ndim(op, "w", w, 2);
+  VLM_CHECK(x.dim(0) == tokens && w.dim(1) == x.dim(1) && w.dim(0) == (heads_q + 2 * heads_kv) * dim, "ops::", op,
+            ": x is ", x.describe(), ", w is ", w.describe(), ", q is ", q.describe(), ", k_cache is ",
+            k_cache.describe(), " (expected x [T, in], w [(Hq + 2 Hkv) D, in])");
+  check_like(op, "norm_w", norm_w, dt, dev, Shape{x.dim(1)});
+  check_optional(op, "b", b, dt, dev, Shape{w.dim(0)});
+  check_disjoint(op, "x", x, "q", q);
+  check_disjoint(op, "x", x, "k_cache", k_cache);
+  check_disjoint(op, "x", x, "v_cache", v_cache);
+  const profile::OpRange range(op, dev);
+#ifdef VLM_HAVE_CUDA
+  if (dev.is_cuda() &&
+      cuda::gemv_qkv_paged_write(q, k_cache, v_cache, x, norm_w, eps, w, b, positions, slot_mapping, theta))
+    return;
+#endif
+  Tensor qkv = temporary(Shape{tokens, w.dim(0)}, dt, dev);
+  rmsnorm_linear_forward(qkv, x, norm_w, eps, w, b);
+  qkv_split_paged_write(q, k_cache, v_cache, qkv, positions, slot_mapping, theta);
 }
 
 void paged_attention(Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "kernels/kernel_test_util.h"
@@ -124,6 +126,64 @@ TEST(CudaFusedLinear, FewRowLinearAndResidualMatchCpu) {
       EXPECT_TRUE(matches(y, ref, tol));
       EXPECT_TRUE(matches(sum, ref_sum, tol));
     }
+}
+
+// rmsnorm_qkv_paged_write (the GEMV's QKV epilogue: RoPE and the paged write) against the CPU composition: q, and the
+// whole caches (rows of other slots must keep their values), SmolLM2-135M's heads and a small odd shape, with and
+// without RoPE, a padding row (slot -1); more rows than the GEMV takes run the composition on the GPU.
+TEST(CudaFusedLinear, RmsnormQkvPagedWriteMatchesCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  struct QkvCase {
+    int64_t rows, in, heads_q, heads_kv, dim;
+  };
+  const QkvCase kQkv[] = {{1, 576, 9, 3, 64}, {3, 576, 9, 3, 64}, {8, 64, 4, 2, 16}, {12, 64, 4, 2, 16}};
+  uint64_t seed = 3000;
+  for (DType dt : compute_dtypes())
+    for (const QkvCase& c : kQkv)
+      for (float theta : {10000.f, 0.f}) {
+        SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " rows " << c.rows << " in " << c.in << " heads "
+                                        << c.heads_q << "/" << c.heads_kv << " dim " << c.dim << " theta " << theta);
+        const int64_t out = (c.heads_q + 2 * c.heads_kv) * c.dim, blocks = 4, block_size = 16;
+        const Tensor x = random_normal({c.rows, c.in}, seed++), g = random_normal({c.in}, seed++);
+        const Tensor w = random_normal({out, c.in}, seed++), b = random_normal({out}, seed++);
+        const Tensor k0 = random_normal({blocks, block_size, c.heads_kv, c.dim}, seed++);
+        const Tensor v0 = random_normal(k0.shape(), seed++);
+        std::vector<int32_t> pos, slots;
+        for (int64_t r = 0; r < c.rows; ++r) {
+          pos.push_back(static_cast<int32_t>(100 + 7 * r));
+          slots.push_back(r == 1 ? -1 : static_cast<int32_t>((5 * r + 3) % (blocks * block_size)));
+        }
+        // The reference: the products as the compute dtype holds them, then the CPU split and write.
+        Tensor qkv = Tensor::empty({c.rows, out}, DType::f32);
+        ops::linear_forward(qkv, normalized_rows(x, g, dt), rounded(w, dt), rounded(b, dt));
+        Tensor q_ref = Tensor::empty({c.rows, c.heads_q, c.dim}, DType::f32);
+        Tensor k_ref = rounded(k0, dt), v_ref = rounded(v0, dt);
+        ops::qkv_split_paged_write(q_ref, k_ref, v_ref, rounded(qkv, dt), i32_tensor(pos), i32_tensor(slots), theta);
+        Guarded q(Shape{c.rows, c.heads_q, c.dim}, dt), k(k0, dt), v(v0, dt);
+        ops::rmsnorm_qkv_paged_write(q.view(), k.view(), v.view(), to_gpu(x, dt), to_gpu(g, dt), kEps, to_gpu(w, dt),
+                                     to_gpu(b, dt), gpu_i32(pos), gpu_i32(slots), theta);
+        ASSERT_TRUE(ops::check_index_errors(gpu()).ok());
+        // A product may land one ulp of the compute dtype (or the dot tolerance) from the reference's; a rotation
+        // mixes two of them: bounded by that much of the largest value.
+        const double rel_max = dt == DType::bf16 ? 4 * kBf16HalfUlp : 1e-5;
+        EXPECT_TRUE(close_scaled(q, q_ref, 1e-5, rel_max, 3e-7 * static_cast<double>(c.in)));
+        EXPECT_TRUE(close_scaled(k, k_ref, 1e-5, rel_max, 3e-7 * static_cast<double>(c.in)));
+        EXPECT_TRUE(close_scaled(v, v_ref, 1e-5, rel_max, 3e-7 * static_cast<double>(c.in)));
+      }
+}
+
+TEST(CudaFusedLinear, RmsnormQkvPagedWriteRecordsABadSlot) {
+  VLM_SKIP_WITHOUT_CUDA();
+  ASSERT_TRUE(ops::check_index_errors(gpu()).ok());
+  const Tensor x = random_normal({3, 64}, 1), g = random_normal({64}, 2), w = random_normal({(4 + 4) * 16, 64}, 3);
+  Tensor q = Tensor::empty({3, 4, 16}, DType::f32, gpu());
+  Tensor k = Tensor::zeros({2, 16, 2, 16}, DType::f32, gpu()), v = Tensor::zeros({2, 16, 2, 16}, DType::f32, gpu());
+  ops::rmsnorm_qkv_paged_write(q, k, v, to_gpu(x, DType::f32), to_gpu(g, DType::f32), kEps, to_gpu(w, DType::f32),
+                               Tensor(), gpu_i32({0, 1, 2}), gpu_i32({3, 1000, 7}), 10000.f);
+  const Status s = ops::check_index_errors(gpu());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("(slot_mapping): entry 1 = 1000 is outside [-1, 32)"), std::string::npos) << s.message();
+  EXPECT_TRUE(ops::check_index_errors(gpu()).ok());
 }
 
 }  // namespace
