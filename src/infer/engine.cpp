@@ -193,10 +193,30 @@ int Engine::sampler_threads() const {
   return std::clamp(cores - 1, 0, 15);  // workers besides the stepping thread
 }
 
-bool Engine::plain_greedy(const Live& live) const {
+bool Engine::device_pick(const Live& live) const {
   const SamplingParams& sp = live.request.sampling;
-  return !live.beams && sp.temperature == 0.f && sp.repetition_penalty == 1.f && sp.frequency_penalty == 0.f &&
+  const bool unfiltered = sp.temperature == 0.f || (sp.top_k == 0 && sp.top_p >= 1.f && sp.min_p == 0.f);
+  return !live.beams && unfiltered && sp.repetition_penalty == 1.f && sp.frequency_penalty == 0.f &&
          sp.presence_penalty == 0.f && sp.logprobs < 0 && (sp.n == 1 || live.forked);
+}
+
+Tensor Engine::sample_on_device(const Tensor& logits, const std::vector<ScheduledChunk*>& sampled,
+                                const std::vector<char>& on_device) {
+  const int64_t rows = static_cast<int64_t>(sampled.size());
+  std::vector<float> inv_temperature(sampled.size(), 0.f);
+  std::vector<int64_t> keys(sampled.size(), 0);
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    Sequence& s = *sampled[r]->seq;
+    const float t = live_.at(s.request)->request.sampling.temperature;
+    if (!on_device[r] || t == 0.f) continue;
+    inv_temperature[r] = 1.f / t;
+    keys[r] = static_cast<int64_t>(s.rng.next_u64());  // one draw of the sequence's stream per token
+  }
+  const Device dev = logits.device();
+  Tensor ids = Tensor::empty({rows}, DType::i32, dev);
+  ops::gumbel_argmax_rows(ids, logits, Tensor::from_vector(inv_temperature, {rows}).to(dev),
+                          Tensor::from_vector(keys, {rows}).to(dev), options_.image_token_id);
+  return ids.to(Device::cpu());
 }
 
 bool Engine::append_token(Live& live, Sequence& seq, const SampledToken& t) {
@@ -306,10 +326,19 @@ std::vector<RequestOutput> Engine::step() {
       sampled.push_back(&c);
     }
   }
-  // Greedy steps take R ids from the device instead of R x vocab logits.
-  const bool greedy = std::all_of(sampled.begin(), sampled.end(),
-                                  [&](const ScheduledChunk* c) { return plain_greedy(*live_.at(c->seq->request)); });
-  Tensor logits, picked;
+  // Rows that are greedy or sample at a plain temperature are picked on the device (argmax, or the Gumbel-max sample
+  // keyed by the sequence's own stream, so a row's token does not depend on what shares the batch): R ids come back
+  // instead of R x vocab logits. The logits come to the host only for the rows that need more (filters, penalties,
+  // log-probabilities, beams, forks).
+  std::vector<char> on_device(sampled.size(), 0);
+  bool all_on_device = true, any_random = false;
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    const Live& live = *live_.at(sampled[r]->seq->request);
+    on_device[r] = device_pick(live);
+    all_on_device = all_on_device && on_device[r];
+    any_random = any_random || (on_device[r] && live.request.sampling.temperature > 0.f);
+  }
+  Tensor logits, picked, device_logits, device_argmax;
   const bool decode_only = max_q == 1 && image_rows.empty() && sampled.size() == plan.chunks.size();
   if (graphs_ && decode_only && graphs_->covers(static_cast<int>(sampled.size()), max_ctx)) {
     DecodeRows rows{tokens, positions, slots, context_lens, {}, max_ctx};
@@ -317,11 +346,8 @@ std::vector<RequestOutput> Engine::step() {
     const DecodeGraphs::Outputs out = graphs_->run(rows);
     ++counters_.graph_steps;
     counters_.graphs = static_cast<int64_t>(graphs_->graphs());
-    if (greedy) {
-      picked = out.ids.to(Device::cpu());
-    } else {
-      logits = out.logits.to(Device::cpu());
-    }
+    device_logits = out.logits;
+    device_argmax = out.ids;
   } else {
     std::vector<int32_t> tables(plan.chunks.size() * max_blocks, 0);
     for (size_t i = 0; i < plan.chunks.size(); ++i)
@@ -345,13 +371,18 @@ std::vector<RequestOutput> Engine::step() {
       ops::gather_rows(part, emb, i32_tensor(rows.second, dev));
       ops::scatter_rows(x0, part, i32_tensor(rows.first, dev));
     }
-    logits = text.forward_paged(x0, ps, kv_->caches(), i32_tensor(logit_rows, dev));
-    if (greedy && !sampled.empty()) {
-      picked = Tensor::empty({static_cast<int64_t>(sampled.size())}, DType::i32, dev);
-      ops::argmax_rows(picked, logits, options_.image_token_id);
-      picked = picked.to(Device::cpu());
-    } else {
-      logits = logits.to(Device::cpu());
+    device_logits = text.forward_paged(x0, ps, kv_->caches(), i32_tensor(logit_rows, dev));
+  }
+  if (!sampled.empty()) {
+    if (!all_on_device) logits = device_logits.to(Device::cpu());
+    if (any_random) {
+      picked = sample_on_device(device_logits, sampled, on_device);
+    } else if (std::any_of(on_device.begin(), on_device.end(), [](char d) { return d != 0; })) {
+      if (!device_argmax.defined()) {
+        device_argmax = Tensor::empty({static_cast<int64_t>(sampled.size())}, DType::i32, dev);
+        ops::argmax_rows(device_argmax, device_logits, options_.image_token_id);
+      }
+      picked = device_argmax.to(Device::cpu());
     }
   }
   scheduler_->commit(plan);
@@ -363,11 +394,11 @@ std::vector<RequestOutput> Engine::step() {
   // reads only its own logits, sequence and generator, so the tokens do not depend on the threads. Rows that fork or
   // search beams are handled in order below.
   std::vector<std::optional<SampledToken>> drawn(sampled.size());
-  if (!picked.defined() && !sampled.empty()) {
+  if (!all_on_device) {
     std::vector<size_t> plain;
     for (size_t r = 0; r < sampled.size(); ++r) {
       const Live& live = *live_.at(sampled[r]->seq->request);
-      if (!live.beams && (live.request.sampling.n == 1 || live.forked)) plain.push_back(r);
+      if (!on_device[r] && !live.beams && (live.request.sampling.n == 1 || live.forked)) plain.push_back(r);
     }
     const auto draw = [&](size_t i) {
       const size_t r = plain[i];
@@ -391,7 +422,7 @@ std::vector<RequestOutput> Engine::step() {
       if (append_token(live, s, *drawn[r])) finish_sequence(live, s);
       continue;
     }
-    if (picked.defined()) {
+    if (on_device[r]) {
       SampledToken t;
       t.id = picked.data<int32_t>()[r];
       if (append_token(live, s, t)) finish_sequence(live, s);

@@ -117,7 +117,13 @@ class Engine {
   bool append_token(Live& live, Sequence& seq, const SampledToken& t);
   // Whether `seq`'s next token is the plain argmax of its logits (greedy, no penalties, log-probabilities, beams or
   // fork pending), which the device picks without the logits leaving it.
-  bool plain_greedy(const Live& live) const;
+  // Whether the request's next token can be picked on the device: greedy, or a temperature without filters,
+  // penalties or log-probabilities (ops::gumbel_argmax_rows), and not a beam or an unforked n > 1 prompt.
+  bool device_pick(const Live& live) const;
+  // The ids of the step's rows picked on the device (rows not on_device get an unused argmax), each row's Gumbel
+  // noise keyed by one draw of its sequence's stream.
+  Tensor sample_on_device(const Tensor& logits, const std::vector<ScheduledChunk*>& sampled,
+                          const std::vector<char>& on_device);
   int sampler_threads() const;  // workers of sampler_pool_
   void finish_sequence(Live& live, Sequence& seq);
   // Beam search (engine_beam.cpp): a beam's continuations from its logits row; the choice of the next beams once

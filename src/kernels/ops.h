@@ -295,6 +295,13 @@ void cross_entropy_forward_backward(Tensor& losses, Tensor& dlogits, const Tenso
 // `banned` (when in [0, V)) never chosen, NaN never chosen; a row with nothing else gives 0. The engine's greedy
 // decode: R ids come back to the host instead of R x V logits. ids i32 [R].
 void argmax_rows(Tensor& ids, const Tensor& logits, int32_t banned);
+// Sampling on the device: ids[r] = argmax over v of logits[r, v] * inv_temperature[r] + g(keys[r], v), with g the
+// Gumbel noise of kernels/gumbel.h (a sample of softmax(logits[r] / T) for inv_temperature = 1 / T; a row with
+// inv_temperature 0 is argmax_rows's greedy pick). Same rules for banned, NaN and ties as argmax_rows. The draw
+// depends on the row's key only: the same key gives the same id on every device, up to floating-point near-ties
+// (the CPU's and the GPU's logf may round differently). inv_temperature f32 [R] (>= 0), keys i64 [R], ids i32 [R].
+void gumbel_argmax_rows(Tensor& ids, const Tensor& logits, const Tensor& inv_temperature, const Tensor& keys,
+                        int32_t banned);
 
 // ---- lm_head: the LM head and its loss, gemm and loss ops composed (ops/lm_head.cpp) -----------------------
 // The LM head and its loss over chunks of `chunk_rows` rows, so only one [chunk_rows, V] block of logits exists at a

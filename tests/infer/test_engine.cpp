@@ -1,7 +1,7 @@
 // The engine on the CPU: its greedy outputs equal full-recompute greedy decoding (generate_greedy) token for token
 // with the prefix cache on and off, with chunked prefill, through preemption (a tiny KV budget) and through forks
-// (n > 1); every block is free once all requests finish; bad requests fail alone; seeded sampling repeats
-// whatever shares the batch; stop ids and stop strings end generation.
+// (n > 1); every block is free once all requests finish; bad requests fail alone; seeded sampling (on the host and
+// on the device) repeats whatever shares the batch; stop ids and stop strings end generation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -145,6 +145,34 @@ TEST(Engine, SeededSamplingRepeatsWhateverSharesTheBatch) {
     for (float lp : a.completions[k].logprobs) EXPECT_LE(lp, 0.f);
   }
   EXPECT_NE(a.completions[0].tokens, a.completions[1].tokens);  // each completion has its own stream
+  expect_all_blocks_free(crowded);
+}
+
+// Plain temperature rows are picked on the device (ops::gumbel_argmax_rows) beside rows the host samples (top-p): a
+// seeded request gives the same tokens alone and in such a mixed, preempting batch, and its forks differ.
+TEST(Engine, DeviceSampledTemperatureRepeatsBesideHostSampledRows) {
+  EngineCase ec = make_engine_case(Device::cpu(), 4);
+  Request r = ec.requests[3];
+  r.sampling.temperature = 0.9f;
+  r.sampling.seed = 7;
+  r.sampling.n = 2;
+  Engine alone(*ec.model, base_options());
+  const RequestOutput a = alone.generate({r})[0];
+  EngineOptions tight = base_options();
+  tight.kv_memory = 20 * 512;
+  tight.max_tokens_per_step = 5;
+  Engine crowded(*ec.model, tight);
+  std::vector<Request> batch = ec.requests;
+  for (size_t i = 0; i < batch.size(); i += 2) {  // host-sampled neighbours
+    batch[i].sampling.temperature = 1.f;
+    batch[i].sampling.top_p = 0.8f;
+  }
+  batch.insert(batch.begin() + 1, r);
+  const RequestOutput b = crowded.generate(batch)[1];
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  ASSERT_EQ(a.completions.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) EXPECT_EQ(a.completions[k].tokens, b.completions[k].tokens) << "completion " << k;
+  EXPECT_NE(a.completions[0].tokens, a.completions[1].tokens);
   expect_all_blocks_free(crowded);
 }
 

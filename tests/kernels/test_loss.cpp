@@ -1,5 +1,6 @@
 // Cross-entropy against a float64 log-sum-exp and finite differences; ignored rows, in-place backward, bad targets;
-// argmax_rows (ties, the banned id, NaN).
+// argmax_rows (ties, the banned id, NaN); gumbel_argmax_rows (argmax at zero inverse temperature, softmax
+// frequencies at a temperature, the same pick for the same key).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -126,6 +127,62 @@ TEST(ArgmaxRows, ShapeErrorsNameTheTensor) {
   Tensor ids = i32_tensor({0, 0});
   EXPECT_DEATH(ops::argmax_rows(ids, random_normal({3, 4}, 1), -1), "ops::argmax_rows: ids");
   EXPECT_DEATH(ops::argmax_rows(ids, random_normal({8}, 1), -1), "ops::argmax_rows: logits");
+}
+
+Tensor i64_tensor(const std::vector<int64_t>& values) {
+  return Tensor::from_vector(values, {static_cast<int64_t>(values.size())});
+}
+
+TEST(GumbelArgmaxRows, ZeroInverseTemperatureIsArgmax) {
+  const Tensor logits = random_normal({6, 50}, 3, 2.f);
+  Tensor want = i32_tensor(std::vector<int32_t>(6, -7)), got = i32_tensor(std::vector<int32_t>(6, -7));
+  ops::argmax_rows(want, logits, 7);
+  ops::gumbel_argmax_rows(got, logits, Tensor::full({6}, 0.f), i64_tensor({1, 2, 3, 4, 5, 6}), 7);
+  EXPECT_EQ(ids_of(got), ids_of(want));
+}
+
+// Over many keys the picks follow softmax(x / T): each token's frequency within 5 standard deviations of its
+// probability (20000 draws), the banned token and NaN never picked, and a key always gives the same pick.
+TEST(GumbelArgmaxRows, SamplesSoftmaxAtTheTemperature) {
+  const std::vector<float> x = {2.f, 1.f, 0.5f, 0.f, -1.f, std::numeric_limits<float>::quiet_NaN(), 3.f};
+  const int64_t vocab = static_cast<int64_t>(x.size()), draws = 20000;
+  const int32_t banned = 6;
+  for (float temperature : {0.7f, 1.f, 2.f}) {
+    SCOPED_TRACE(::testing::Message() << "T " << temperature);
+    std::vector<float> rows;
+    std::vector<int64_t> keys;
+    for (int64_t d = 0; d < draws; ++d) {
+      rows.insert(rows.end(), x.begin(), x.end());
+      keys.push_back(static_cast<int64_t>(d * 7919 + 11));
+    }
+    const Tensor logits = Tensor::from_vector(rows, {draws, vocab});
+    Tensor ids = i32_tensor(std::vector<int32_t>(static_cast<size_t>(draws), -7));
+    ops::gumbel_argmax_rows(ids, logits, Tensor::full({draws}, 1.f / temperature), i64_tensor(keys), banned);
+    std::vector<double> p(static_cast<size_t>(vocab), 0.0), count(static_cast<size_t>(vocab), 0.0);
+    double z = 0;
+    for (int v = 0; v < 5; ++v) z += std::exp(x[static_cast<size_t>(v)] / temperature);
+    for (int v = 0; v < 5; ++v) p[static_cast<size_t>(v)] = std::exp(x[static_cast<size_t>(v)] / temperature) / z;
+    for (int64_t d = 0; d < draws; ++d) ++count[static_cast<size_t>(ids.data<int32_t>()[d])];
+    for (int v = 0; v < vocab; ++v) {
+      const double pv = p[static_cast<size_t>(v)], sd = std::sqrt(pv * (1 - pv) / static_cast<double>(draws));
+      EXPECT_NEAR(count[static_cast<size_t>(v)] / static_cast<double>(draws), pv, 5 * sd + 1e-12) << "token " << v;
+    }
+    Tensor again = i32_tensor(std::vector<int32_t>(static_cast<size_t>(draws), -7));
+    ops::gumbel_argmax_rows(again, logits, Tensor::full({draws}, 1.f / temperature), i64_tensor(keys), banned);
+    EXPECT_EQ(ids_of(again), ids_of(ids));
+  }
+}
+
+TEST(GumbelArgmaxRows, BadArgumentsNameTheTensor) {
+  use_threadsafe_death_tests();
+  Tensor ids = i32_tensor({0, 0});
+  const Tensor logits = random_normal({2, 4}, 1);
+  EXPECT_DEATH(ops::gumbel_argmax_rows(ids, logits, Tensor::full({3}, 1.f), i64_tensor({1, 2}), -1),
+               "ops::gumbel_argmax_rows: inv_temperature");
+  EXPECT_DEATH(ops::gumbel_argmax_rows(ids, logits, Tensor::full({2}, 1.f), i32_tensor({1, 2}), -1),
+               "ops::gumbel_argmax_rows: keys");
+  EXPECT_DEATH(ops::gumbel_argmax_rows(ids, logits, Tensor::full({2}, -1.f), i64_tensor({1, 2}), -1),
+               "ops::gumbel_argmax_rows: inv_temperature\\[0\\] = -1");
 }
 
 }  // namespace

@@ -150,6 +150,10 @@ void paged_attention(float* out, const PagedAttentionParams& p);
 
 // ---- loss.cpp ----------------------------------------------------------------------------------------------
 void argmax_rows(int32_t* ids, const float* logits, int64_t rows, int64_t vocab, int32_t banned);
+// argmax of logits * inv_temperature[r] + gumbel::noise(keys[r], v) per row (kernels/gumbel.h); inv_temperature 0:
+// argmax_rows's pick.
+void gumbel_argmax_rows(int32_t* ids, const float* logits, const float* inv_temperature, const int64_t* keys,
+                        int64_t rows, int64_t vocab, int32_t banned);
 void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,
                            int ignore_index);
 // dlogits may equal logits (in place).

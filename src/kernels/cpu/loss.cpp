@@ -5,6 +5,7 @@
 #include "core/status.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/gumbel.h"
 
 namespace vlm::ops::cpu {
 
@@ -36,6 +37,27 @@ void argmax_rows(int32_t* ids, const float* logits, int64_t rows, int64_t vocab,
     int64_t best = -1;
     for (int64_t v = 0; v < vocab; ++v)
       if (v != banned && !std::isnan(row[v]) && (best < 0 || row[v] > row[best])) best = v;
+    ids[r] = static_cast<int32_t>(std::max<int64_t>(best, 0));
+  }
+}
+
+void gumbel_argmax_rows(int32_t* ids, const float* logits, const float* inv_temperature, const int64_t* keys,
+                        int64_t rows, int64_t vocab, int32_t banned) {
+#pragma omp parallel for schedule(static) if (rows * vocab >= kParallelMinWork / 8)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits + r * vocab;
+    const float s = inv_temperature[r];
+    const uint64_t key = static_cast<uint64_t>(keys[r]);
+    int64_t best = -1;
+    float best_score = 0.f;
+    for (int64_t v = 0; v < vocab; ++v) {
+      if (v == banned || std::isnan(row[v])) continue;
+      const float score = s > 0.f ? row[v] * s + gumbel::noise(key, v) : row[v];
+      if (best < 0 || score > best_score) {
+        best = v;
+        best_score = score;
+      }
+    }
     ids[r] = static_cast<int32_t>(std::max<int64_t>(best, 0));
   }
 }

@@ -129,6 +129,8 @@ void paged_attention(Tensor& out, const Tensor& q, const Tensor& k_cache, const 
 // ---- loss.cu ---------------------------------------------------------------------------------------------------
 // losses and dlogits are each optional (at least one defined); dlogits may alias logits.
 void argmax_rows(Tensor& ids, const Tensor& logits, int32_t banned);
+void gumbel_argmax_rows(Tensor& ids, const Tensor& logits, const Tensor& inv_temperature, const Tensor& keys,
+                        int32_t banned);
 void cross_entropy(Tensor& losses, Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
                    int ignore_index);
 

@@ -1,5 +1,5 @@
 // Softmax cross-entropy on CUDA, forward and backward fused, one block per row (and argmax_rows, the greedy
-// decode's pick, one block per row too):
+// decode's pick, and gumbel_argmax_rows, its sampling form, one block per row too):
 //   pass 1 reads the row once with 16-byte vectors (up to kUnroll loads in flight per thread) and keeps an online
 //          (max, sum of exp) per thread in fp32, combined by a fixed-order block reduction: lse = max + log(sum);
 //   pass 2 (the backward) reads the row again and overwrites it with (softmax - onehot) * dloss. Rows of a large
@@ -12,6 +12,7 @@
 // it, and the target logit is read before the block's first barrier.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/gumbel.h"
 
 namespace vlm::ops::cuda {
 
@@ -164,14 +165,24 @@ __device__ __forceinline__ ArgMax arg_max_pick(ArgMax a, ArgMax b) {
   return (b.v > a.v || (b.v == a.v && b.idx < a.idx)) ? b : a;
 }
 
-template <class T>
-__global__ void argmax_rows_kernel(int32_t* ids, const T* logits, int vocab, int banned) {
+// kGumbel: the score of element v is x * inv_temperature[row] + gumbel::noise(keys[row], v) (rows with
+// inv_temperature 0: x), gumbel_argmax_rows's sample.
+template <class T, bool kGumbel>
+__global__ void argmax_rows_kernel(int32_t* ids, const T* logits, int vocab, int banned, const float* inv_temperature,
+                                   const int64_t* keys) {
   pdl::grid_begin();
   __shared__ ArgMax warp_best[kMaxThreads / 32];
   const T* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  float s = 0.f;
+  uint64_t key = 0;
+  if constexpr (kGumbel) {
+    s = inv_temperature[blockIdx.x];
+    key = static_cast<uint64_t>(keys[blockIdx.x]);
+  }
   ArgMax best{-INFINITY, -1};
   for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
-    const float x = to_f32(row[v]);
+    float x = to_f32(row[v]);
+    if (kGumbel && s > 0.f && !isnan(x)) x = x * s + gumbel::noise(key, v);
     if (v != banned && !isnan(x) && (best.idx < 0 || x > best.v)) best = {x, v};
   }
   for (int off = 16; off > 0; off >>= 1) {
@@ -198,8 +209,25 @@ void argmax_rows(Tensor& ids, const Tensor& logits, int32_t banned) {
   const int banned_in_row = banned >= 0 && banned < vocab ? static_cast<int>(banned) : -1;
   dispatch_float(logits.dtype(), "argmax_rows", [&](auto tag) {
     using T = decltype(tag);
-    pdl::launch(argmax_rows_kernel<T>, static_cast<unsigned>(rows), vocab_threads(vocab), 0, stream_of(dev),
-                ptr<int32_t>(ids), ptr<T>(logits), static_cast<int>(vocab), banned_in_row);
+    pdl::launch(argmax_rows_kernel<T, false>, static_cast<unsigned>(rows), vocab_threads(vocab), 0, stream_of(dev),
+                ptr<int32_t>(ids), ptr<T>(logits), static_cast<int>(vocab), banned_in_row, nullptr, nullptr);
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+}
+
+void gumbel_argmax_rows(Tensor& ids, const Tensor& logits, const Tensor& inv_temperature, const Tensor& keys,
+                        int32_t banned) {
+  const int64_t rows = logits.dim(0), vocab = logits.dim(1);
+  if (rows == 0) return;
+  VLM_CHECK(rows <= INT32_MAX, "ops::gumbel_argmax_rows: ", rows, " rows exceed the CUDA grid");
+  const Device dev = logits.device();
+  DeviceGuard guard(dev);
+  const int banned_in_row = banned >= 0 && banned < vocab ? static_cast<int>(banned) : -1;
+  dispatch_float(logits.dtype(), "gumbel_argmax_rows", [&](auto tag) {
+    using T = decltype(tag);
+    pdl::launch(argmax_rows_kernel<T, true>, static_cast<unsigned>(rows), vocab_threads(vocab), 0, stream_of(dev),
+                ptr<int32_t>(ids), ptr<T>(logits), static_cast<int>(vocab), banned_in_row,
+                ptr<float>(inv_temperature), ptr<int64_t>(keys));
   });
   VLM_CUDA_CHECK_LAUNCH();
 }

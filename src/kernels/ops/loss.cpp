@@ -1,7 +1,10 @@
-// The loss family's op boundary: cross entropy (forward, backward, both in one pass). Each op validates, then
+// The loss family's op boundary: cross entropy (forward, backward, both in one pass) and the decode step's picks
+// (argmax_rows, gumbel_argmax_rows). Each op validates, then
 // dispatches to cuda/loss.cu or the CPU reference in cpu/loss.cpp. The chunked LM-head loss built on it is in
 // lm_head.cpp.
 #include "kernels/ops.h"
+
+#include <cmath>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops/check.h"
@@ -71,6 +74,28 @@ void argmax_rows(Tensor& ids, const Tensor& logits, int32_t banned) {
   check_i32_vector(op, "ids", ids, dev, logits.dim(0));
   VLM_DISPATCH_CUDA(dev, op, cuda::argmax_rows(ids, logits, banned));
   cpu::argmax_rows(ids.data<int32_t>(), logits.data<float>(), logits.dim(0), logits.dim(1), banned);
+}
+
+void gumbel_argmax_rows(Tensor& ids, const Tensor& logits, const Tensor& inv_temperature, const Tensor& keys,
+                        int32_t banned) {
+  const char* op = "gumbel_argmax_rows";
+  const Device dev = ids.device();
+  compute_dtype(op, "logits", logits);
+  check_tensor(op, "logits", logits, logits.dtype(), dev);
+  check_ndim(op, "logits", logits, 2);
+  VLM_CHECK(logits.dim(1) > 0 && logits.dim(1) < INT32_MAX, "ops::", op, ": logits is ", logits.describe(),
+            ", expected a vocabulary in [1, 2^31)");
+  const int64_t rows = logits.dim(0);
+  check_i32_vector(op, "ids", ids, dev, rows);
+  check_like(op, "inv_temperature", inv_temperature, DType::f32, dev, Shape{rows});
+  check_like(op, "keys", keys, DType::i64, dev, Shape{rows});
+  VLM_DISPATCH_CUDA(dev, op, cuda::gumbel_argmax_rows(ids, logits, inv_temperature, keys, banned));
+  const float* s = inv_temperature.data<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    VLM_CHECK(s[r] >= 0.f && std::isfinite(s[r]), "ops::", op, ": inv_temperature[", r, "] = ", s[r],
+              ", expected finite and >= 0");
+  cpu::gumbel_argmax_rows(ids.data<int32_t>(), logits.data<float>(), s, keys.data<int64_t>(), rows, logits.dim(1),
+                          banned);
 }
 
 }  // namespace vlm::ops

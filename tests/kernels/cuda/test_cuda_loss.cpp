@@ -10,6 +10,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/kernel_test_util.h"
+#include "kernels/gumbel.h"
 #include "kernels/ops.h"
 
 namespace vlm::testing {
@@ -217,6 +218,43 @@ TEST(CudaLoss, ArgmaxRowsMatchesCpu) {
               << "banned " << b;
         }
       }
+}
+
+// The GPU's sample equals the CPU's for the same keys, except where the two best scores are so close that the CPU's
+// and the GPU's logf (or a fused multiply-add) may order them differently.
+TEST(CudaLoss, GumbelArgmaxRowsMatchesCpu) {
+  VLM_SKIP_WITHOUT_CUDA();
+  uint64_t seed = 900;
+  for (DType dt : compute_dtypes())
+    for (const LossCase& c : kCases) {
+      SCOPED_TRACE(::testing::Message() << dtype_label(dt) << " rows=" << c.rows << " vocab=" << c.vocab);
+      const Tensor logits_r = rounded(random_normal({c.rows, c.vocab}, seed++, c.logit_std), dt);
+      std::vector<float> inv_t;
+      std::vector<int64_t> keys;
+      for (int64_t r = 0; r < c.rows; ++r) {
+        inv_t.push_back(r % 3 == 0 ? 0.f : 1.f / (0.5f + 0.25f * static_cast<float>(r % 4)));  // greedy rows too
+        keys.push_back(static_cast<int64_t>(seed * 1000003 + static_cast<uint64_t>(r)));
+      }
+      const Tensor t = Tensor::from_vector(inv_t, {c.rows}), k = Tensor::from_vector(keys, {c.rows});
+      const int32_t banned = static_cast<int32_t>(c.vocab / 2);
+      Tensor ref = i32_tensor(std::vector<int32_t>(static_cast<size_t>(c.rows), -7));
+      ops::gumbel_argmax_rows(ref, logits_r, t, k, banned);
+      Tensor ids = gpu_i32(std::vector<int32_t>(static_cast<size_t>(c.rows), -7));
+      ops::gumbel_argmax_rows(ids, to_gpu(logits_r, dt), t.to(gpu()), k.to(gpu()), banned);
+      const Tensor got = ids.to(Device::cpu());
+      for (int64_t r = 0; r < c.rows; ++r) {
+        const int32_t a = got.data<int32_t>()[r], b = ref.data<int32_t>()[r];
+        if (a == b) continue;
+        ASSERT_TRUE(a >= 0 && a < c.vocab && a != banned) << "row " << r << " picked " << a;
+        const float s = inv_t[static_cast<size_t>(r)];
+        const uint64_t key = static_cast<uint64_t>(keys[static_cast<size_t>(r)]);
+        const auto score = [&](int32_t v) {
+          const float x = logits_r.data<float>()[r * c.vocab + v];
+          return s > 0.f ? x * s + ops::gumbel::noise(key, v) : x;
+        };
+        EXPECT_NEAR(score(a), score(b), 1e-4 * (1 + std::fabs(score(b)))) << "row " << r << ": " << a << " vs " << b;
+      }
+    }
 }
 
 }  // namespace
