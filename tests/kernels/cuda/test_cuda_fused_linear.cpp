@@ -87,14 +87,20 @@ TEST(CudaFusedLinear, RmsnormLinearSwigluMatchesCpu) {
       // The products' summation order moves each of gate and up by the dot tolerance, and in bf16 their rounding
       // can then land on the neighbouring value (one ulp, relative 2^-7); silu(g) * u passes a change of g on with
       // silu'(g) (|silu'| < 1.1) times u, and a change of u with silu(g) (|silu(g)| <= |g|).
+      // Past kGemvMaxRows the composition runs, and cuBLASLt may split a bf16 GEMM's K and round each partial sum to
+      // bf16: a few ulps of the partials' size (about sqrt(in) for these inputs) on gate and up (measured on an
+      // H100: 0.097 at 16 rows x 576, where the GEMV's one rounding stays within the bound without it).
       const Tolerance dot = dot_tolerance(c.in);
       const int64_t inter = c.out;
       const double ulp = dt == DType::bf16 ? 2.02 * kBf16HalfUlp : 0.0;
+      const double split_k =
+          dt == DType::bf16 && c.rows > 8 ? 8 * kBf16HalfUlp * std::sqrt(static_cast<double>(c.in)) : 0.0;
       EXPECT_TRUE(close_within(y.view(), ref, [&](int64_t i, double expected) {
         const int64_t r = i / inter, j = i % inter;
         const double gate = std::fabs(gu.data<float>()[r * 2 * inter + j]);
         const double up = std::fabs(gu.data<float>()[r * 2 * inter + inter + j]);
-        const double d_gate = dot.rtol * gate + dot.atol + ulp * gate, d_up = dot.rtol * up + dot.atol + ulp * up;
+        const double d_gate = dot.rtol * gate + dot.atol + ulp * gate + split_k;
+        const double d_up = dot.rtol * up + dot.atol + ulp * up + split_k;
         return 1.1 * up * d_gate + gate * d_up + d_gate * d_up +
                (dt == DType::bf16 ? 1.01 * kBf16HalfUlp * std::fabs(expected) : 1e-6 * std::fabs(expected));
       }));
