@@ -123,6 +123,18 @@ inline Shape with_last_dim(const Tensor& like, int64_t last) {
   return s;
 }
 
+// A linear layer's operands: x [..., in], w [out, in] (and b [out]) in the compute dtype of x; returns that dtype.
+inline DType check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, Device dev) {
+  const DType dt = compute_dtype(op, "x", x);
+  check_tensor(op, "x", x, dt, dev);
+  check_tensor(op, "w", w, dt, dev);
+  check_ndim(op, "w", w, 2);
+  VLM_CHECK(x.ndim() >= 2, "ops::", op, ": x is ", x.describe(), ", expected [T, in] (leading dims flatten into T)");
+  check_shape(op, "x", x, with_last_dim(x, w.dim(1)));
+  check_optional(op, "b", b, dt, dev, Shape{w.dim(0)});
+  return dt;
+}
+
 // An uninitialized temporary on `device` for a composite op's intermediate (stream-ordered on CUDA).
 inline Tensor temporary(const Shape& shape, DType dtype, Device device) {
 #ifdef VLM_HAVE_CUDA

@@ -14,14 +14,8 @@ namespace {
 // x [..., in], norm_w [in], w [out, in], b [out] or undefined; returns the compute dtype.
 DType check_norm_linear(const char* op, const Tensor& x, const Tensor& norm_w, const Tensor& w, const Tensor& b,
                         Device dev) {
-  const DType dt = compute_dtype(op, "x", x);
-  check_tensor(op, "x", x, dt, dev);
-  check_tensor(op, "w", w, dt, dev);
-  check_ndim(op, "w", w, 2);
-  VLM_CHECK(x.ndim() >= 2, "ops::", op, ": x is ", x.describe(), ", expected [T, in] (leading dims flatten into T)");
-  check_shape(op, "x", x, with_last_dim(x, w.dim(1)));
+  const DType dt = check_linear(op, x, w, b, dev);
   check_like(op, "norm_w", norm_w, dt, dev, Shape{w.dim(1)});
-  check_optional(op, "b", b, dt, dev, Shape{w.dim(0)});
   return dt;
 }
 

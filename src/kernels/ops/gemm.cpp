@@ -42,17 +42,6 @@ GemmDims check_gemm(const char* op, const Tensor& out, const Tensor& a, const Te
   return {m, n, k};
 }
 
-// x [..., in], w [out, in] (and b [out]) in the compute dtype of x; returns that dtype.
-DType check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, Device dev) {
-  const DType dt = compute_dtype(op, "x", x);
-  check_tensor(op, "x", x, dt, dev);
-  check_tensor(op, "w", w, dt, dev);
-  check_ndim(op, "w", w, 2);
-  VLM_CHECK(x.ndim() >= 2, "ops::", op, ": x is ", x.describe(), ", expected [T, in] (leading dims flatten into T)");
-  check_shape(op, "x", x, with_last_dim(x, w.dim(1)));
-  check_optional(op, "b", b, dt, dev, Shape{w.dim(0)});
-  return dt;
-}
 
 }  // namespace
 

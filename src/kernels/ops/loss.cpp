@@ -63,8 +63,9 @@ void cross_entropy_forward_backward(Tensor& losses, Tensor& dlogits, const Tenso
                               logits.dim(0), logits.dim(1), ignore_index);
 }
 
-void argmax_rows(Tensor& ids, const Tensor& logits, int32_t banned) {
-  const char* op = "argmax_rows";
+namespace {
+// The picks' shared checks: logits [R, V] (f32 or bf16, 0 < V < 2^31) and ids i32 [R] on ids' device.
+void check_pick(const char* op, const Tensor& ids, const Tensor& logits) {
   const Device dev = ids.device();
   compute_dtype(op, "logits", logits);
   check_tensor(op, "logits", logits, logits.dtype(), dev);
@@ -72,6 +73,13 @@ void argmax_rows(Tensor& ids, const Tensor& logits, int32_t banned) {
   VLM_CHECK(logits.dim(1) > 0 && logits.dim(1) < INT32_MAX, "ops::", op, ": logits is ", logits.describe(),
             ", expected a vocabulary in [1, 2^31)");
   check_i32_vector(op, "ids", ids, dev, logits.dim(0));
+}
+}  // namespace
+
+void argmax_rows(Tensor& ids, const Tensor& logits, int32_t banned) {
+  const char* op = "argmax_rows";
+  const Device dev = ids.device();
+  check_pick(op, ids, logits);
   VLM_DISPATCH_CUDA(dev, op, cuda::argmax_rows(ids, logits, banned));
   cpu::argmax_rows(ids.data<int32_t>(), logits.data<float>(), logits.dim(0), logits.dim(1), banned);
 }
@@ -80,13 +88,8 @@ void gumbel_argmax_rows(Tensor& ids, const Tensor& logits, const Tensor& inv_tem
                         int32_t banned) {
   const char* op = "gumbel_argmax_rows";
   const Device dev = ids.device();
-  compute_dtype(op, "logits", logits);
-  check_tensor(op, "logits", logits, logits.dtype(), dev);
-  check_ndim(op, "logits", logits, 2);
-  VLM_CHECK(logits.dim(1) > 0 && logits.dim(1) < INT32_MAX, "ops::", op, ": logits is ", logits.describe(),
-            ", expected a vocabulary in [1, 2^31)");
+  check_pick(op, ids, logits);
   const int64_t rows = logits.dim(0);
-  check_i32_vector(op, "ids", ids, dev, rows);
   check_like(op, "inv_temperature", inv_temperature, DType::f32, dev, Shape{rows});
   check_like(op, "keys", keys, DType::i64, dev, Shape{rows});
   VLM_DISPATCH_CUDA(dev, op, cuda::gumbel_argmax_rows(ids, logits, inv_temperature, keys, banned));
