@@ -1,5 +1,6 @@
 // Softmax cross-entropy on CUDA, forward and backward fused, one block per row (and argmax_rows, the greedy
-// decode's pick, and gumbel_argmax_rows, its sampling form, one block per row too):
+// decode's pick, and gumbel_argmax_rows, its sampling form: a block per row, or per chunk of a row when there are
+// few rows):
 //   pass 1 reads the row once with 16-byte vectors (up to kUnroll loads in flight per thread) and keeps an online
 //          (max, sum of exp) per thread in fp32, combined by a fixed-order block reduction: lse = max + log(sum);
 //   pass 2 (the backward) reads the row again and overwrites it with (softmax - onehot) * dloss. Rows of a large
@@ -153,8 +154,11 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
   }
 }
 
-// argmax_rows: one block per row; each thread keeps the first maximum of its strided elements, then a fixed-order
-// warp and block reduction takes the larger value, the lower index on ties. idx < 0: nothing seen yet.
+// argmax_rows: block (row x, chunk y) scans its chunk of the row; each thread keeps the first maximum of its strided
+// elements, then a fixed-order warp and block reduction takes the larger value, the lower index on ties. idx < 0:
+// nothing seen yet. With one chunk the block writes the row's id; with several (few rows: a row's 49k logits would
+// otherwise stream through one SM) it writes its chunk's best and argmax_merge_kernel picks among them by the same
+// rule, so the id is the same either way.
 struct ArgMax {
   float v;
   int idx;
@@ -165,22 +169,26 @@ __device__ __forceinline__ ArgMax arg_max_pick(ArgMax a, ArgMax b) {
   return (b.v > a.v || (b.v == a.v && b.idx < a.idx)) ? b : a;
 }
 
+constexpr int kMinArgmaxChunk = 2048;  // elements a block of a split row scans at least
+
 // kGumbel: the score of element v is x * inv_temperature[row] + gumbel::noise(keys[row], v) (rows with
 // inv_temperature 0: x), gumbel_argmax_rows's sample.
 template <class T, bool kGumbel>
-__global__ void argmax_rows_kernel(int32_t* ids, const T* logits, int vocab, int banned, const float* inv_temperature,
-                                   const int64_t* keys) {
+__global__ void argmax_rows_kernel(int32_t* ids, ArgMax* partial, const T* logits, int vocab, int chunk, int banned,
+                                   const float* inv_temperature, const int64_t* keys) {
   pdl::grid_begin();
   __shared__ ArgMax warp_best[kMaxThreads / 32];
-  const T* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  const int64_t r = blockIdx.x;
+  const T* row = logits + r * vocab;
   float s = 0.f;
   uint64_t key = 0;
   if constexpr (kGumbel) {
-    s = inv_temperature[blockIdx.x];
-    key = static_cast<uint64_t>(keys[blockIdx.x]);
+    s = inv_temperature[r];
+    key = static_cast<uint64_t>(keys[r]);
   }
+  const int begin = static_cast<int>(blockIdx.y) * chunk, end = min(vocab, begin + chunk);
   ArgMax best{-INFINITY, -1};
-  for (int v = threadIdx.x; v < vocab; v += blockDim.x) {
+  for (int v = begin + static_cast<int>(threadIdx.x); v < end; v += blockDim.x) {
     float x = to_f32(row[v]);
     if (kGumbel && s > 0.f && !isnan(x)) x = x * s + gumbel::noise(key, v);
     if (v != banned && !isnan(x) && (best.idx < 0 || x > best.v)) best = {x, v};
@@ -194,42 +202,69 @@ __global__ void argmax_rows_kernel(int32_t* ids, const T* logits, int vocab, int
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int w = 1; w < warps; ++w) best = arg_max_pick(best, warp_best[w]);
-    ids[blockIdx.x] = best.idx < 0 ? 0 : best.idx;
+    if (partial != nullptr)
+      partial[r * gridDim.y + blockIdx.y] = best;
+    else
+      ids[r] = best.idx < 0 ? 0 : best.idx;
+  }
+}
+
+// One warp per row: the best of the row's chunk results, by arg_max_pick (the lower index on ties).
+__global__ void argmax_merge_kernel(int32_t* ids, const ArgMax* partial, int chunks) {
+  pdl::grid_begin();
+  const int64_t r = blockIdx.x;
+  ArgMax best{-INFINITY, -1};
+  for (int c = static_cast<int>(threadIdx.x); c < chunks; c += 32) best = arg_max_pick(best, partial[r * chunks + c]);
+  for (int off = 16; off > 0; off >>= 1) {
+    const ArgMax o{__shfl_down_sync(0xffffffffu, best.v, off), __shfl_down_sync(0xffffffffu, best.idx, off)};
+    best = arg_max_pick(best, o);
+  }
+  if (threadIdx.x == 0) ids[r] = best.idx < 0 ? 0 : best.idx;
+}
+
+// The picks of argmax_rows (inv_temperature and keys null) and gumbel_argmax_rows on validated tensors.
+template <bool kGumbel>
+void pick_rows(const char* op, Tensor& ids, const Tensor& logits, int32_t banned, const float* inv_temperature,
+               const int64_t* keys) {
+  const int64_t rows = logits.dim(0), vocab = logits.dim(1);
+  if (rows == 0) return;
+  VLM_CHECK(rows <= INT32_MAX, "ops::", op, ": ", rows, " rows exceed the CUDA grid");
+  const Device dev = logits.device();
+  DeviceGuard guard(dev);
+  cudaStream_t stream = stream_of(dev);
+  const int banned_in_row = banned >= 0 && banned < vocab ? static_cast<int>(banned) : -1;
+  // Fewer rows than two waves of blocks: split each row into chunks of at least kMinArgmaxChunk elements.
+  const int64_t waves = 2 * static_cast<int64_t>(multiprocessors(dev.index));
+  int64_t chunks = 1;
+  if (rows < waves) chunks = std::min({ceil_div(waves, rows), ceil_div(vocab, kMinArgmaxChunk), int64_t{65535}});
+  const int64_t chunk = ceil_div(vocab, std::max<int64_t>(chunks, 1));
+  chunks = ceil_div(vocab, chunk);
+  Tensor partial;
+  if (chunks > 1) partial = scratch(Shape{rows * chunks * 2}, DType::i32, dev);  // an ArgMax (8 bytes) per chunk
+  ArgMax* part = chunks > 1 ? static_cast<ArgMax*>(partial.raw_data()) : nullptr;
+  dispatch_float(logits.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    pdl::launch(argmax_rows_kernel<T, kGumbel>, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(chunks)),
+                vocab_threads(chunk), 0, stream, ptr<int32_t>(ids), part, ptr<T>(logits), static_cast<int>(vocab),
+                static_cast<int>(chunk), banned_in_row, inv_temperature, keys);
+  });
+  VLM_CUDA_CHECK_LAUNCH();
+  if (chunks > 1) {
+    pdl::launch(argmax_merge_kernel, static_cast<unsigned>(rows), 32, 0, stream, ptr<int32_t>(ids),
+                static_cast<const ArgMax*>(part), static_cast<int>(chunks));
+    VLM_CUDA_CHECK_LAUNCH();
   }
 }
 
 }  // namespace
 
 void argmax_rows(Tensor& ids, const Tensor& logits, int32_t banned) {
-  const int64_t rows = logits.dim(0), vocab = logits.dim(1);
-  if (rows == 0) return;
-  VLM_CHECK(rows <= INT32_MAX, "ops::argmax_rows: ", rows, " rows exceed the CUDA grid");
-  const Device dev = logits.device();
-  DeviceGuard guard(dev);
-  const int banned_in_row = banned >= 0 && banned < vocab ? static_cast<int>(banned) : -1;
-  dispatch_float(logits.dtype(), "argmax_rows", [&](auto tag) {
-    using T = decltype(tag);
-    pdl::launch(argmax_rows_kernel<T, false>, static_cast<unsigned>(rows), vocab_threads(vocab), 0, stream_of(dev),
-                ptr<int32_t>(ids), ptr<T>(logits), static_cast<int>(vocab), banned_in_row, nullptr, nullptr);
-  });
-  VLM_CUDA_CHECK_LAUNCH();
+  pick_rows<false>("argmax_rows", ids, logits, banned, nullptr, nullptr);
 }
 
 void gumbel_argmax_rows(Tensor& ids, const Tensor& logits, const Tensor& inv_temperature, const Tensor& keys,
                         int32_t banned) {
-  const int64_t rows = logits.dim(0), vocab = logits.dim(1);
-  if (rows == 0) return;
-  VLM_CHECK(rows <= INT32_MAX, "ops::gumbel_argmax_rows: ", rows, " rows exceed the CUDA grid");
-  const Device dev = logits.device();
-  DeviceGuard guard(dev);
-  const int banned_in_row = banned >= 0 && banned < vocab ? static_cast<int>(banned) : -1;
-  dispatch_float(logits.dtype(), "gumbel_argmax_rows", [&](auto tag) {
-    using T = decltype(tag);
-    pdl::launch(argmax_rows_kernel<T, true>, static_cast<unsigned>(rows), vocab_threads(vocab), 0, stream_of(dev),
-                ptr<int32_t>(ids), ptr<T>(logits), static_cast<int>(vocab), banned_in_row,
-                ptr<float>(inv_temperature), ptr<int64_t>(keys));
-  });
-  VLM_CUDA_CHECK_LAUNCH();
+  pick_rows<true>("gumbel_argmax_rows", ids, logits, banned, ptr<float>(inv_temperature), ptr<int64_t>(keys));
 }
 
 void cross_entropy(Tensor& losses, Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
