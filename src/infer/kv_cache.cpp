@@ -36,9 +36,14 @@ KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks, Device device)
     : shape_(shape), num_blocks_(num_blocks) {
   VLM_CHECK(num_blocks > 0, "KvCache: ", num_blocks, " blocks");
   const Shape slab{num_blocks, shape.block_size, shape.kv_heads, shape.head_dim};
+  // On the CPU the slabs are zeroed, so their pages are resident from the start: a server's memory is its budget at
+  // once instead of growing as the free list first hands out each block (which looks like a leak under load).
+  const auto slab_tensor = [&] {
+    return device.is_cpu() ? Tensor::zeros(slab, shape.dtype, device) : Tensor::empty(slab, shape.dtype, device);
+  };
   for (int l = 0; l < shape.layers; ++l) {
-    caches_.k.push_back(Tensor::empty(slab, shape.dtype, device));
-    caches_.v.push_back(Tensor::empty(slab, shape.dtype, device));
+    caches_.k.push_back(slab_tensor());
+    caches_.v.push_back(slab_tensor());
   }
 }
 

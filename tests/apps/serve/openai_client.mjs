@@ -204,10 +204,12 @@ await expectError(client.chat.completions.create({ model, messages: ask(`data:im
   413, "body over --max-body-bytes");
 await expectError(new OpenAI({ baseURL: `${base}/v1`, apiKey: "wrong-key", maxRetries: 0 }).models.list(), 401, "wrong API key");
 
-// A stream dropped mid-way: its request is cancelled and its KV blocks go back to the pool.
+// A stream dropped mid-way: its request is cancelled and its KV blocks go back to the pool. 8 completions of 200
+// tokens, so that the server cannot finish (and fit the whole answer in the socket's buffers) before the client's
+// leaving is noticed, even when the client is scheduled late on a busy machine.
 const cancelledBefore = await metric("vlm_requests_cancelled_total");
 const dropped = await client.chat.completions.create({
-  model, messages: ask(jpg), max_tokens: 200, temperature: 1, ignore_eos: true, stream: true,
+  model, messages: ask(jpg), max_tokens: 200, temperature: 1, ignore_eos: true, n: 8, stream: true,
 });
 let seen = 0;
 for await (const chunk of dropped) {
