@@ -50,9 +50,8 @@ Tensor TextDecoder::forward_paged(const Tensor& x0, const PagedStep& step, Paged
   Tensor logits = logits_out ? *logits_out : new_f32_like(shape, x);
   VLM_CHECK(logits.dtype() == DType::f32 && logits.shape() == shape, "forward_paged: logits_out ",
             logits.describe(), ", expected f32", shape.to_string());
-  const Linear& head = lm_head_;
-  ops::rmsnorm_linear_forward(logits, sel, final_norm_.w->weight(), final_norm_.eps, head.w->weight(),
-                              head.b ? head.b->weight() : Tensor());
+  ops::rmsnorm_linear_forward(logits, sel, final_norm_.w->weight(), final_norm_.eps, lm_head_.w->weight(),
+                              lm_head_.b ? lm_head_.b->weight() : Tensor());
   return logits;
 }
 

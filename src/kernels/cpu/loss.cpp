@@ -28,38 +28,34 @@ double row_logsumexp(const float* row, int64_t vocab) {
   return static_cast<double>(row_max) + std::log(sum);
 }
 
+
+// The id of row's largest score, x * s + gumbel::noise(key, v) (s > 0) or x (s == 0): the first of equal maxima,
+// `banned` and NaN never chosen, 0 when nothing else is left.
+int32_t pick_row(const float* row, int64_t vocab, int32_t banned, float s, uint64_t key) {
+  int64_t best = -1;
+  float best_score = 0.f;
+  for (int64_t v = 0; v < vocab; ++v) {
+    if (v == banned || std::isnan(row[v])) continue;
+    const float score = s > 0.f ? row[v] * s + gumbel::noise(key, v) : row[v];
+    if (best < 0 || score > best_score) {
+      best = v;
+      best_score = score;
+    }
+  }
+  return static_cast<int32_t>(std::max<int64_t>(best, 0));
+}
 }  // namespace
 
 void argmax_rows(int32_t* ids, const float* logits, int64_t rows, int64_t vocab, int32_t banned) {
 #pragma omp parallel for schedule(static) if (rows * vocab >= kParallelMinWork)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = logits + r * vocab;
-    int64_t best = -1;
-    for (int64_t v = 0; v < vocab; ++v)
-      if (v != banned && !std::isnan(row[v]) && (best < 0 || row[v] > row[best])) best = v;
-    ids[r] = static_cast<int32_t>(std::max<int64_t>(best, 0));
-  }
+  for (int64_t r = 0; r < rows; ++r) ids[r] = pick_row(logits + r * vocab, vocab, banned, 0.f, 0);
 }
 
 void gumbel_argmax_rows(int32_t* ids, const float* logits, const float* inv_temperature, const int64_t* keys,
                         int64_t rows, int64_t vocab, int32_t banned) {
 #pragma omp parallel for schedule(static) if (rows * vocab >= kParallelMinWork / 8)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = logits + r * vocab;
-    const float s = inv_temperature[r];
-    const uint64_t key = static_cast<uint64_t>(keys[r]);
-    int64_t best = -1;
-    float best_score = 0.f;
-    for (int64_t v = 0; v < vocab; ++v) {
-      if (v == banned || std::isnan(row[v])) continue;
-      const float score = s > 0.f ? row[v] * s + gumbel::noise(key, v) : row[v];
-      if (best < 0 || score > best_score) {
-        best = v;
-        best_score = score;
-      }
-    }
-    ids[r] = static_cast<int32_t>(std::max<int64_t>(best, 0));
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    ids[r] = pick_row(logits + r * vocab, vocab, banned, inv_temperature[r], static_cast<uint64_t>(keys[r]));
 }
 
 void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t rows, int64_t vocab,

@@ -15,7 +15,9 @@
 #include <climits>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -332,9 +334,10 @@ bool gemv_qkv_paged_write(Tensor& q, Tensor& k_cache, Tensor& v_cache, const Ten
            static_cast<int>(heads_kv),
            static_cast<int>(dim)};
   RopeFreq freq{};
-  if (theta > 0.f)  // the QKV split's recipe: in double, rounded to f32
-    for (int64_t i = 0; i < dim / 2; ++i)
-      freq.v[i] = static_cast<float>(1.0 / std::pow(static_cast<double>(theta), 2.0 * static_cast<double>(i) / dim));
+  if (theta > 0.f) {
+    const std::vector<float> inv_freq = cpu::rope_inv_freq(dim, theta);  // the recipe of every RoPE path
+    std::copy(inv_freq.begin(), inv_freq.end(), freq.v);
+  }
   DeviceGuard guard(dev);
   cudaStream_t stream = stream_of(dev);
   dispatch_float(x.dtype(), "rmsnorm_qkv_paged_write", [&](auto tag) {

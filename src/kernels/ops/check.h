@@ -135,6 +135,14 @@ inline DType check_linear(const char* op, const Tensor& x, const Tensor& w, cons
   return dt;
 }
 
+// The same with the RMSNorm weight before it: norm_w [in] in the compute dtype.
+inline DType check_norm_linear(const char* op, const Tensor& x, const Tensor& norm_w, const Tensor& w, const Tensor& b,
+                               Device dev) {
+  const DType dt = check_linear(op, x, w, b, dev);
+  check_like(op, "norm_w", norm_w, dt, dev, Shape{w.dim(1)});
+  return dt;
+}
+
 // An uninitialized temporary on `device` for a composite op's intermediate (stream-ordered on CUDA).
 inline Tensor temporary(const Shape& shape, DType dtype, Device device) {
 #ifdef VLM_HAVE_CUDA

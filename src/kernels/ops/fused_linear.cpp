@@ -11,14 +11,6 @@ using namespace detail;  // NOLINT: the boundary helpers of ops/check.h
 
 namespace {
 
-// x [..., in], norm_w [in], w [out, in], b [out] or undefined; returns the compute dtype.
-DType check_norm_linear(const char* op, const Tensor& x, const Tensor& norm_w, const Tensor& w, const Tensor& b,
-                        Device dev) {
-  const DType dt = check_linear(op, x, w, b, dev);
-  check_like(op, "norm_w", norm_w, dt, dev, Shape{w.dim(1)});
-  return dt;
-}
-
 // The normalized rows, as rmsnorm_forward stores them.
 Tensor normalized(const Tensor& x, const Tensor& norm_w, float eps) {
   Tensor n = temporary(x.shape(), x.dtype(), x.device()), no_rstd;
@@ -27,13 +19,11 @@ Tensor normalized(const Tensor& x, const Tensor& norm_w, float eps) {
 }
 
 // The fused kernel when the call fits it (CUDA, few rows); false: run the composition.
-bool fused_gemv(Tensor& y, const Tensor& x, const Tensor& norm_w, float eps, const Tensor& w, const Tensor& b,
-                bool swiglu) {
+bool fused_gemv([[maybe_unused]] Tensor& y, [[maybe_unused]] const Tensor& x, [[maybe_unused]] const Tensor& norm_w,
+                [[maybe_unused]] float eps, [[maybe_unused]] const Tensor& w, [[maybe_unused]] const Tensor& b,
+                [[maybe_unused]] bool swiglu) {
 #ifdef VLM_HAVE_CUDA
   if (y.device().is_cuda()) return cuda::gemv_forward(y, x, norm_w, eps, w, b, Tensor(), swiglu);
-#else
-  static_cast<void>(y), static_cast<void>(x), static_cast<void>(norm_w), static_cast<void>(eps),
-      static_cast<void>(w), static_cast<void>(b), static_cast<void>(swiglu);
 #endif
   return false;
 }

@@ -89,18 +89,12 @@ void rmsnorm_qkv_paged_write(Tensor& q, Tensor& k_cache, Tensor& v_cache, const 
                              const Tensor& slot_mapping, float theta) {
   const char* op = "rmsnorm_qkv_paged_write";
   const Device dev = q.device();
-  const DType dt = compute_dtype(op, "x", x);
+  const DType dt = check_norm_linear(op, x, norm_w, w, b, dev);
   check_split_paged_write(op, q, k_cache, v_cache, positions, slot_mapping, theta, dt);
   const int64_t tokens = q.dim(0), heads_q = q.dim(1), dim = q.dim(2), heads_kv = k_cache.dim(2);
-  check_tensor(op, "x", x, dt, dev);
-  check_ndim(op, "x", x, 2);
-  check_tensor(op, "w", w, dt, dev);
-  check_ndim(op, "w", w, 2);
-  VLM_CHECK(x.dim(0) == tokens && w.dim(1) == x.dim(1) && w.dim(0) == (heads_q + 2 * heads_kv) * dim, "ops::", op,
+  VLM_CHECK(x.ndim() == 2 && x.dim(0) == tokens && w.dim(0) == (heads_q + 2 * heads_kv) * dim, "ops::", op,
             ": x is ", x.describe(), ", w is ", w.describe(), ", q is ", q.describe(), ", k_cache is ",
             k_cache.describe(), " (expected x [T, in], w [(Hq + 2 Hkv) D, in])");
-  check_like(op, "norm_w", norm_w, dt, dev, Shape{x.dim(1)});
-  check_optional(op, "b", b, dt, dev, Shape{w.dim(0)});
   check_disjoint(op, "x", x, "q", q);
   check_disjoint(op, "x", x, "k_cache", k_cache);
   check_disjoint(op, "x", x, "v_cache", v_cache);
