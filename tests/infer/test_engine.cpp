@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <utility>
 
 #include "engine_fixture.h"
 #include "infer/prefix_hash.h"
@@ -118,6 +119,22 @@ TEST(Engine, ForkedCompletionsEachEqualGreedyAndShareThePrompt) {
   expect_all_blocks_free(engine);
 }
 
+// `r` answered alone, and inserted at `at` among `neighbours` on an engine whose small KV and token budgets preempt
+// and chunk; checks that the crowded engine frees every block.
+std::pair<RequestOutput, RequestOutput> alone_and_crowded(const EngineCase& ec, const Request& r,
+                                                          std::vector<Request> neighbours, size_t at) {
+  Engine alone(*ec.model, base_options());
+  RequestOutput a = alone.generate({r})[0];
+  EngineOptions tight = base_options();
+  tight.kv_memory = 20 * 512;
+  tight.max_tokens_per_step = 5;
+  Engine crowded(*ec.model, tight);
+  neighbours.insert(neighbours.begin() + static_cast<std::ptrdiff_t>(at), r);
+  RequestOutput b = crowded.generate(neighbours)[at];
+  expect_all_blocks_free(crowded);
+  return {std::move(a), std::move(b)};
+}
+
 TEST(Engine, SeededSamplingRepeatsWhateverSharesTheBatch) {
   EngineCase ec = make_engine_case(Device::cpu(), 4);
   Request r = ec.requests[4];
@@ -126,15 +143,7 @@ TEST(Engine, SeededSamplingRepeatsWhateverSharesTheBatch) {
   r.sampling.seed = 99;
   r.sampling.n = 2;
   r.sampling.logprobs = 3;
-  Engine alone(*ec.model, base_options());
-  const RequestOutput a = alone.generate({r})[0];
-  EngineOptions tight = base_options();
-  tight.kv_memory = 20 * 512;
-  tight.max_tokens_per_step = 5;
-  Engine crowded(*ec.model, tight);
-  std::vector<Request> batch = ec.requests;
-  batch.insert(batch.begin() + 2, r);
-  const RequestOutput b = crowded.generate(batch)[2];
+  const auto [a, b] = alone_and_crowded(ec, r, ec.requests, 2);
   ASSERT_TRUE(a.status.ok() && b.status.ok());
   ASSERT_EQ(a.completions.size(), 2u);
   for (size_t k = 0; k < 2; ++k) {
@@ -145,7 +154,6 @@ TEST(Engine, SeededSamplingRepeatsWhateverSharesTheBatch) {
     for (float lp : a.completions[k].logprobs) EXPECT_LE(lp, 0.f);
   }
   EXPECT_NE(a.completions[0].tokens, a.completions[1].tokens);  // each completion has its own stream
-  expect_all_blocks_free(crowded);
 }
 
 // Plain temperature rows are picked on the device (ops::gumbel_argmax_rows) beside rows the host samples (top-p): a
@@ -156,24 +164,16 @@ TEST(Engine, DeviceSampledTemperatureRepeatsBesideHostSampledRows) {
   r.sampling.temperature = 0.9f;
   r.sampling.seed = 7;
   r.sampling.n = 2;
-  Engine alone(*ec.model, base_options());
-  const RequestOutput a = alone.generate({r})[0];
-  EngineOptions tight = base_options();
-  tight.kv_memory = 20 * 512;
-  tight.max_tokens_per_step = 5;
-  Engine crowded(*ec.model, tight);
-  std::vector<Request> batch = ec.requests;
-  for (size_t i = 0; i < batch.size(); i += 2) {  // host-sampled neighbours
-    batch[i].sampling.temperature = 1.f;
-    batch[i].sampling.top_p = 0.8f;
+  std::vector<Request> neighbours = ec.requests;
+  for (size_t i = 0; i < neighbours.size(); i += 2) {  // host-sampled
+    neighbours[i].sampling.temperature = 1.f;
+    neighbours[i].sampling.top_p = 0.8f;
   }
-  batch.insert(batch.begin() + 1, r);
-  const RequestOutput b = crowded.generate(batch)[1];
+  const auto [a, b] = alone_and_crowded(ec, r, neighbours, 1);
   ASSERT_TRUE(a.status.ok() && b.status.ok());
   ASSERT_EQ(a.completions.size(), 2u);
   for (size_t k = 0; k < 2; ++k) EXPECT_EQ(a.completions[k].tokens, b.completions[k].tokens) << "completion " << k;
   EXPECT_NE(a.completions[0].tokens, a.completions[1].tokens);
-  expect_all_blocks_free(crowded);
 }
 
 TEST(Engine, BadRequestsFailAloneWithClearErrors) {
