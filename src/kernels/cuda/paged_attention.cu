@@ -3,81 +3,41 @@
 // paged_kv_write: one block per row, 16-byte copies where aligned; a bad slot is recorded and its row skipped.
 // paged_attention, by the shape of the call:
 //   * decode (every sequence has at most one query, head dim 64 or 128, up to kMaxGroup q heads per kv head,
-//     16-byte aligned rows): paged_decode_kernel, one block per (context split, kv head, sequence) covering all the q
-//     heads of the kv head, so each K/V row is read once per group. A lane group of D / 8 lanes (bf16) holds one key
-//     row in a 16-byte load per lane, kDecodeUnroll keys in flight; every lane group keeps an online softmax per q
-//     head and the block merges its lane groups in shared memory. Splits: when sequences x kv heads leave the GPU
-//     under-filled (batch 1 with a long context), the context is split so that about two waves of blocks run, each
-//     split writes a normalized partial row and its log-sum-exp, and paged_combine_kernel merges them in split order.
+//     16-byte aligned rows): paged_decode_kernel, one block per (context split, kv head, sequence) running
+//     paged_decode_task (paged_decode.cuh). When sequences x kv heads leave the GPU under-filled (batch 1 with a long
+//     context) the context is split so that about two waves of blocks run, and the block that finishes a group's
+//     splits last merges them (tickets in a per-device buffer): one kernel a call either way.
 //   * everything else (chunked prefill, other head dims, larger groups, misaligned views), bf16: the contexts are
 //     gathered from the cache into packed K/V (paged_gather_kernel) and attention_forward runs on them, bottom-right
 //     causal: our FlashAttention (tensor cores) wherever it applies;
 //   * the same in f32: paged_attention_kernel, one warp per (query row, q head) with an online softmax over its
 //     visible keys, read through the block table (the fp32 path, compared tightly with the CPU).
-// Scores run in the log2 domain (q pre-scaled by scale * log2 e) in the decode kernel. All sums are in a fixed
-// order, so results are bit-reproducible. The index tables are checked by a one-block kernel that records the first
-// violation (cuda_context.h); the main kernels clamp what they read so a bad table cannot leave the buffers.
+// All sums are in a fixed order, so results are bit-reproducible. The index tables are checked by a one-block kernel
+// that records the first violation (cuda_context.h); the main kernels clamp what they read so a bad table cannot
+// leave the buffers.
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/paged_decode.cuh"
 
 namespace vlm::ops::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;              // warps per block of the attention kernels
+using paged::cache_offset;
+using paged::kWarps;
+using paged::PagedArgs;
+using paged::seq_view;
+using paged::SeqView;
+
 constexpr int kMaxSimpleDim = 512;     // head dims of paged_attention_kernel (shared memory: kWarps x 2 x D floats)
-constexpr int kMaxGroup = 8;           // q heads per kv head the decode kernel keeps in registers
-constexpr int kDecodeUnroll = 4;       // keys in flight per lane group of the decode kernel
-constexpr int kMinSplitKeys = 64;      // fewest keys a context split gets (less would cost more merging than it saves)
-constexpr int kSplitAlign = 16;        // split lengths are multiples of this
-constexpr int kMaxSplits = 128;        // bound on the partial rows one query may get
 constexpr int kCopyThreads = 128;      // threads of a paged_kv_write row
 constexpr int kCheckThreads = 256;     // threads of the table check
 constexpr int kGatherRows = 16;        // cache rows a block of paged_gather_kernel copies
-constexpr float kLog2e = 1.4426950408889634f;
-
-template <class T>
-struct PagedArgs {
-  const T* q;                  // [tokens_q, heads_q, dim], rows q_stride elements apart
-  const T* k_cache;            // [num_blocks, block_size, heads_kv, dim]
-  const T* v_cache;            // same
-  const int32_t* block_tables; // [batch, max_blocks]
-  const int32_t* context_lens; // [batch]
-  const int32_t* cu_q;         // [batch + 1]
-  int64_t q_stride;
-  int64_t tokens_q;
-  int heads_q, heads_kv, dim;
-  int block_size, max_blocks, num_blocks;
-  int max_q, max_ctx;
-  float scale;
-};
-
-// Sequence b's query rows [q_begin, q_begin + q_len) and its context length, clamped into what the buffers and the
-// bounds allow (the check kernel reports violations; clamping keeps a bad table in bounds) with q_len <= ctx.
-struct SeqView {
-  int64_t q_begin, q_len, ctx;
-  const int32_t* table;
-};
-template <class T>
-__device__ __forceinline__ SeqView seq_view(const PagedArgs<T>& a, int b) {
-  const int64_t begin = min(max(static_cast<int64_t>(a.cu_q[b]), int64_t{0}), a.tokens_q);
-  const int64_t end = min(max(static_cast<int64_t>(a.cu_q[b + 1]), begin), a.tokens_q);
-  const int64_t cap = min(static_cast<int64_t>(a.max_ctx), static_cast<int64_t>(a.max_blocks) * a.block_size);
-  const int64_t q_len = min(min(end - begin, static_cast<int64_t>(a.max_q)), cap);
-  const int64_t ctx = min(max(static_cast<int64_t>(a.context_lens[b]), q_len), cap);
-  return {begin, q_len, ctx, a.block_tables + static_cast<int64_t>(b) * a.max_blocks};
-}
-
-// The element offset of (position p, kv head kvh) of a sequence in the cache; block ids clamped into range.
-template <class T>
-__device__ __forceinline__ int64_t cache_offset(const PagedArgs<T>& a, const int32_t* table, int64_t p, int kvh) {
-  const int32_t block = min(max(table[p / a.block_size], 0), a.num_blocks - 1);
-  const int64_t slot = static_cast<int64_t>(block) * a.block_size + p % a.block_size;
-  return (slot * a.heads_kv + kvh) * a.dim;
-}
 
 __global__ void check_paged_tables_kernel(const int32_t* cu, const int32_t* context_lens, const int32_t* tables,
                                           int batch, int64_t tokens_q, int max_q, int max_ctx, int max_blocks,
@@ -228,215 +188,39 @@ __global__ void paged_gather_kernel(PagedArgs<T> a, const int32_t* cu_k, T* k, T
   }
 }
 
-// The decode kernel's lanes: a lane group of kLanes lanes holds one key row (kVec elements per lane, one 16-byte load).
-template <class T, int kDim>
-struct DecodeTraits {
-  static constexpr int kVec = kVec16<T>;
-  static constexpr int kLanes = kDim / kVec;        // lanes per key row
-  static constexpr int kGroups = 32 / kLanes;       // lane groups per warp
-  static constexpr int kSlots = kWarps * kGroups;   // lane groups per block, each with its own softmax state
-  static_assert(kDim % kVec == 0 && kLanes <= 32 && 32 % kLanes == 0, "a key row spans a power-of-two of lanes");
-};
+// The ticket counters of paged_decode_task, per device: static device memory is zeroed when the module loads, so no
+// allocation or memset ever happens (nor can happen inside a graph capture), and every call leaves them zero.
+__device__ unsigned g_decode_tickets[paged::kMaxTickets];
 
-// Block (split x, kv head y, sequence z) of a decode step: keys [x * chunk, min((x + 1) * chunk, ctx)) for the q
-// heads of kv head y. part_out == nullptr (one split): writes out; else the split's normalized partial rows
-// part_out [splits, tokens_q, heads_q, dim] and their log2-sum-exp2 part_lse [splits, tokens_q, heads_q] (-inf for an
-// empty split).
-// kGroup: the most q heads per kv head it handles (the registers it keeps per lane scale with it).
+// Block (split x, kv head y, sequence z) of a decode step: paged_decode_task (paged_decode.cuh).
 template <class T, int kDim, int kGroup>
-__global__ void __launch_bounds__(kWarps * 32)
-    paged_decode_kernel(PagedArgs<T> a, int chunk, T* out, float* part_out, float* part_lse) {
+__global__ void __launch_bounds__(paged::kDecodeThreads)
+    paged_decode_kernel(PagedArgs<T> a, int chunk, int splits, T* out, float* part_out, float* part_lse,
+                        unsigned* tickets) {
   pdl::grid_begin();
-  using Tr = DecodeTraits<T, kDim>;
-  constexpr int kVec = Tr::kVec, kLanes = Tr::kLanes, kSlots = Tr::kSlots;
-  __shared__ float s_acc[kSlots][kGroup][kDim];
-  __shared__ float s_m[kSlots][kGroup], s_l[kSlots][kGroup];
-  const int b = blockIdx.z, kvh = blockIdx.y, split = blockIdx.x;
-  const int group = a.heads_q / a.heads_kv;
-  const SeqView s = seq_view(a, b);
-  if (s.q_len == 0) return;  // no query of this sequence in the step (uniform over the block)
-  const int64_t row = s.q_begin;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int part = lane % kLanes, slot_id = warp * Tr::kGroups + lane / kLanes;
-  float q[kGroup][kVec];
-#pragma unroll
-  for (int g = 0; g < kGroup; ++g) {
-    if (g >= group) break;
-    const T* qg = a.q + row * a.q_stride + static_cast<int64_t>(kvh * group + g) * kDim + part * kVec;
-    load_vec16<T>(qg, q[g]);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) q[g][e] *= a.scale * kLog2e;
-  }
-  float m[kGroup], l[kGroup], acc[kGroup][kVec];
-#pragma unroll
-  for (int g = 0; g < kGroup; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.f;
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) acc[g][e] = 0.f;
-  }
-  const int64_t k_begin = static_cast<int64_t>(split) * chunk, k_end = min(k_begin + chunk, s.ctx);
-  // The loop runs while the warp's first lane group has keys, so every lane of a warp takes the same iterations (the
-  // score shuffles need the whole warp); lane groups past the split's end compute on zeros and drop the result.
-  const int64_t warp_first = k_begin + warp * Tr::kGroups, group_offset = slot_id - warp * Tr::kGroups;
-  for (int64_t w0 = warp_first; w0 < k_end; w0 += static_cast<int64_t>(kSlots) * kDecodeUnroll) {
-    const int64_t j0 = w0 + group_offset;
-    uint4 kr[kDecodeUnroll], vr[kDecodeUnroll];  // keys past the split stay 0 (computed on, never used)
-#pragma unroll
-    for (int u = 0; u < kDecodeUnroll; ++u) {
-      const int64_t j = j0 + static_cast<int64_t>(u) * kSlots;
-      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-      if (j < k_end) {
-        const int64_t at = cache_offset(a, s.table, j, kvh) + part * kVec;
-        kr[u] = load_raw16(a.k_cache + at);
-        vr[u] = load_raw16(a.v_cache + at);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kDecodeUnroll; ++u) {
-      const bool valid = j0 + static_cast<int64_t>(u) * kSlots < k_end;  // uniform over the lane group
-      float kf[kVec];
-      unpack_vec16<T>(kr[u], kf);
-      float dot[kGroup];
-#pragma unroll
-      for (int g = 0; g < kGroup; ++g) {
-        if (g >= group) break;
-        float d = 0.f;
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) d += q[g][e] * kf[e];
-#pragma unroll
-        for (int off = kLanes / 2; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);  // whole warp
-        dot[g] = d;
-      }
-      if (!valid) continue;
-      float vf[kVec];
-      unpack_vec16<T>(vr[u], vf);
-#pragma unroll
-      for (int g = 0; g < kGroup; ++g) {
-        if (g >= group) break;
-        const float m_new = fmaxf(m[g], dot[g]);
-        const float corr = exp2f(m[g] - m_new), p = exp2f(dot[g] - m_new);
-        l[g] = l[g] * corr + p;
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[g][e] = acc[g][e] * corr + p * vf[e];
-        m[g] = m_new;
-      }
-    }
-  }
-#pragma unroll
-  for (int g = 0; g < kGroup; ++g) {
-    if (g >= group) break;
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) s_acc[slot_id][g][part * kVec + e] = acc[g][e];
-    if (part == 0) {
-      s_m[slot_id][g] = m[g];
-      s_l[slot_id][g] = l[g];
-    }
-  }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < group * kDim; idx += blockDim.x) {
-    const int g = idx / kDim, d = idx % kDim, h = kvh * group + g;
-    float mx = -INFINITY;
-    for (int sl = 0; sl < kSlots; ++sl) mx = fmaxf(mx, s_m[sl][g]);
-    float sum = 0.f, val = 0.f;
-    if (mx != -INFINITY) {
-      for (int sl = 0; sl < kSlots; ++sl) {
-        const float w = exp2f(s_m[sl][g] - mx);  // 0 for an empty lane group (m = -inf)
-        sum += w * s_l[sl][g];
-        val += w * s_acc[sl][g][d];
-      }
-    }
-    const int64_t o = (row * a.heads_q + h) * kDim + d;
-    if (part_out == nullptr) {
-      out[o] = from_f32<T>(val / sum);  // one split covers the whole context, ctx >= 1 key: sum > 0
-    } else {
-      const int64_t po = static_cast<int64_t>(split) * a.tokens_q * a.heads_q * kDim + o;
-      part_out[po] = sum > 0.f ? val / sum : 0.f;
-      if (d == 0)
-        part_lse[static_cast<int64_t>(split) * a.tokens_q * a.heads_q + row * a.heads_q + h] =
-            sum > 0.f ? mx + log2f(sum) : -INFINITY;
-    }
-  }
-}
-
-// One warp per (row x, q head): out = sum over splits of 2^(lse_s - max) * part_s / sum of the weights, in split
-// order; empty splits (lse -inf) are skipped. Each split's weight is computed once into shared memory, and the
-// partial rows are loaded four splits at a time, so a row costs a few dependent memory round trips, not one per
-// split.
-template <class T>
-__global__ void paged_combine_kernel(T* out, const float* part_out, const float* part_lse, int splits,
-                                     int64_t tokens_q, int heads_q, int dim) {
-  pdl::grid_begin();
-  __shared__ float weights[kWarps][kMaxSplits];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int h = blockIdx.y * kWarps + warp;
-  const int64_t t = blockIdx.x;
-  if (h >= heads_q) return;
-  const int64_t row = t * heads_q + h, plane = tokens_q * heads_q;
-  float mx = -INFINITY;
-  for (int sp = lane; sp < splits; sp += 32) mx = fmaxf(mx, part_lse[sp * plane + row]);
-  mx = warp_max(mx);
-  float* w = weights[warp];  // -1: an empty split
-  for (int sp = lane; sp < splits; sp += 32) {
-    const float lse = part_lse[sp * plane + row];
-    w[sp] = lse != -INFINITY ? exp2f(lse - mx) : -1.f;
-  }
-  __syncwarp();
-  float total = 0.f;
-  for (int sp = 0; sp < splits; ++sp)
-    if (w[sp] >= 0.f) total += w[sp];
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  constexpr int kLoads = 4;
-  for (int d = lane; d < dim; d += 32) {
-    float v = 0.f;
-    int sp = 0;
-    for (; sp + kLoads <= splits; sp += kLoads) {
-      float x[kLoads];
-#pragma unroll
-      for (int u = 0; u < kLoads; ++u) x[u] = part_out[((sp + u) * plane + row) * dim + d];
-#pragma unroll
-      for (int u = 0; u < kLoads; ++u)
-        if (w[sp + u] >= 0.f) v += w[sp + u] * x[u];
-    }
-    for (; sp < splits; ++sp) {
-      const float x = part_out[(sp * plane + row) * dim + d];
-      if (w[sp] >= 0.f) v += w[sp] * x;
-    }
-    out[row * dim + d] = from_f32<T>(v * inv);
-  }
-}
-
-// Context splits of a decode step: enough blocks for about two waves when batch x kv heads leave the GPU idle, each
-// split at least kMinSplitKeys keys; returns the split length (a multiple of kSplitAlign) and sets splits.
-int decode_chunk(int& splits, int64_t batch, int64_t heads_kv, int max_ctx, int device) {
-  const int64_t blocks = batch * heads_kv, target = 2 * static_cast<int64_t>(multiprocessors(device));
-  const int64_t ctx = std::max(max_ctx, 1);
-  int64_t n = blocks >= target ? 1 : ceil_div(target, blocks);
-  n = std::clamp<int64_t>(std::min(n, ceil_div(ctx, kMinSplitKeys)), 1, kMaxSplits);
-  const int64_t chunk = ceil_div(ceil_div(ctx, n), kSplitAlign) * kSplitAlign;
-  splits = static_cast<int>(ceil_div(ctx, chunk));
-  return static_cast<int>(chunk);
+  __shared__ paged::DecodeShared<T, kDim, kGroup> sh;
+  paged::paged_decode_task<T, kDim, kGroup>(a, chunk, splits, static_cast<int>(blockIdx.x),
+                                            static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z), out, part_out,
+                                            part_lse, tickets, sh);
 }
 
 template <class T, int kDim, int kGroup>
 void launch_decode(const PagedArgs<T>& a, T* out, int64_t batch, Device dev, cudaStream_t stream) {
-  int splits = 1;
-  const int chunk = decode_chunk(splits, batch, a.heads_kv, a.max_ctx, dev.index);
-  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(batch));
-  if (splits == 1) {
-    pdl::launch(paged_decode_kernel<T, kDim, kGroup>, grid, kWarps * 32, 0, stream, a, chunk, out,
-                static_cast<float*>(nullptr), static_cast<float*>(nullptr));
+  const paged::DecodeSplit split = paged::decode_split(batch, a.heads_kv, a.max_ctx, multiprocessors(dev.index));
+  const dim3 grid(static_cast<unsigned>(split.splits), static_cast<unsigned>(a.heads_kv),
+                  static_cast<unsigned>(batch));
+  if (split.splits == 1) {
+    pdl::launch(paged_decode_kernel<T, kDim, kGroup>, grid, paged::kDecodeThreads, 0, stream, a, split.chunk, 1, out,
+                static_cast<float*>(nullptr), static_cast<float*>(nullptr), static_cast<unsigned*>(nullptr));
     VLM_CUDA_CHECK_LAUNCH();
     return;
   }
-  Tensor part_out = scratch(Shape{splits, a.tokens_q, a.heads_q, kDim}, DType::f32, dev);
-  Tensor part_lse = scratch(Shape{splits, a.tokens_q, a.heads_q}, DType::f32, dev);
-  pdl::launch(paged_decode_kernel<T, kDim, kGroup>, grid, kWarps * 32, 0, stream, a, chunk, out, ptr<float>(part_out),
-              ptr<float>(part_lse));
-  VLM_CUDA_CHECK_LAUNCH();
-  const dim3 combine_grid(static_cast<unsigned>(a.tokens_q), static_cast<unsigned>(ceil_div(a.heads_q, kWarps)));
-  pdl::launch(paged_combine_kernel<T>, combine_grid, kWarps * 32, 0, stream, out, ptr<float>(part_out),
-              ptr<float>(part_lse), splits, a.tokens_q, a.heads_q, kDim);
+  VLM_CHECK(batch * a.heads_kv <= paged::kMaxTickets, "ops::paged_attention: ", batch, " sequences x ", a.heads_kv,
+            " kv heads split their contexts but exceed the ", paged::kMaxTickets, " decode tickets");
+  Tensor part_out = scratch(Shape{split.splits, a.tokens_q, a.heads_q, kDim}, DType::f32, dev);
+  Tensor part_lse = scratch(Shape{split.splits, a.tokens_q, a.heads_q}, DType::f32, dev);
+  pdl::launch(paged_decode_kernel<T, kDim, kGroup>, grid, paged::kDecodeThreads, 0, stream, a, split.chunk,
+              split.splits, out, ptr<float>(part_out), ptr<float>(part_lse), paged::decode_tickets(dev));
   VLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -447,7 +231,7 @@ void launch_decode_for_group(const PagedArgs<T>& a, T* out, int64_t batch, Devic
   if (group == 1) return launch_decode<T, kDim, 1>(a, out, batch, dev, stream);
   if (group == 3) return launch_decode<T, kDim, 3>(a, out, batch, dev, stream);
   if (group <= 4) return launch_decode<T, kDim, 4>(a, out, batch, dev, stream);
-  launch_decode<T, kDim, kMaxGroup>(a, out, batch, dev, stream);
+  launch_decode<T, kDim, paged::kMaxGroup>(a, out, batch, dev, stream);
 }
 template <class T>
 void launch_decode_for_dim(const PagedArgs<T>& a, T* out, int64_t batch, Device dev, cudaStream_t stream) {
@@ -481,16 +265,28 @@ void gather_prefill(Tensor& out, const Tensor& q, const PagedArgs<bf16>& a, int6
                     /*cu_seqlens_checked=*/true);
 }
 
-// Whether the decode kernel takes the call: one query per sequence, a head dim it is built for, a group it keeps in
-// registers and 16-byte aligned rows.
-template <class T>
-bool decode_applies(const PagedArgs<T>& a) {
-  const int group = a.heads_q / a.heads_kv;
-  return a.max_q <= 1 && (a.dim == 64 || a.dim == 128) && group <= kMaxGroup &&
-         all_aligned16(a.q, a.k_cache, a.v_cache) && (a.q_stride * sizeof(T)) % 16 == 0;
+}  // namespace
+
+namespace paged {
+
+unsigned* decode_tickets(Device device) {
+  constexpr int kMaxDevices = 64;
+  static std::array<std::atomic<unsigned*>, kMaxDevices> cached{};
+  VLM_CHECK(device.index >= 0 && device.index < kMaxDevices, "paged decode: device index ", device.index,
+            " out of range");
+  std::atomic<unsigned*>& slot = cached[static_cast<size_t>(device.index)];
+  unsigned* p = slot.load(std::memory_order_acquire);
+  if (p == nullptr) {
+    DeviceGuard guard(device);
+    void* address = nullptr;
+    VLM_CUDA_CHECK(cudaGetSymbolAddress(&address, g_decode_tickets));
+    p = static_cast<unsigned*>(address);
+    slot.store(p, std::memory_order_release);
+  }
+  return p;
 }
 
-}  // namespace
+}  // namespace paged
 
 void paged_kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& slot_mapping) {
   const Device dev = k_cache.device();
@@ -555,7 +351,7 @@ void paged_attention(Tensor& out, const Tensor& q, const Tensor& k_cache, const 
     a.max_q = max_seqlen_q;
     a.max_ctx = max_context_len;
     a.scale = scale;
-    if (decode_applies(a)) {
+    if (paged::decode_applies(a)) {
       launch_decode_for_dim<T>(a, ptr<T>(out), batch, dev, stream);
       return;
     }
