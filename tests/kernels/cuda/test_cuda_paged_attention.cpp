@@ -1,8 +1,10 @@
 // The paged KV cache ops on CUDA against the CPU reference on random problems: block tables with shuffled,
 // non-contiguous blocks and NaN in every slot the op must not read; GQA ratios 1, 3 (SmolLM2-135M: 9 q heads over 3
 // kv heads) and 8; head dims 64 and 128 (the decode kernel) and others (the general kernel); context lengths from 1
-// to 4096, multiples of the block size and not; decode at batch 1 (split context + combine) and larger batches,
-// with exact and loose max_context_len bounds (a CUDA graph captured for a bound); chunked prefill; f32 and bf16.
+// to 8192, multiples of the block size and not; decode at batch 1 (split context, merged by the last split block)
+// and larger batches, with exact and loose max_context_len bounds (a CUDA graph captured for a bound: splits past a
+// context are empty); chunked prefill; f32 and bf16. Split decode repeats bit for bit, eagerly and as graph replays
+// (the split tickets are left zero by every call).
 // Outputs start NaN with NaN guards around them: every element must be written, nothing past either end.
 // The CPU op runs on the bf16-rounded inputs, so tolerances cover only the GPU's summation order, its exp2 and the
 // output's rounding (and, for bf16 prefill on FlashAttention, its bf16 rounding of the probabilities).
@@ -10,6 +12,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <memory>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "kernels/kernel_test_util.h"
@@ -25,6 +30,11 @@ const PagedCase kCases[] = {
     {"decode_b1_ctx4001_d128_gqa8", {4001}, {1}, 8, 1, 128, 16},
     {"decode_smollm_batch", {1, 15, 16, 17, 640, 513, 33, 100}, {1, 1, 1, 1, 1, 1, 1, 1}, 9, 3, 64, 16},
     {"decode_mha_d128", {300, 7, 64}, {1, 1, 1}, 4, 4, 128, 16},
+    {"decode_b1_ctx300_mha_d64", {300}, {1}, 2, 2, 64, 16},
+    {"decode_b1_ctx1111_gqa3_d128", {1111}, {1}, 6, 2, 128, 16},
+    {"decode_b1_ctx2000_gqa4_d128", {2000}, {1}, 8, 2, 128, 16},
+    {"decode_b1_ctx8192_gqa8_d64", {8192}, {1}, 8, 1, 64, 16},  // the most splits, kMaxSplits
+    {"decode_gqa8_d64_row_empty", {1500, 37, 900}, {1, 0, 1}, 8, 1, 64, 16},
     {"decode_gqa8_d64_bs32", {77, 1000}, {1, 1}, 16, 2, 64, 32},
     {"decode_group9_general", {50, 3}, {1, 1}, 9, 1, 64, 16},  // 9 q heads per kv head: the general kernel
     {"decode_d40_general", {129, 2}, {1, 1}, 6, 2, 40, 16},
@@ -109,6 +119,73 @@ TEST(CudaPagedAttention, RepeatsBitForBit) {
     };
     EXPECT_TRUE(bitwise_equal(run(), run())) << dtype_label(dt);
   }
+}
+
+// Split decode calls (contexts cut into splits, the last split block of each sequence and kv head merging them)
+// give the same bits eagerly, again, and as CUDA graph replays interleaved with each other and with eager calls
+// (all sharing the per-device tickets), and each call is one kernel.
+TEST(CudaPagedAttention, SplitDecodeRepeatsEagerlyAndInGraphs) {
+  VLM_SKIP_WITHOUT_CUDA();
+  if (!ops::OpGraph::supported(gpu())) GTEST_SKIP() << "no CUDA graphs";
+  struct Problem {
+    PagedCase c;
+    int bound_slack;  // max_context_len past the longest context: empty splits
+  };
+  const Problem problems[] = {{{"graph_b1_gqa3", {1500}, {1}, 9, 3, 64, 16}, 2000},
+                              {{"graph_b3_gqa4_d128", {700, 5, 1200}, {1, 1, 1}, 8, 2, 128, 16}, 0},
+                              {{"graph_b2_mha_row_empty", {640, 999}, {0, 1}, 4, 4, 64, 32}, 500}};
+  for (DType dt : compute_dtypes()) {
+    SCOPED_TRACE(dtype_label(dt));
+    std::vector<PagedInputs> inputs;
+    std::vector<GpuProblem> uploads;
+    std::vector<Tensor> outs, eager;
+    for (const Problem& p : problems) {
+      inputs.push_back(make_paged_inputs(p.c, 41));
+      uploads.push_back(upload(inputs.back(), dt));
+      outs.push_back(Tensor::empty(inputs.back().q.shape(), dt, gpu()));
+    }
+    auto call = [&](size_t i) {
+      const PagedInputs& in = inputs[i];
+      const GpuProblem& g = uploads[i];
+      ops::paged_attention(outs[i], g.q, g.k_cache, g.v_cache, g.block_tables, g.context_lens, g.cu_q, in.max_q,
+                           in.max_ctx + problems[i].bound_slack, in.scale, /*indices_checked=*/true);
+    };
+    auto result = [&](size_t i) { return outs[i].to(Device::cpu()); };
+    auto poison = [&](size_t i) { ops::fill(outs[i], NAN); };
+    for (size_t i = 0; i < std::size(problems); ++i) {
+      SCOPED_TRACE(problems[i].c.name);
+      poison(i);
+      call(i);
+      eager.push_back(result(i));
+      const Tensor expect = cpu_reference(inputs[i], dt);
+      const bool bf16 = dt == DType::bf16;
+      const double rtol = bf16 ? 4 * kBf16HalfUlp : 2e-5, floor = (bf16 ? 2 * kBf16HalfUlp : 1e-6) * max_abs(expect);
+      EXPECT_TRUE(close_within(to_cpu_f32(eager[i]), expect,
+                               [&](int64_t, double e) { return rtol * std::fabs(e) + floor + 1e-6; }));
+      poison(i);
+      call(i);
+      EXPECT_TRUE(bitwise_equal(result(i), eager[i])) << "second eager call";
+    }
+    ops::GraphPool pool(gpu());
+    std::vector<std::unique_ptr<ops::OpGraph>> graphs;
+    for (size_t i = 0; i < std::size(problems); ++i) {
+      graphs.push_back(std::make_unique<ops::OpGraph>(pool, [&, i] { call(i); }));
+      EXPECT_EQ(graphs.back()->nodes(), 1u) << problems[i].c.name << ": one kernel a decode call";
+    }
+    for (int round = 0; round < 3; ++round)
+      for (size_t i = 0; i < std::size(problems); ++i) {
+        SCOPED_TRACE(::testing::Message() << problems[i].c.name << " round " << round);
+        poison(i);
+        graphs[i]->replay();
+        EXPECT_TRUE(bitwise_equal(result(i), eager[i])) << "replay";
+        const size_t other = (i + 1) % std::size(problems);  // an eager call between replays
+        poison(other);
+        call(other);
+        EXPECT_TRUE(bitwise_equal(result(other), eager[other])) << "eager call between replays";
+      }
+    graphs.clear();
+  }
+  EXPECT_TRUE(ops::check_index_errors(gpu()).ok());
 }
 
 TEST(CudaPagedKvWrite, MatchesCpuWithStridedRowsAndPadding) {
