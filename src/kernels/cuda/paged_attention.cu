@@ -188,9 +188,10 @@ __global__ void paged_gather_kernel(PagedArgs<T> a, const int32_t* cu_k, T* k, T
   }
 }
 
-// The ticket counters of paged_decode_task, per device: static device memory is zeroed when the module loads, so no
-// allocation or memset ever happens (nor can happen inside a graph capture), and every call leaves them zero.
-__device__ unsigned g_decode_tickets[paged::kMaxTickets];
+// The ticket counters of paged_decode_task, per device: device memory initialized to zero when the module loads
+// (the threadFenceReduction sample's retirement counter), so nothing is allocated or set per call, nor ever inside a
+// graph capture; every call leaves them zero.
+__device__ unsigned g_decode_tickets[paged::kMaxTickets] = {};
 
 // Block (split x, kv head y, sequence z) of a decode step: paged_decode_task (paged_decode.cuh).
 template <class T, int kDim, int kGroup>
@@ -198,12 +199,14 @@ __global__ void __launch_bounds__(paged::kDecodeThreads)
     paged_decode_kernel(PagedArgs<T> a, int chunk, int splits, T* out, float* part_out, float* part_lse,
                         unsigned* tickets) {
   pdl::grid_begin();
+  static_assert(sizeof(paged::DecodeShared<T, kDim, kGroup>) <= 48 * 1024, "static shared memory");
   __shared__ paged::DecodeShared<T, kDim, kGroup> sh;
   paged::paged_decode_task<T, kDim, kGroup>(a, chunk, splits, static_cast<int>(blockIdx.x),
                                             static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z), out, part_out,
                                             part_lse, tickets, sh);
 }
 
+// One kernel a call: with splits > 1 the partial rows go to scratch and each group's last split block merges them.
 template <class T, int kDim, int kGroup>
 void launch_decode(const PagedArgs<T>& a, T* out, int64_t batch, Device dev, cudaStream_t stream) {
   const paged::DecodeSplit split = paged::decode_split(batch, a.heads_kv, a.max_ctx, multiprocessors(dev.index));

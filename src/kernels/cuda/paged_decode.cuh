@@ -110,7 +110,7 @@ struct DecodeTraits {
 };
 
 // The shared memory of a decode task (static or dynamic: sizeof(DecodeShared<T, kDim, kGroup>) bytes, at most
-// 36 KiB). The lane-group merge and the split combine use it one after the other.
+// 33 KiB, under the 48 KiB of static shared memory). The lane-group merge and the split combine use it in turn.
 template <class T, int kDim, int kGroup>
 struct DecodeShared {
   static constexpr int kSlots = DecodeTraits<T, kDim>::kSlots;
