@@ -193,9 +193,11 @@ __global__ void paged_gather_kernel(PagedArgs<T> a, const int32_t* cu_k, T* k, T
 // graph capture; every call leaves them zero.
 __device__ unsigned g_decode_tickets[paged::kMaxTickets] = {};
 
-// Block (split x, kv head y, sequence z) of a decode step: paged_decode_task (paged_decode.cuh).
+// Block (split x, kv head y, sequence z) of a decode step: paged_decode_task (paged_decode.cuh). The explicit 1 block
+// per SM of the launch bounds lets ptxas keep its register choice of the split-free kernel (without it, the group-4
+// instantiations were held to 128 registers and spilled around the combine).
 template <class T, int kDim, int kGroup>
-__global__ void __launch_bounds__(paged::kDecodeThreads)
+__global__ void __launch_bounds__(paged::kDecodeThreads, 1)
     paged_decode_kernel(PagedArgs<T> a, int chunk, int splits, T* out, float* part_out, float* part_lse,
                         unsigned* tickets) {
   pdl::grid_begin();
