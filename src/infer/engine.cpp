@@ -538,7 +538,8 @@ Expected<DecodeGraphCapture> Engine::capture_decode_graphs(const std::vector<int
                                                                  options_.block_size, static_cast<int>(max_context_));
   for (int b : buckets)
     for (int c : contexts) out.captured += graphs_->capture(b, c);
-  // Waits for the warm-up steps, so the time covers their device work; an index error here is a bug of the padding.
+  // Waits for the warm-up steps, so the time covers their device work, and returns any index error recorded so far
+  // (the engine's steps check none: one here is the padding's or an earlier step's).
   if (Status s = ops::check_index_errors(model_.device()); !s.ok()) return s;
   out.seconds = now_seconds() - t0;
   out.graphs = static_cast<int64_t>(graphs_->graphs());
