@@ -2,6 +2,7 @@
 // the command line (--prompt, --image), or a JSON-lines file of requests (--requests) answered into --out as they
 // finish, with a progress line. A request that fails (bad JSON, unreadable or corrupt image, prompt over the
 // context) gets an error line; the others go on.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -39,7 +40,7 @@ int cmd_generate(int argc, char** argv, int first) {
   std::string temperature, top_p, min_p, rep, freq, pres, length_penalty;
   int64_t max_tokens = 64, top_k = 0, n = 1, logprobs = -1, beam_width = 1, seed = -1;
   InferenceFlags inference;
-  bool quiet = false;
+  bool quiet = false, capture_graphs = false;
   Flags f("vlm generate MODEL (--prompt TEXT [--image FILE]... | --requests IN.jsonl [--out OUT.jsonl]) [flags]",
           "Generate with a trained model through the paged-KV engine. MODEL is a run directory (its config.toml and "
           "newest checkpoint), a checkpoint folder inside one, or a model folder (Hugging Face or `vlm convert`'s) "
@@ -64,6 +65,9 @@ int cmd_generate(int argc, char** argv, int first) {
   f.add_int("--logprobs", &logprobs,
             "log-probabilities in the JSON output: 0 the chosen token's, N also the N most likely (default -1: none)");
   inference.add_to(f);
+  f.add_bool("--capture-graphs", &capture_graphs,
+             "with --requests on CUDA: capture the decode steps' CUDA graphs for the file's batch sizes and contexts "
+             "before the first step (off: each is captured by the first step that needs it)");
   f.add_bool("--quiet", &quiet, "no progress line");
   if (int code = parse_command_flags(f, argc, argv, first); code >= 0) return code;
   const std::vector<std::string> pos = f.positional();
@@ -72,6 +76,8 @@ int cmd_generate(int argc, char** argv, int first) {
     return fail(invalid_argument("give --prompt or --requests (one of them)"));
   if (!requests_path.empty() && !images.empty())
     return fail(invalid_argument("--image goes with --prompt; a requests file lists its images"));
+  if (capture_graphs && requests_path.empty())  // one prompt: capturing on first use costs less than up front
+    return fail(invalid_argument("--capture-graphs goes with --requests"));
 
   infer::SamplingParams defaults;
   defaults.max_tokens = static_cast<int>(max_tokens);
@@ -136,6 +142,25 @@ int cmd_generate(int argc, char** argv, int first) {
       continue;
     }
     requests.push_back(std::move(*request));
+  }
+  if (capture_graphs && !requests.empty()) {
+    // Every batch bucket up to the sequences that can run at once, by the contexts of the decode steps: from the
+    // shortest prompt (a prompt served by the prefix cache but its last token) to the longest prompt plus output.
+    int64_t seqs = 0, lo = engine.max_context(), hi = 1;
+    for (const infer::Request& r : requests) {
+      const int64_t len = static_cast<int64_t>(r.prompt.size());
+      seqs += std::max(r.sampling.n, r.sampling.beam_width);
+      lo = std::min(lo, len);
+      hi = std::max(hi, std::min<int64_t>(len + r.sampling.max_tokens - 1, engine.max_context()));
+    }
+    lo = std::clamp<int64_t>(lo, 1, hi);
+    const auto c = engine.capture_decode_graphs(
+        infer::decode_batch_buckets(static_cast<int>(std::min<int64_t>(seqs, eo->max_num_seqs))),
+        static_cast<int>(lo), static_cast<int>(hi));
+    if (!c.ok()) return fail(c.status());
+    if (!quiet && model.device().is_cuda())
+      std::fprintf(stderr, "generate: %lld decode CUDA graphs captured in %.2f s\n",
+                   static_cast<long long>(c->captured), c->seconds);
   }
   ProgressLine progress("generate", requests.size());
   uint64_t done = 0;

@@ -55,7 +55,7 @@ int cmd_serve(int argc, char** argv, int first) {
   int64_t max_beam_width = 8;
   int64_t seed = 0;
   InferenceFlags inference;
-  bool allow_remote_images = false;
+  bool allow_remote_images = false, capture_graphs = false;
   std::string remote_timeout_text = "10";
   Flags f("vlm serve MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--served-model-name NAME] [flags]",
           "Serve a model over the OpenAI API: POST /v1/chat/completions (text and data: URL images, streaming), "
@@ -82,6 +82,9 @@ int cmd_serve(int argc, char** argv, int first) {
   f.add_string("--request-timeout", &timeout_text, "seconds a request may take before it is cancelled (504)");
   f.add_string("--shutdown-timeout", &shutdown_text, "seconds in-flight requests get to finish on SIGINT/SIGTERM");
   f.add_int("--seed", &seed, "seeds requests that carry none (with their arrival number)");
+  f.add_bool("--capture-graphs", &capture_graphs,
+             "on CUDA, capture the decode steps' CUDA graphs for every batch up to --max-num-seqs and every context "
+             "before listening (off: each is captured by the first step that needs it, milliseconds)");
   inference.add_to(f);
   if (int code = parse_command_flags(f, argc, argv, first); code >= 0) return code;
   const std::vector<std::string> pos = f.positional();
@@ -114,9 +117,20 @@ int cmd_serve(int argc, char** argv, int first) {
   if (!engine_options.ok()) return fail(engine_options.status());
   infer::EngineOptions eo = std::move(*engine_options);
   eo.seed = static_cast<uint64_t>(seed);
+  eo.capture_graphs_at_start = capture_graphs;
 
+  const bool capture_now = capture_graphs && m.model->device().is_cuda();
+  if (capture_now) {
+    std::fprintf(stderr, "vlm serve: capturing the decode steps' CUDA graphs (--capture-graphs)\n");
+    std::fflush(stderr);
+  }
   serve::ServeMetrics metrics;
   serve::EngineLoop loop(*m.model, eo, static_cast<int>(max_queue), metrics);
+  if (capture_now) {
+    const infer::EngineStats started = loop.snapshot().engine;
+    std::fprintf(stderr, "vlm serve: %lld decode CUDA graphs captured in %.2f s\n",
+                 static_cast<long long>(started.graphs), started.graph_capture_s);
+  }
   serve::ApiPromptBuilder prompts(m.tokenizer, *m.prompts, loop.max_context());
   serve::ServerOptions so;
   so.host = host;

@@ -2,6 +2,7 @@
 #include "infer/decode_graphs.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "core/logging.h"
@@ -32,6 +33,23 @@ int decode_context_bucket(int max_context_len, int block_size, int max_context) 
   while (c < max_context_len) c *= 2;
   c = (c + block_size - 1) / block_size * block_size;
   return std::min(c, cap);
+}
+
+std::vector<int> decode_batch_buckets(int max_batch) {
+  std::vector<int> out;
+  for (int b = 1; b <= max_batch; b = out.back() + 1) out.push_back(decode_batch_bucket(b, max_batch));
+  return out;
+}
+
+std::vector<int> decode_context_bucket_starts(int min_context_len, int max_context_len, int block_size,
+                                              int max_context) {
+  std::vector<int> out;
+  if (min_context_len < 1 || min_context_len > max_context_len ||
+      decode_context_bucket(max_context_len, block_size, max_context) == 0)
+    return out;
+  for (int c = min_context_len; c <= max_context_len; c = decode_context_bucket(c, block_size, max_context) + 1)
+    out.push_back(c);
+  return out;
 }
 
 namespace {
@@ -115,6 +133,7 @@ DecodeGraphs::Graph& DecodeGraphs::graph_for(int bk, int ck) {
     for (int i = 0; i < bk; ++i) rows[static_cast<size_t>(i)] = i;
     buf.logit_rows = Tensor::from_vector(rows, {bk}).to(device_);
   }
+  const auto t0 = std::chrono::steady_clock::now();
   Graph& g = graphs_[{bk, ck}];
   const InputLayout L{bk, ck / block_size_};
   g.input = Tensor::empty({L.size()}, DType::i32, device_);
@@ -124,8 +143,18 @@ DecodeGraphs::Graph& DecodeGraphs::graph_for(int bk, int ck) {
   // outside the capture.
   step_ops(g.input, bk, ck, buf);
   g.graph = std::make_unique<ops::OpGraph>(*pool_, [&] { step_ops(g.input, bk, ck, buf); });
+  capture_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   VLM_DEBUG("decode graph for ", bk, " rows, context ", ck, ": ", g.graph->nodes(), " nodes");
   return g;
+}
+
+bool DecodeGraphs::capture(int batch, int max_context_len) {
+  const int bk = decode_batch_bucket(batch, max_batch_);
+  const int ck = decode_context_bucket(max_context_len, block_size_, max_context_);
+  VLM_CHECK(bk > 0 && ck > 0, "DecodeGraphs: no bucket for ", batch, " rows with contexts up to ", max_context_len);
+  const size_t before = graphs_.size();
+  graph_for(bk, ck);
+  return graphs_.size() > before;
 }
 
 DecodeGraphs::Outputs DecodeGraphs::run(const DecodeRows& rows) {

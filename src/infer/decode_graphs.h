@@ -1,7 +1,8 @@
 // DecodeGraphs: the engine's decode steps replayed from CUDA graphs. A decode step of a small model is a few hundred
 // small kernels (about ten per layer), so launching them costs more than running them; captured once per bucket
 // and replayed, a step is one graph launch. A graph is keyed by a batch bucket (rows padded up to it) and a context
-// bucket (the bound the paged attention kernel splits the context by); both are captured on first use. The inputs
+// bucket (the bound the paged attention kernel splits the context by); each is captured on first use, or up front
+// (capture(): what the engine's start-up warm-up calls, so no step of a timed or served run pays for it). The inputs
 // (tokens, positions, KV slots, context lengths, block tables) travel in one upload into the bucket's input
 // buffer, which the graph reads in place; the outputs (f32 logits and the greedy ids) stay in buffers per batch
 // bucket. Padding rows write no KV (slot -1) and attend to one slot of block 0; their outputs are ignored.
@@ -31,6 +32,13 @@ int decode_batch_bucket(int batch, int max_batch);
 // The context bound a step with contexts up to `max_context_len` is captured for: the next power of two from 256,
 // a multiple of block_size, at most max_context rounded up to a block; 0 when max_context_len exceeds that.
 int decode_context_bucket(int max_context_len, int block_size, int max_context);
+// Every batch bucket of batches 1..max_batch, ascending.
+std::vector<int> decode_batch_buckets(int max_batch);
+// One context per context bucket that contexts min_context_len..max_context_len fall in, ascending: the smallest
+// of the range in each (buckets are not fixed points of decode_context_bucket when block_size is not a power of
+// two, so a bucket is named by a context it holds). Empty when the range is empty or leaves the context.
+std::vector<int> decode_context_bucket_starts(int min_context_len, int max_context_len, int block_size,
+                                              int max_context);
 
 class DecodeGraphs {
  public:
@@ -48,7 +56,13 @@ class DecodeGraphs {
   // Uploads the rows, replays the bucket's graph (capturing it first when new) and returns views of its outputs,
   // valid until the next run.
   Outputs run(const DecodeRows& rows);
+  // Captures the graph that steps of `batch` rows with contexts up to `max_context_len` replay, unless it exists
+  // (true when it was new). Like a capture on first use it runs the step once eagerly on padding rows, which write
+  // no KV and read slot 0 of block 0 only: the cache's contents do not change. Needs a bucket (covers()).
+  bool capture(int batch, int max_context_len);
   size_t graphs() const { return graphs_.size(); }
+  // Host seconds spent capturing (the eager run, the capture and the instantiation of every graph so far).
+  double capture_seconds() const { return capture_seconds_; }
 
  private:
   struct BatchBuffers {
@@ -73,6 +87,7 @@ class DecodeGraphs {
   std::map<int, BatchBuffers> batches_;
   std::map<std::pair<int, int>, Graph> graphs_;
   std::vector<int32_t> host_;
+  double capture_seconds_ = 0;
 };
 
 }  // namespace vlm::infer

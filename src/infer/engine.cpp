@@ -45,6 +45,16 @@ Engine::Engine(VlmModel& model, const EngineOptions& options)
     graphs_ = std::make_unique<DecodeGraphs>(model.text_decoder(), kv_->caches(), model.device(), options.block_size,
                                              static_cast<int>(max_context_), options.max_num_seqs,
                                              options.image_token_id);
+  if (graphs_ && options.capture_graphs_at_start) {
+    const Expected<DecodeGraphCapture> c = capture_decode_graphs(
+        decode_batch_buckets(options.max_num_seqs), 1, static_cast<int>(max_context_));
+    VLM_CHECK(c.ok(), c.status().to_string());  // the sizes come from the options themselves
+    VLM_DEBUG("captured ", c->captured, " decode graphs in ", c->seconds, " s");
+  }
+}
+
+bool decoding_only(const EngineStats& before, const EngineStats& after) {
+  return after.steps == before.steps + 1 && after.decode_steps == before.decode_steps + 1 && after.waiting_seqs == 0;
 }
 
 Engine::~Engine() = default;
@@ -340,12 +350,12 @@ std::vector<RequestOutput> Engine::step() {
   }
   Tensor logits, picked, device_logits, device_argmax;
   const bool decode_only = max_q == 1 && image_rows.empty() && sampled.size() == plan.chunks.size();
+  counters_.decode_steps += decode_only;
   if (graphs_ && decode_only && graphs_->covers(static_cast<int>(sampled.size()), max_ctx)) {
     DecodeRows rows{tokens, positions, slots, context_lens, {}, max_ctx};
     for (const ScheduledChunk& c : plan.chunks) rows.blocks.push_back(&c.seq->blocks);
     const DecodeGraphs::Outputs out = graphs_->run(rows);
     ++counters_.graph_steps;
-    counters_.graphs = static_cast<int64_t>(graphs_->graphs());
     device_logits = out.logits;
     device_argmax = out.ids;
   } else {
@@ -507,6 +517,35 @@ bool Engine::cancel(int64_t request) {
   return true;
 }
 
+Expected<DecodeGraphCapture> Engine::capture_decode_graphs(const std::vector<int>& batch_sizes, int min_context_len,
+                                                           int max_context_len) {
+  for (int b : batch_sizes)
+    if (b < 1 || b > options_.max_num_seqs)
+      return invalid_argument("capture_decode_graphs: a batch of " + std::to_string(b) +
+                              " rows is outside 1.." + std::to_string(options_.max_num_seqs) + " (max_num_seqs)");
+  if (min_context_len < 1 || min_context_len > max_context_len || max_context_len > max_context_)
+    return invalid_argument("capture_decode_graphs: the contexts " + std::to_string(min_context_len) + ".." +
+                            std::to_string(max_context_len) + " are not a range within 1.." +
+                            std::to_string(max_context_));
+  DecodeGraphCapture out;
+  if (!graphs_) return out;
+  const double t0 = now_seconds();
+  std::vector<int> buckets;
+  for (int b : batch_sizes) buckets.push_back(decode_batch_bucket(b, options_.max_num_seqs));
+  std::sort(buckets.begin(), buckets.end());
+  buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
+  const std::vector<int> contexts = decode_context_bucket_starts(min_context_len, max_context_len,
+                                                                 options_.block_size, static_cast<int>(max_context_));
+  for (int b : buckets)
+    for (int c : contexts) out.captured += graphs_->capture(b, c);
+  // Waits for the warm-up steps, so the time covers their device work, and returns any index error recorded so far
+  // (the engine's steps check none: one here is the padding's or an earlier step's).
+  if (Status s = ops::check_index_errors(model_.device()); !s.ok()) return s;
+  out.seconds = now_seconds() - t0;
+  out.graphs = static_cast<int64_t>(graphs_->graphs());
+  return out;
+}
+
 EngineStats Engine::stats() const {
   EngineStats s = counters_;
   const SchedulerStats ss = scheduler_->stats();
@@ -518,6 +557,10 @@ EngineStats Engine::stats() const {
   s.blocks = pool_->stats();
   s.image_cache_hits = image_cache_.hits();
   s.image_cache_misses = image_cache_.misses();
+  if (graphs_) {
+    s.graphs = static_cast<int64_t>(graphs_->graphs());
+    s.graph_capture_s = graphs_->capture_seconds();
+  }
   return s;
 }
 

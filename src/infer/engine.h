@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "core/thread_pool.h"
 #include "infer/block_pool.h"
 #include "infer/decode_graphs.h"
@@ -53,6 +54,10 @@ struct EngineOptions {
   // On a CUDA device, steps made only of decodes replay a CUDA graph per batch and context bucket (DecodeGraphs)
   // instead of launching each kernel; the same kernels and results, rows padded up to the bucket.
   bool cuda_graphs = true;
+  // With cuda_graphs on a CUDA device: the constructor captures the graph of every batch bucket up to max_num_seqs
+  // and every context bucket up to max_context (capture_decode_graphs), so no request waits for a capture. Off:
+  // each graph is captured by the first step that needs it (one eager step and a capture, milliseconds).
+  bool capture_graphs_at_start = false;
   // Threads that sample rows from host logits (temperature, top-k/p, penalties, logprobs); 0: the machine's cores,
   // at most 16. Results do not depend on it.
   int sampler_threads = 0;
@@ -77,6 +82,21 @@ struct EngineStats {
   int64_t waiting_seqs = 0, running_seqs = 0;  // in the scheduler now
   int64_t graph_steps = 0;                     // steps replayed from a CUDA graph
   int64_t graphs = 0;                          // CUDA graphs captured
+  double graph_capture_s = 0;                  // host seconds spent capturing them (up front or on first use)
+  int64_t decode_steps = 0;  // steps whose rows were one decode row per sequence (no prompt chunk, no image row)
+};
+
+// Whether the steps between two stats() of one engine ended with a step of decode rows only and nothing waiting:
+// every sequence then is past its prompt, so the following steps decode only (until requests arrive or are
+// preempted). What a measurement of decode steps alone waits for; with chunked prefill, counting generated tokens
+// is not enough (early requests generate while later prompts are still being computed).
+bool decoding_only(const EngineStats& before, const EngineStats& after);
+
+// What Engine::capture_decode_graphs did.
+struct DecodeGraphCapture {
+  int64_t captured = 0;  // graphs captured by the call
+  int64_t graphs = 0;    // graphs the engine holds after it
+  double seconds = 0;    // the call's wall time, device work included
 };
 
 class Engine {
@@ -101,6 +121,14 @@ class Engine {
   std::vector<RequestOutput> generate(std::vector<Request> requests,
                                       const std::function<void(const RequestOutput&)>& on_finish = {});
 
+  // Captures up front the CUDA graphs of the decode steps a run can take: every batch bucket holding one of
+  // `batch_sizes` (each 1..max_num_seqs) by every context bucket of contexts min_context_len..max_context_len
+  // (within 1..max_context). Graphs that exist are kept, not captured again. Each capture runs the step once on
+  // padding rows, which write no KV, so it may be called between steps with requests running. Cost: one eager
+  // decode step plus the capture and instantiation of a few hundred kernels per graph (milliseconds each; the count
+  // is returned). A no-op (nothing captured) on the CPU or with cuda_graphs off; bad sizes are invalid_argument.
+  Expected<DecodeGraphCapture> capture_decode_graphs(const std::vector<int>& batch_sizes, int min_context_len,
+                                                     int max_context_len);
   EngineStats stats() const;
   const EngineOptions& options() const { return options_; }
   int64_t max_context() const { return max_context_; }

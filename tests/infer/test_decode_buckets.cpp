@@ -53,5 +53,36 @@ TEST(DecodeBuckets, ContextBucketIsAPowerOfTwoWithinTheContext) {
   }
 }
 
+TEST(DecodeBuckets, BucketListsCoverEveryBatchAndContextOnce) {
+  EXPECT_EQ(decode_batch_buckets(1), std::vector<int>({1}));
+  EXPECT_EQ(decode_batch_buckets(20), std::vector<int>({1, 2, 4, 8, 16, 20}));
+  EXPECT_TRUE(decode_batch_buckets(0).empty());
+  for (int max_batch : {1, 7, 100, 128, 256, 300}) {
+    std::vector<int> want;
+    for (int b = 1; b <= max_batch; ++b)
+      if (want.empty() || want.back() != decode_batch_bucket(b, max_batch)) want.push_back(decode_batch_bucket(b, max_batch));
+    EXPECT_EQ(decode_batch_buckets(max_batch), want) << max_batch;
+  }
+  EXPECT_EQ(decode_batch_buckets(256).size(), 19u);
+
+  EXPECT_EQ(decode_context_bucket_starts(1, 8192, 16, 8192), std::vector<int>({1, 257, 513, 1025, 2049, 4097}));
+  EXPECT_EQ(decode_context_bucket_starts(513, 639, 16, 8192), std::vector<int>({513}));  // prompt 512 + 128
+  EXPECT_EQ(decode_context_bucket_starts(300, 300, 16, 8192), std::vector<int>({300}));
+  EXPECT_TRUE(decode_context_bucket_starts(0, 100, 16, 8192).empty());
+  EXPECT_TRUE(decode_context_bucket_starts(200, 100, 16, 8192).empty());
+  EXPECT_TRUE(decode_context_bucket_starts(100, 9000, 16, 8192).empty());
+  // Any block size: the starts' buckets are distinct and hold every context of the range.
+  for (int block : {4, 16, 48}) {
+    const std::vector<int> starts = decode_context_bucket_starts(5, 3000, block, 4000);
+    std::vector<int> buckets;
+    for (int s : starts) buckets.push_back(decode_context_bucket(s, block, 4000));
+    ASSERT_TRUE(std::is_sorted(buckets.begin(), buckets.end()));
+    ASSERT_EQ(std::adjacent_find(buckets.begin(), buckets.end()), buckets.end()) << block;
+    for (int len = 5; len <= 3000; ++len)
+      ASSERT_NE(std::find(buckets.begin(), buckets.end(), decode_context_bucket(len, block, 4000)), buckets.end())
+          << "block " << block << " context " << len;
+  }
+}
+
 }  // namespace
 }  // namespace vlm::infer

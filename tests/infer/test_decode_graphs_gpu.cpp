@@ -1,7 +1,9 @@
 // DecodeGraphs on a CUDA device (label gpu; skipped without a device): a replayed decode step writes the same bits
 // as the same ops run eagerly on the same padded inputs (programmatic dependent launch on, as in production), and
 // its real rows match the unpadded eager step; the engine takes the graph path for decode steps and its greedy
-// outputs equal full recomputation in fp32 with graphs on and off.
+// outputs equal full recomputation in fp32 with graphs on and off. Graphs captured up front (DecodeGraphs::capture,
+// Engine::capture_decode_graphs, EngineOptions::capture_graphs_at_start) leave the KV cache untouched, replay the
+// same bits, and a run after them captures nothing more and answers as without them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -186,6 +188,115 @@ TEST(DecodeGraphsGpu, EngineDecodesFromGraphsAndMatchesFullRecompute) {
       EXPECT_EQ(st.graph_steps, 0);
     }
   }
+}
+
+// The caches' bytes on the host, layer after layer, K then V.
+std::vector<uint8_t> cache_bytes(PagedKvCaches& caches) {
+  std::vector<uint8_t> out;
+  for (std::vector<Tensor>* side : {&caches.k, &caches.v})
+    for (const Tensor& t : *side) {
+      const Tensor host = t.to(Device::cpu());
+      const auto* p = static_cast<const uint8_t*>(host.raw_data());
+      out.insert(out.end(), p, p + host.nbytes());
+    }
+  return out;
+}
+
+TEST(DecodeGraphsGpu, CaptureUpFrontWritesNoKvAndReplaysTheSameBits) {
+  SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  const int block_size = 16;
+  const ModelConfig c = decode_config();
+  VlmModel model(c, dev, DType::bf16);
+  model.init_weights(5);
+  KvCache kv(kv_cache_shape(c.text, block_size, DType::bf16), 16, dev);
+  fill_random(kv.caches(), DType::bf16, 21);
+  const std::vector<uint8_t> before = cache_bytes(kv.caches());
+  const StepCase s = make_step(block_size, c.text.vocab_size);
+  DecodeRows rows{s.tokens, s.positions, s.slots, s.context_lens, {}, 70};
+  for (const auto& b : s.blocks) rows.blocks.push_back(&b);
+  // Lazily captured: the reference bits.
+  DecodeGraphs lazy(model.text_decoder(), kv.caches(), dev, block_size, c.text.max_seq_len, 64, -1);
+  const Tensor want = lazy.run(rows).logits.to(Device::cpu());
+  // Captured up front, for this step's bucket and two others; all padding rows: the cache keeps its bytes.
+  const std::vector<uint8_t> after_lazy = cache_bytes(kv.caches());
+  DecodeGraphs early(model.text_decoder(), kv.caches(), dev, block_size, c.text.max_seq_len, 64, -1);
+  EXPECT_TRUE(early.capture(3, 70));
+  EXPECT_FALSE(early.capture(4, 256));  // the same bucket (4 rows, context 256)
+  EXPECT_TRUE(early.capture(64, 512));
+  EXPECT_TRUE(early.capture(1, 1));
+  EXPECT_EQ(early.graphs(), 3u);
+  EXPECT_GT(early.capture_seconds(), 0.0);
+  EXPECT_EQ(cache_bytes(kv.caches()), after_lazy);
+  // The step's own row writes its KV slot in both runs: the other bytes are the filled ones.
+  EXPECT_NE(after_lazy, before);
+  const Tensor got = early.run(rows).logits.to(Device::cpu());
+  EXPECT_EQ(early.graphs(), 3u);  // replayed, not captured again
+  ASSERT_EQ(got.shape(), want.shape());
+  EXPECT_EQ(std::memcmp(got.data<float>(), want.data<float>(), got.nbytes()), 0);
+}
+
+TEST(DecodeGraphsGpu, EngineWarmedUpCapturesNothingMoreAndAnswersTheSame) {
+  SKIP_WITHOUT_CUDA();
+  testing::EngineCase ec = testing::make_engine_case(Device::cuda(0), 2);
+  EngineOptions o;
+  o.block_size = 4;
+  o.kv_memory = 4096 * 512;
+  o.image_token_id = testing::kImageToken;
+  o.check_invariants = true;
+  o.max_num_seqs = 16;
+  auto expect_expected = [&](const std::vector<RequestOutput>& out, const char* what) {
+    ASSERT_EQ(out.size(), ec.expected.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_TRUE(out[i].status.ok()) << what << ": " << out[i].status.message();
+      EXPECT_EQ(out[i].completions[0].tokens, ec.expected[i]) << what << " request " << i;
+    }
+  };
+  // Not warmed up: the graphs come on first use.
+  Engine cold(*ec.model, o);
+  expect_expected(cold.generate(ec.requests), "cold");
+  const EngineStats cs = cold.stats();
+  ASSERT_GT(cs.graphs, 0);
+  // Warmed up for every batch and context of the run: the same tokens, no capture during the run.
+  Engine warm(*ec.model, o);
+  const int ctx = static_cast<int>(warm.max_context());
+  const Expected<DecodeGraphCapture> c = warm.capture_decode_graphs(decode_batch_buckets(o.max_num_seqs), 1, ctx);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  // max_context 96 with blocks of 4 is one context bucket; batch buckets 1, 2, 4, 8, 16.
+  EXPECT_EQ(c->captured, 5);
+  EXPECT_EQ(c->graphs, 5);
+  EXPECT_GT(c->seconds, 0.0);
+  EXPECT_EQ(warm.stats().graphs, c->graphs);
+  const Expected<DecodeGraphCapture> again = warm.capture_decode_graphs({3, 4}, 1, ctx);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->captured, 0);  // kept, not captured again
+  const double capture_s = warm.stats().graph_capture_s;
+  expect_expected(warm.generate(ec.requests), "warm");
+  const EngineStats ws = warm.stats();
+  EXPECT_EQ(ws.graphs, c->graphs);
+  EXPECT_EQ(ws.graph_capture_s, capture_s);
+  EXPECT_EQ(ws.graph_steps, cs.graph_steps);
+  EXPECT_EQ(ws.blocks.used, 0);
+  // Captured between steps, requests running: their KV stays, their answers too.
+  Engine mid(*ec.model, o);
+  for (const Request& r : ec.requests) mid.add_request(r);
+  std::vector<RequestOutput> out(ec.requests.size());
+  for (int step = 0; mid.has_unfinished(); ++step) {
+    if (step == 3) {
+      const Expected<DecodeGraphCapture> m = mid.capture_decode_graphs(decode_batch_buckets(o.max_num_seqs), 1, ctx);
+      ASSERT_TRUE(m.ok());
+    }
+    for (RequestOutput& r : mid.step()) out[static_cast<size_t>(r.request)] = std::move(r);
+  }
+  expect_expected(out, "captured mid-run");
+  EXPECT_EQ(mid.stats().graphs, 5);
+  // At construction: every bucket up to max_num_seqs.
+  EngineOptions at_start = o;
+  at_start.capture_graphs_at_start = true;
+  Engine started(*ec.model, at_start);
+  EXPECT_EQ(started.stats().graphs, 5);
+  expect_expected(started.generate(ec.requests), "captured at start");
+  EXPECT_EQ(started.stats().graphs, 5);
 }
 
 }  // namespace
