@@ -31,7 +31,8 @@
 #   dev/gpu/interop_checks.sh [step...]       (default: fixtures tokfix tb paged sanitize gtests finetune)
 # Environment: PACK (a folder or .tar.xz made by dev/gpu/gpu_pack.sh holding vlm and the test binaries, default
 # .carry/interop), TB_RUN (default .carry/fx/tbrun), DEADLINE (seconds after which no step starts, default 540),
-# PEER_SECONDS (the decode peer's --max-seconds, default 300), DECODE_BATCHES (default 1,32,128), OUT (default
+# PEER_SECONDS (the decode peer's --max-seconds, default 300), STEP_TIMEOUT (seconds after which a step is killed, a
+# hung kernel included; default 600), DECODE_BATCHES (default 1,32,128), OUT (default
 # ./interop_out). Each step's log is logs/<step>.log in $OUT/logs.tar; one summary line per step goes to
 # $OUT/session.log, printed again at the end.
 set -uo pipefail
@@ -72,8 +73,15 @@ run_step() {
   local step=$1 s0 rc
   shift
   s0=$(date +%s)
-  "$@" >"$OUT/logs/$step.log" 2>&1
+  # A watchdog kills the step (the function's subshell and its children: a hung kernel's process) past STEP_TIMEOUT.
+  "$@" >"$OUT/logs/$step.log" 2>&1 &
+  local pid=$! dog
+  (sleep "${STEP_TIMEOUT:-600}" && pkill -KILL -P "$pid"; kill -KILL "$pid") 2>/dev/null &
+  dog=$!
+  wait "$pid"
   rc=$?
+  pkill -P "$dog" 2>/dev/null
+  kill "$dog" 2>/dev/null
   [ $rc -eq 0 ] || status=1
   say "$step: exit $rc in $(($(date +%s) - s0)) s"
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|ERROR SUMMARY|falls|DOES NOT|hf_parity:|rel|missing|cold start|nccl_check\]|GB/s|req/s|tok/s|samples/s|FsdpGpu|strategy" \
