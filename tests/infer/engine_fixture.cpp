@@ -13,6 +13,15 @@
 
 namespace vlm::testing {
 
+infer::EngineOptions small_engine_options() {
+  infer::EngineOptions o;
+  o.block_size = 4;
+  o.kv_memory = 1 << 20;
+  o.image_token_id = kImageToken;
+  o.check_invariants = true;
+  return o;
+}
+
 EngineCase make_engine_case(Device device, uint64_t seed, int max_new) {
   ModelConfig c = tiny_config(/*tied=*/true, 0);
   c.text.max_seq_len = 96;

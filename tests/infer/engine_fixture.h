@@ -23,6 +23,10 @@ struct EngineCase {
 // The model on `device` (f32), its weights from `seed`.
 EngineCase make_engine_case(Device device, uint64_t seed, int max_new = 10);
 
+// The engine options the CPU tests start from: blocks of 4 tokens, 1 MiB of KV, the fixture's image token, the
+// scheduler's invariants checked every step.
+infer::EngineOptions small_engine_options();
+
 // Beam search by full recomputation (VlmModel::logits_at_rows over every live beam each step) with the engine's rules:
 // 2 * width candidates per beam, endings among the best `width` become hypotheses, early stop at `width`. Text-only
 // prompts; the hypotheses best first.

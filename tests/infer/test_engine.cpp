@@ -25,14 +25,7 @@ using testing::kImageToken;
 using testing::make_engine_case;
 using testing::reference_beam_search;
 
-EngineOptions base_options() {
-  EngineOptions o;
-  o.block_size = 4;
-  o.kv_memory = 1 << 20;
-  o.image_token_id = kImageToken;
-  o.check_invariants = true;
-  return o;
-}
+EngineOptions base_options() { return testing::small_engine_options(); }
 
 void expect_greedy_equal(const EngineCase& ec, const std::vector<RequestOutput>& out, const char* what) {
   ASSERT_EQ(out.size(), ec.expected.size());

@@ -16,11 +16,7 @@ using testing::kImageToken;
 using testing::make_engine_case;
 
 EngineOptions cpu_options() {
-  EngineOptions o;
-  o.block_size = 4;
-  o.kv_memory = 1 << 20;
-  o.image_token_id = kImageToken;
-  o.check_invariants = true;
+  EngineOptions o = testing::small_engine_options();
   o.max_num_seqs = 16;
   return o;
 }

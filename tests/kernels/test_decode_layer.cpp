@@ -17,34 +17,16 @@ namespace {
 
 constexpr float kEps = 1e-5f;
 
-struct Weights {
-  Tensor attn_norm, qkv_w, qkv_b, o_w, o_b, mlp_norm, gate_up_w, gate_up_b, down_w, down_b;
-  ops::DecoderLayerWeights op() const {
-    ops::DecoderLayerWeights w;
-    w.attn_norm = attn_norm;
-    w.attn_eps = kEps;
-    w.qkv_w = qkv_w;
-    w.qkv_b = qkv_b;
-    w.o_w = o_w;
-    w.o_b = o_b;
-    w.mlp_norm = mlp_norm;
-    w.mlp_eps = kEps;
-    w.gate_up_w = gate_up_w;
-    w.gate_up_b = gate_up_b;
-    w.down_w = down_w;
-    w.down_b = down_b;
-    return w;
-  }
-};
-
-Weights random_weights(int64_t hidden, int64_t heads_q, int64_t heads_kv, int64_t dim, int64_t inter, bool bias,
-                       uint64_t seed) {
+ops::DecoderLayerWeights random_weights(int64_t hidden, int64_t heads_q, int64_t heads_kv, int64_t dim, int64_t inter,
+                                        bool bias, uint64_t seed) {
   const int64_t qkv = (heads_q + 2 * heads_kv) * dim;
-  Weights w;
+  ops::DecoderLayerWeights w;
   w.attn_norm = random_normal({hidden}, seed++);
+  w.attn_eps = kEps;
   w.qkv_w = random_normal({qkv, hidden}, seed++);
   w.o_w = random_normal({hidden, heads_q * dim}, seed++);
   w.mlp_norm = random_normal({hidden}, seed++);
+  w.mlp_eps = kEps;
   w.gate_up_w = random_normal({2 * inter, hidden}, seed++);
   w.down_w = random_normal({hidden, inter}, seed++);
   if (bias) {
@@ -67,7 +49,7 @@ TEST(DecoderLayerDecode, EqualsTheComposition) {
         SCOPED_TRACE(::testing::Message() << "case " << k << " theta " << theta << " bias " << bias);
         const PagedCase pc{"layer", context_lens[k], query_lens[k], heads_q, heads_kv, dim, 4};
         const PagedInputs in = make_paged_inputs(pc, seed++);
-        const Weights w = random_weights(hidden, heads_q, heads_kv, dim, inter, bias, seed);
+        const ops::DecoderLayerWeights w = random_weights(hidden, heads_q, heads_kv, dim, inter, bias, seed);
         seed += 16;
         const int64_t rows = in.q.dim(0);
         const Tensor x = random_normal({rows, hidden}, seed++);
@@ -95,7 +77,7 @@ TEST(DecoderLayerDecode, EqualsTheComposition) {
         Tensor k_got = in.k_cache.clone(), v_got = in.v_cache.clone(), y = nan_tensor({rows, hidden});
         const ops::PagedStepTables tables{positions, slot_mapping, in.block_tables, in.context_lens, in.cu_q,
                                           in.max_q,  in.max_ctx};
-        ops::decoder_layer_decode(y, x, w.op(), k_got, v_got, tables, theta, in.scale, /*indices_checked=*/false);
+        ops::decoder_layer_decode(y, x, w, k_got, v_got, tables, theta, in.scale, /*indices_checked=*/false);
         EXPECT_TRUE(bitwise_equal(y, y_want));
         EXPECT_TRUE(bitwise_equal(k_got, k_want));
         EXPECT_TRUE(bitwise_equal(v_got, v_want));
@@ -106,25 +88,25 @@ TEST(DecoderLayerDecodeDeathTest, BoundaryNamesTheTensor) {
   const int64_t hidden = 16, heads_q = 2, heads_kv = 1, dim = 8, inter = 12;
   const PagedCase pc{"layer", {5}, {1}, heads_q, heads_kv, dim, 4};
   const PagedInputs in = make_paged_inputs(pc, 11);
-  const Weights good = random_weights(hidden, heads_q, heads_kv, dim, inter, false, 20);
+  const ops::DecoderLayerWeights good = random_weights(hidden, heads_q, heads_kv, dim, inter, false, 20);
   const Tensor x = random_normal({1, hidden}, 30), positions = i32_tensor({4});
   const Tensor slots = i32_tensor({static_cast<int32_t>(in.slots[0][4])});
   const ops::PagedStepTables tables{positions, slots, in.block_tables, in.context_lens, in.cu_q, 1, in.max_ctx};
-  auto call = [&](const Weights& w, Tensor& y, const Tensor& xin) {
+  auto call = [&](const ops::DecoderLayerWeights& w, Tensor& y, const Tensor& xin) {
     Tensor k = in.k_cache.clone(), v = in.v_cache.clone();
-    ops::decoder_layer_decode(y, xin, w.op(), k, v, tables, 10000.f, in.scale, false);
+    ops::decoder_layer_decode(y, xin, w, k, v, tables, 10000.f, in.scale, false);
   };
   Tensor y = Tensor::empty({1, hidden}, DType::f32);
-  Weights bad_o = good;
+  ops::DecoderLayerWeights bad_o = good;
   bad_o.o_w = random_normal({hidden, heads_q * dim + 1}, 40);
   EXPECT_DEATH(call(bad_o, y, x), "decoder_layer_decode: o_w is f32\\[16, 17\\] cpu");
-  Weights bad_down = good;
+  ops::DecoderLayerWeights bad_down = good;
   bad_down.down_w = random_normal({hidden, inter + 2}, 41);
   EXPECT_DEATH(call(bad_down, y, x), "decoder_layer_decode: down_w is f32\\[16, 14\\] cpu");
-  Weights odd_gate_up = good;
+  ops::DecoderLayerWeights odd_gate_up = good;
   odd_gate_up.gate_up_w = random_normal({2 * inter + 1, hidden}, 42);
   EXPECT_DEATH(call(odd_gate_up, y, x), "decoder_layer_decode: gate_up_w is f32\\[25, 16\\] cpu");
-  Weights bad_qkv = good;
+  ops::DecoderLayerWeights bad_qkv = good;
   bad_qkv.qkv_w = random_normal({(heads_q + 2 * heads_kv) * dim + 3, hidden}, 43);
   EXPECT_DEATH(call(bad_qkv, y, x), "decoder_layer_decode: qkv_w is f32\\[35, 16\\] cpu");
   Tensor y_short = Tensor::empty({1, hidden - 1}, DType::f32);

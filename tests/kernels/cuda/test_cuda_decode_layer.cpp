@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -67,20 +68,15 @@ Layer random_layer(const Case& c, uint64_t seed) {
 // The layer's weights as `convert` makes each tensor (an undefined bias stays undefined).
 template <class F>
 ops::DecoderLayerWeights weights(const Layer& l, F convert) {
-  auto opt = [&](const Tensor& t) { return t.defined() ? convert(t) : Tensor(); };
-  ops::DecoderLayerWeights w;
-  w.attn_norm = convert(l.attn_norm);
-  w.attn_eps = kEps;
-  w.qkv_w = convert(l.qkv_w);
-  w.qkv_b = opt(l.qkv_b);
-  w.o_w = convert(l.o_w);
-  w.o_b = opt(l.o_b);
-  w.mlp_norm = convert(l.mlp_norm);
-  w.mlp_eps = kEps;
-  w.gate_up_w = convert(l.gate_up_w);
-  w.gate_up_b = opt(l.gate_up_b);
-  w.down_w = convert(l.down_w);
-  w.down_b = opt(l.down_b);
+  using W = ops::DecoderLayerWeights;
+  const std::pair<Tensor W::*, const Tensor Layer::*> parts[] = {
+      {&W::attn_norm, &Layer::attn_norm}, {&W::qkv_w, &Layer::qkv_w},         {&W::qkv_b, &Layer::qkv_b},
+      {&W::o_w, &Layer::o_w},             {&W::o_b, &Layer::o_b},             {&W::mlp_norm, &Layer::mlp_norm},
+      {&W::gate_up_w, &Layer::gate_up_w}, {&W::gate_up_b, &Layer::gate_up_b}, {&W::down_w, &Layer::down_w},
+      {&W::down_b, &Layer::down_b}};
+  W w;
+  for (const auto& [dst, src] : parts) w.*dst = (l.*src).defined() ? convert(l.*src) : Tensor();
+  w.attn_eps = w.mlp_eps = kEps;
   return w;
 }
 
