@@ -10,9 +10,8 @@
 #   tb        dev/gpu/check_tensorboard.py on $TB_RUN (a run directory made on the CPU and carried): TensorBoard's
 #             own loader reads our event files
 #   paged     test_kernels_cuda's paged KV and argmax cases, then test_engine_gpu
-#   fused     test_kernels_cuda's decode-step kernels: the fused decoder layer, the fused linear GEMV, the GEMMs
-#             around it, the packed QKV split (and its paged write), the paged cases, the device picks (argmax,
-#             Gumbel-max sampling)
+#   fused     test_kernels_cuda's decode-step kernels: the fused linear GEMV, the GEMMs around it, the packed QKV
+#             split (and its paged write), the paged cases, the device picks (argmax, Gumbel-max sampling)
 #   sanitize  compute-sanitizer memcheck and racecheck over the paged kernel cases
 #   gtests    the other test binaries in the pack (model, training, recompute, flash, the whole kernel suite)
 #   finetune  dev/gpu/hf_finetune.sh: full-size random SmolVLM-256M and nanoVLM-222M checkpoints train in bf16
@@ -108,7 +107,7 @@ step_paged() {
   "$BIN/test_engine_gpu" || rc=1
   return $rc
 }
-step_fused() { "$BIN/test_kernels_cuda" --gtest_filter='CudaDecoderLayer*:CudaFusedLinear*:CudaGemm*:CudaPacked*:CudaPaged*:*QkvSplit*:*Gumbel*:*Argmax*'; }
+step_fused() { "$BIN/test_kernels_cuda" --gtest_filter='CudaFusedLinear*:CudaGemm*:CudaPacked*:CudaPaged*:*QkvSplit*:*Gumbel*:*Argmax*'; }
 step_sanitize() {
   local rc=0 tool
   for tool in memcheck racecheck; do

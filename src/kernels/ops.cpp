@@ -78,8 +78,7 @@ constexpr const char* kOps[] = {"cast",
                                 "dequantize_fp8_blocks",
                                 "rmsnorm_linear_forward",
                                 "rmsnorm_linear_swiglu_forward",
-                                "rmsnorm_qkv_paged_write",
-                                "decoder_layer_decode"};
+                                "rmsnorm_qkv_paged_write"};
 
 }  // namespace
 

@@ -1,10 +1,8 @@
-// TextDecoder::forward_paged: the decoder's inference step over a paged KV cache. Each layer is one
-// ops::decoder_layer_decode (each norm fused into the projection after it, each residual add into the projection
-// before it; at small batch on CUDA the whole layer is one persistent kernel); the final norm, the LM head and the
-// f32 logits are one op over the rows that sample.
+// TextDecoder::forward_paged: the decoder's inference step over a paged KV cache. Each norm runs fused into the
+// projection after it (ops::rmsnorm_linear_forward, rmsnorm_linear_swiglu_forward) and each residual add into the
+// projection before it (linear_add_forward), so that a decode step at small batch is one weight pass per projection.
 #include <cmath>
 
-#include "kernels/decode_layer.h"
 #include "kernels/ops.h"
 #include "model/text_decoder.h"
 
@@ -20,35 +18,28 @@ Tensor TextDecoder::forward_paged(const Tensor& x0, const PagedStep& step, Paged
                                   const Tensor& logit_rows, Tensor* logits_out) const {
   const TextConfig& c = config_;
   const int64_t T = x0.dim(0);
-  const int D = c.head_dim();
+  const int H = c.heads, D = c.head_dim();
   VLM_CHECK(caches.k.size() == blocks_.size() && caches.v.size() == blocks_.size(), "forward_paged: ", caches.k.size(),
             " K caches for ", blocks_.size(), " layers");
   VLM_CHECK(step.positions.numel() == T && step.slot_mapping.numel() == T, "forward_paged: ", T, " rows but ",
             step.positions.numel(), " positions and ", step.slot_mapping.numel(), " slots");
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  const ops::PagedStepTables tables{step.positions,   step.slot_mapping, step.block_tables, step.context_lens,
-                                    step.cu_seqlens_q, step.max_seqlen_q, step.max_context_len};
   Tensor x = x0;
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const Block& b = blocks_[i];
-    ops::DecoderLayerWeights w;
-    w.attn_norm = b.n1.w->weight();
-    w.attn_eps = b.n1.eps;
-    w.qkv_w = packed_weight(b.attn.qkv);
-    w.qkv_b = packed_bias(b.attn.qkv);
-    w.o_w = b.attn.o.w->weight();
-    w.o_b = b.attn.o.b ? b.attn.o.b->weight() : Tensor();
-    w.mlp_norm = b.n2.w->weight();
-    w.mlp_eps = b.n2.eps;
-    w.gate_up_w = packed_weight(b.gate_up);
-    w.gate_up_b = packed_bias(b.gate_up);
-    w.down_w = b.down.w->weight();
-    w.down_b = b.down.b ? b.down.b->weight() : Tensor();
-    Tensor y = new_like({T, c.hidden}, x);
-    // The step's first layer checks the tables; the later ones run fused where they can (kernels/decode_layer.h).
-    ops::decoder_layer_decode(y, x, w, caches.k[i], caches.v[i], tables, c.rope_theta, scale,
-                              /*indices_checked=*/i > 0);
-    x = y;
+    // q, and the rows' K/V into their cache slots, of the normalized rows, with RoPE at the absolute positions.
+    Tensor q = new_like({T, H, D}, x);
+    ops::rmsnorm_qkv_paged_write(q, caches.k[i], caches.v[i], x, b.n1.w->weight(), b.n1.eps,
+                                 packed_weight(b.attn.qkv), packed_bias(b.attn.qkv), step.positions,
+                                 step.slot_mapping, c.rope_theta);
+    Tensor out = new_like({T, H, D}, x);
+    ops::paged_attention(out, q, caches.k[i], caches.v[i], step.block_tables, step.context_lens, step.cu_seqlens_q,
+                         step.max_seqlen_q, step.max_context_len, scale, /*indices_checked=*/i > 0);
+    const Tensor h = b.attn.o.forward_add(out.view({T, H * D}), x);  // h = x + attn
+    Tensor act = new_like({T, c.intermediate}, x);
+    ops::rmsnorm_linear_swiglu_forward(act, h, b.n2.w->weight(), b.n2.eps, packed_weight(b.gate_up),
+                                       packed_bias(b.gate_up));
+    x = b.down.forward_add(act, h);
   }
   if (logit_rows.numel() == 0) return Tensor::empty({0, c.vocab_size}, DType::f32, x.device());
   // Only the rows that sample: the final norm is per row, so normalizing them alone changes nothing.

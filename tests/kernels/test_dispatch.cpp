@@ -5,7 +5,6 @@
 #include <functional>
 
 #include "kernel_test_util.h"
-#include "kernels/decode_layer.h"
 #include "kernels/ops.h"
 
 namespace vlm::testing {
@@ -62,8 +61,7 @@ const char* const kAllOps[] = {"cast",
                                "gather_rows",
                                "adamw_step",
                                "adamw_step_multi",
-                               "sum_of_squares",
-                               "decoder_layer_decode"};
+                               "sum_of_squares"};
 
 #ifdef VLM_HAVE_CUDA
 constexpr bool kCudaBuild = true;
@@ -377,20 +375,6 @@ TEST(Dispatch, MalformedCallsAbortNamingTheOp) {
       {"sum_of_squares",
        [&] {
          ops::sum_of_squares({f32({3}), i32({2})});
-       }},
-      {"decoder_layer_decode",
-       [&] {
-         ops::DecoderLayerWeights w;
-         w.attn_norm = f32({8});
-         w.qkv_w = f32({32, 8});  // (2 + 2 x 1) heads of 8
-         w.o_w = f32({8, 15});    // Hq D = 16
-         w.mlp_norm = f32({8});
-         w.gate_up_w = f32({12, 8});
-         w.down_w = f32({8, 6});
-         Tensor y = f32({1, 8}), kc = f32({2, 4, 1, 8}), vc = f32({2, 4, 1, 8});
-         const Tensor pos = i32({1}), slots = i32({1}), tables = i32({1, 2}), lens = i32({1}), cu = i32({2});
-         ops::decoder_layer_decode(y, f32({1, 8}), w, kc, vc, {pos, slots, tables, lens, cu, 1, 8}, 1e4f, 1.f,
-                                   false);
        }},
   };
   EXPECT_EQ(cases.size(), std::size(kAllOps));  // one misuse per op

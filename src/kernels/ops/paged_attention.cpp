@@ -8,10 +8,14 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 #include "kernels/ops/check.h"
-#include "kernels/ops/paged_checks.h"
 
-namespace vlm::ops::detail {
+namespace vlm::ops {
 
+using namespace detail;  // NOLINT: the boundary helpers of ops/check.h
+
+namespace {
+
+// k_cache and v_cache: [num_blocks, block_size, Hkv, D] of the compute dtype on `dev`, one shape, block_size > 0.
 void check_caches(const char* op, const Tensor& k_cache, const Tensor& v_cache, DType dt, Device dev) {
   check_tensor(op, "k_cache", k_cache, dt, dev);
   check_ndim(op, "k_cache", k_cache, 4);
@@ -20,6 +24,8 @@ void check_caches(const char* op, const Tensor& k_cache, const Tensor& v_cache, 
             k_cache.describe(), ", expected [num_blocks, block_size > 0, Hkv > 0, D > 0]");
 }
 
+// The checks qkv_split_paged_write and rmsnorm_qkv_paged_write share: q [T, Hq, D] and the caches of one dtype and
+// device, an even head dim, theta, positions and slot_mapping for T rows, q disjoint from the caches.
 void check_split_paged_write(const char* op, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                              const Tensor& positions, const Tensor& slot_mapping, float theta, DType dt) {
   const Device dev = q.device();
@@ -39,28 +45,7 @@ void check_split_paged_write(const char* op, const Tensor& q, const Tensor& k_ca
   check_disjoint(op, "k_cache", k_cache, "v_cache", v_cache);
 }
 
-int64_t check_paged_tables(const char* op, const Tensor& block_tables, const Tensor& context_lens,
-                           const Tensor& cu_seqlens_q, int max_seqlen_q, int max_context_len, Device dev) {
-  check_tensor(op, "cu_seqlens_q", cu_seqlens_q, DType::i32, dev);
-  check_ndim(op, "cu_seqlens_q", cu_seqlens_q, 1);
-  VLM_CHECK(cu_seqlens_q.dim(0) >= 1, "ops::", op, ": cu_seqlens_q is ", cu_seqlens_q.describe(),
-            ", expected [B + 1]");
-  const int64_t batch = cu_seqlens_q.dim(0) - 1;
-  check_i32_vector(op, "context_lens", context_lens, dev, batch);
-  check_tensor(op, "block_tables", block_tables, DType::i32, dev);
-  check_ndim(op, "block_tables", block_tables, 2);
-  VLM_CHECK(block_tables.dim(0) == batch, "ops::", op, ": block_tables is ", block_tables.describe(), ", expected ",
-            batch, " rows (one per sequence of cu_seqlens_q)");
-  VLM_CHECK(max_seqlen_q >= 0 && max_context_len >= 0, "ops::", op, ": negative max_seqlen_q (", max_seqlen_q,
-            ") or max_context_len (", max_context_len, ")");
-  return batch;
-}
-
-}  // namespace vlm::ops::detail
-
-namespace vlm::ops {
-
-using namespace detail;  // NOLINT: the boundary helpers of ops/check.h
+}  // namespace
 
 void paged_kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& slot_mapping) {
   const char* op = "paged_kv_write";
@@ -139,7 +124,18 @@ void paged_attention(Tensor& out, const Tensor& q, const Tensor& k_cache, const 
             k_cache.describe(), " (head dims must match and be > 0)");
   VLM_CHECK(heads_q % heads_kv == 0, "ops::", op, ": q is ", q.describe(), ", k_cache is ", k_cache.describe(),
             " (q heads must be a multiple of kv heads)");
-  const int64_t batch = check_paged_tables(op, block_tables, context_lens, cu_seqlens_q, max_seqlen_q, max_context_len, dev);
+  check_tensor(op, "cu_seqlens_q", cu_seqlens_q, DType::i32, dev);
+  check_ndim(op, "cu_seqlens_q", cu_seqlens_q, 1);
+  VLM_CHECK(cu_seqlens_q.dim(0) >= 1, "ops::", op, ": cu_seqlens_q is ", cu_seqlens_q.describe(),
+            ", expected [B + 1]");
+  const int64_t batch = cu_seqlens_q.dim(0) - 1;
+  check_i32_vector(op, "context_lens", context_lens, dev, batch);
+  check_tensor(op, "block_tables", block_tables, DType::i32, dev);
+  check_ndim(op, "block_tables", block_tables, 2);
+  VLM_CHECK(block_tables.dim(0) == batch, "ops::", op, ": block_tables is ", block_tables.describe(), ", expected ",
+            batch, " rows (one per sequence of cu_seqlens_q)");
+  VLM_CHECK(max_seqlen_q >= 0 && max_context_len >= 0, "ops::", op, ": negative max_seqlen_q (", max_seqlen_q,
+            ") or max_context_len (", max_context_len, ")");
   VLM_CHECK(std::isfinite(scale), "ops::", op, ": scale is ", scale);
   VLM_PROFILE_TAG(q.dim(0), " b", batch, " h", heads_q, "/", heads_kv, " d", dim, " ctx", max_context_len);
   VLM_DISPATCH_CUDA(dev, op,
