@@ -2,12 +2,13 @@
 // callable from a persistent kernel): one task = (context split, kv head, sequence) of a decode step, every q head of
 // the kv head at once, so each K/V row is read once per group.
 //
-// A lane group of D / 8 lanes (bf16) holds one key row in a 16-byte load per lane, kDecodeUnroll keys in flight; each
-// lane group keeps an online softmax per q head, and the block merges its lane groups in shared memory. Scores run in
-// the log2 domain (q pre-scaled by scale * log2 e). When a step leaves the GPU under-filled (batch 1 with a long
-// context), decode_split() cuts the context into splits: each split task writes its normalized partial rows and their
-// log2-sum-exp2, then takes a ticket of its (sequence, kv head); the task that takes the last ticket merges all the
-// splits in split order and writes the output, so the result is the same bits whichever task finishes last.
+// A lane group of D / 8 lanes (bf16) holds one key row in a 16-byte load per lane, a batch of kDecodeUnroll keys, and
+// the next batch's loads are in flight while it computes the current one; each lane group keeps an online softmax per
+// q head, and the block merges its lane groups in shared memory. Scores run in the log2 domain (q pre-scaled by
+// scale * log2 e). When a step leaves the GPU under-filled (batch 1 with a long context), decode_split() cuts the
+// context into splits: each split task writes its normalized partial rows and their log2-sum-exp2, then takes a
+// ticket of its (sequence, kv head); the task that takes the last ticket merges all the splits in split order and
+// writes the output, so the result is the same bits whichever task finishes last.
 //
 // Memory ordering of the tickets (the threadFenceReduction pattern): every thread fences its partial writes
 // (__threadfence) before the block's ticket atomicAdd; the last task fences again after it and reads the partials
@@ -24,7 +25,7 @@ namespace vlm::ops::cuda::paged {
 constexpr int kWarps = 4;                     // warps per block of the paged attention kernels
 constexpr int kDecodeThreads = kWarps * 32;   // threads of a decode task (a calling block may have more; they idle)
 constexpr int kMaxGroup = 8;                  // q heads per kv head the decode task keeps in registers
-constexpr int kDecodeUnroll = 4;              // keys in flight per lane group
+constexpr int kDecodeUnroll = 4;              // keys per lane group and batch (two batches in flight)
 constexpr int kMinSplitKeys = 64;             // fewest keys a split gets (less would cost more merging than it saves)
 constexpr int kSplitAlign = 16;               // split lengths are multiples of this
 constexpr int kMaxSplits = 128;               // bound on the partial rows one query may get
@@ -230,9 +231,10 @@ __device__ void paged_decode_task(const PagedArgs<T>& a, int chunk, int splits, 
       // (the score shuffles need the whole warp); lane groups past the split's end compute on zeros and drop the
       // result.
       const int64_t warp_first = k_begin + warp * Tr::kGroups, group_offset = slot_id - warp * Tr::kGroups;
-      for (int64_t w0 = warp_first; w0 < k_end; w0 += static_cast<int64_t>(kSlots) * kDecodeUnroll) {
-        const int64_t j0 = w0 + group_offset;
-        uint4 kr[kDecodeUnroll], vr[kDecodeUnroll];  // keys past the split stay 0 (computed on, never used)
+      constexpr int64_t kStep = static_cast<int64_t>(kSlots) * kDecodeUnroll;
+      // The lane group's keys j0, j0 + kSlots, ... of one iteration; keys past the split stay 0 (computed on, never
+      // used).
+      auto load_keys = [&](int64_t j0, uint4 (&kr)[kDecodeUnroll], uint4 (&vr)[kDecodeUnroll]) {
 #pragma unroll
         for (int u = 0; u < kDecodeUnroll; ++u) {
           const int64_t j = j0 + static_cast<int64_t>(u) * kSlots;
@@ -243,6 +245,15 @@ __device__ void paged_decode_task(const PagedArgs<T>& a, int chunk, int splits, 
             vr[u] = load_raw16(a.v_cache + at);
           }
         }
+      };
+      // Software-pipelined: the next iteration's block-table reads and K/V loads are issued before this iteration's
+      // math, so a lane group always has a batch of rows in flight (the sums keep their order: same bits).
+      uint4 kr[kDecodeUnroll], vr[kDecodeUnroll], kn[kDecodeUnroll], vn[kDecodeUnroll];
+      if (warp_first < k_end) load_keys(warp_first + group_offset, kr, vr);
+      for (int64_t w0 = warp_first; w0 < k_end; w0 += kStep) {
+        const int64_t j0 = w0 + group_offset;
+        const bool more = w0 + kStep < k_end;  // uniform over the warp
+        if (more) load_keys(j0 + kStep, kn, vn);
 #pragma unroll
         for (int u = 0; u < kDecodeUnroll; ++u) {
           const bool valid = j0 + static_cast<int64_t>(u) * kSlots < k_end;  // uniform over the lane group
@@ -271,6 +282,13 @@ __device__ void paged_decode_task(const PagedArgs<T>& a, int chunk, int splits, 
 #pragma unroll
             for (int e = 0; e < kVec; ++e) acc[g][e] = acc[g][e] * corr + p * vf[e];
             m[g] = m_new;
+          }
+        }
+        if (more) {
+#pragma unroll
+          for (int u = 0; u < kDecodeUnroll; ++u) {
+            kr[u] = kn[u];
+            vr[u] = vn[u];
           }
         }
       }
