@@ -190,6 +190,22 @@ std::string trace_decode(VlmModel& model, bool vlm, int batch, const Options& o,
   return trace_kernels(o.trace, [&] { engine.step(); }, 25).text;
 }
 
+// The mean fraction of held KV slots that hold no token, over the steps of a run like run_once's (the same requests,
+// untimed: the full stats() every step is not free). Scheduling does not depend on the device or the timing, so it
+// is the timed run's, step for step.
+double mean_unused_fraction(VlmModel& model, bool vlm, int batch, const Options& o, int32_t image_token, uint64_t seed) {
+  infer::Engine engine(model, engine_options(model, o, image_token));
+  for (infer::Request& q : make_requests(model.config(), vlm, batch, o, image_token, seed)) engine.add_request(std::move(q));
+  double unused = 0, held = 0;
+  while (engine.has_unfinished()) {
+    engine.step();
+    const infer::EngineStats s = engine.stats();
+    unused += static_cast<double>(s.waste_slots);
+    held += static_cast<double>(engine.blocks_in_use()) * o.block_size;
+  }
+  return held > 0 ? unused / held : 0;
+}
+
 RunResult run_once(VlmModel& model, bool vlm, int batch, const Options& o, int32_t image_token, uint64_t seed) {
   infer::Engine engine(model, engine_options(model, o, image_token));
   std::vector<infer::Request> reqs = make_requests(model.config(), vlm, batch, o, image_token, seed);
@@ -298,6 +314,7 @@ int bench_decode_main(int argc, char** argv) {
     }
     for (int batch : int_list(o.batches)) {
       const RunResult r = run_once(model, vlm, batch, o, image_token, static_cast<uint64_t>(batch));
+      const double mean_unused = mean_unused_fraction(model, vlm, batch, o, image_token, static_cast<uint64_t>(batch));
       std::printf("%-5s %5d %10.1f %7.1fms %7.1fms %7.2fms %7.2fms %9.3f %11.3f %7.2f%% %8lld %8lld\n", shape.c_str(),
                   batch, r.tok_per_s, r.ttft_p50_ms, r.ttft_max_ms, r.itl_p50_ms, r.itl_p99_ms, r.kv_bytes / 1e9,
                   r.peak_held_bytes / 1e9, 100 * r.peak_unused_fraction, static_cast<long long>(r.peak_running),
@@ -307,6 +324,8 @@ int bench_decode_main(int argc, char** argv) {
           "preemptions\n",
           100 * r.prefix_hit_rate, 100 * r.image_hit_rate, static_cast<long long>(r.steps),
           static_cast<long long>(r.graph_steps), static_cast<long long>(r.preemptions));
+      std::printf("      KV slots of held blocks holding no token: %.2f%% at the peak, %.2f%% on average over the steps\n",
+                  100 * r.peak_unused_fraction, 100 * mean_unused);
       if (o.cuda_graphs && dev.is_cuda())
         std::printf("      CUDA graphs: %lld captured before the timed run in %.3f s (untimed), %lld during it\n",
                     static_cast<long long>(r.up_front.captured), r.up_front.seconds,
@@ -326,6 +345,7 @@ int bench_decode_main(int argc, char** argv) {
                              {"kv_bytes", r.kv_bytes},
                              {"peak_held_kv_bytes", r.peak_held_bytes},
                              {"peak_unused_fraction", r.peak_unused_fraction},
+                             {"mean_unused_fraction", mean_unused},
                              {"peak_running", r.peak_running},
                              {"fits_at_full_length", r.fits_at_full_length},
                              {"prefix_hit_rate", r.prefix_hit_rate},
