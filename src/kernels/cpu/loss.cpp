@@ -28,7 +28,6 @@ double row_logsumexp(const float* row, int64_t vocab) {
   return static_cast<double>(row_max) + std::log(sum);
 }
 
-
 // The id of row's largest score, x * s + gumbel::noise(key, v) (s > 0) or x (s == 0): the first of equal maxima,
 // `banned` and NaN never chosen, 0 when nothing else is left.
 int32_t pick_row(const float* row, int64_t vocab, int32_t banned, float s, uint64_t key) {

@@ -193,6 +193,24 @@ __global__ void paged_gather_kernel(PagedArgs<T> a, const int32_t* cu_k, T* k, T
 // graph capture; every call leaves them zero.
 __device__ unsigned g_decode_tickets[paged::kMaxTickets] = {};
 
+// g_decode_tickets of `device` (its address asked once per device).
+unsigned* decode_tickets(Device device) {
+  constexpr int kMaxDevices = 64;
+  static std::array<std::atomic<unsigned*>, kMaxDevices> cached{};
+  VLM_CHECK(device.index >= 0 && device.index < kMaxDevices, "paged decode: device index ", device.index,
+            " out of range");
+  std::atomic<unsigned*>& slot = cached[static_cast<size_t>(device.index)];
+  unsigned* p = slot.load(std::memory_order_acquire);
+  if (p == nullptr) {
+    DeviceGuard guard(device);
+    void* address = nullptr;
+    VLM_CUDA_CHECK(cudaGetSymbolAddress(&address, g_decode_tickets));
+    p = static_cast<unsigned*>(address);
+    slot.store(p, std::memory_order_release);
+  }
+  return p;
+}
+
 // Block (split x, kv head y, sequence z) of a decode step: paged_decode_task (paged_decode.cuh). The explicit 1 block
 // per SM of the launch bounds lets ptxas keep its register choice of the split-free kernel (without it, the group-4
 // instantiations were held to 128 registers and spilled around the combine).
@@ -214,18 +232,17 @@ void launch_decode(const PagedArgs<T>& a, T* out, int64_t batch, Device dev, cud
   const paged::DecodeSplit split = paged::decode_split(batch, a.heads_kv, a.max_ctx, multiprocessors(dev.index));
   const dim3 grid(static_cast<unsigned>(split.splits), static_cast<unsigned>(a.heads_kv),
                   static_cast<unsigned>(batch));
-  if (split.splits == 1) {
-    pdl::launch(paged_decode_kernel<T, kDim, kGroup>, grid, paged::kDecodeThreads, 0, stream, a, split.chunk, 1, out,
-                static_cast<float*>(nullptr), static_cast<float*>(nullptr), static_cast<unsigned*>(nullptr));
-    VLM_CUDA_CHECK_LAUNCH();
-    return;
+  Tensor part_out, part_lse;
+  unsigned* tickets = nullptr;
+  if (split.splits > 1) {
+    VLM_CHECK(batch * a.heads_kv <= paged::kMaxTickets, "ops::paged_attention: ", batch, " sequences x ", a.heads_kv,
+              " kv heads split their contexts but exceed the ", paged::kMaxTickets, " decode tickets");
+    part_out = scratch(Shape{split.splits, a.tokens_q, a.heads_q, kDim}, DType::f32, dev);
+    part_lse = scratch(Shape{split.splits, a.tokens_q, a.heads_q}, DType::f32, dev);
+    tickets = decode_tickets(dev);
   }
-  VLM_CHECK(batch * a.heads_kv <= paged::kMaxTickets, "ops::paged_attention: ", batch, " sequences x ", a.heads_kv,
-            " kv heads split their contexts but exceed the ", paged::kMaxTickets, " decode tickets");
-  Tensor part_out = scratch(Shape{split.splits, a.tokens_q, a.heads_q, kDim}, DType::f32, dev);
-  Tensor part_lse = scratch(Shape{split.splits, a.tokens_q, a.heads_q}, DType::f32, dev);
   pdl::launch(paged_decode_kernel<T, kDim, kGroup>, grid, paged::kDecodeThreads, 0, stream, a, split.chunk,
-              split.splits, out, ptr<float>(part_out), ptr<float>(part_lse), paged::decode_tickets(dev));
+              split.splits, out, ptr_or_null<float>(part_out), ptr_or_null<float>(part_lse), tickets);
   VLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -271,27 +288,6 @@ void gather_prefill(Tensor& out, const Tensor& q, const PagedArgs<bf16>& a, int6
 }
 
 }  // namespace
-
-namespace paged {
-
-unsigned* decode_tickets(Device device) {
-  constexpr int kMaxDevices = 64;
-  static std::array<std::atomic<unsigned*>, kMaxDevices> cached{};
-  VLM_CHECK(device.index >= 0 && device.index < kMaxDevices, "paged decode: device index ", device.index,
-            " out of range");
-  std::atomic<unsigned*>& slot = cached[static_cast<size_t>(device.index)];
-  unsigned* p = slot.load(std::memory_order_acquire);
-  if (p == nullptr) {
-    DeviceGuard guard(device);
-    void* address = nullptr;
-    VLM_CUDA_CHECK(cudaGetSymbolAddress(&address, g_decode_tickets));
-    p = static_cast<unsigned*>(address);
-    slot.store(p, std::memory_order_release);
-  }
-  return p;
-}
-
-}  // namespace paged
 
 void paged_kv_write(Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v, const Tensor& slot_mapping) {
   const Device dev = k_cache.device();

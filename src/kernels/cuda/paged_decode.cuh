@@ -1,6 +1,6 @@
-// The paged decode attention as a block-level device function (the body of paged_attention.cu's decode kernel, and
-// callable from a persistent kernel): one task = (context split, kv head, sequence) of a decode step, every q head of
-// the kv head at once, so each K/V row is read once per group.
+// The paged decode attention as a block-level device function, the body of paged_attention.cu's decode kernel: one
+// task = (context split, kv head, sequence) of a decode step, every q head of the kv head at once, so each K/V row is
+// read once per group.
 //
 // A lane group of D / 8 lanes (bf16) holds one key row in a 16-byte load per lane, a batch of kDecodeUnroll keys, and
 // the next batch's loads are in flight while it computes the current one; each lane group keeps an online softmax per
@@ -23,7 +23,7 @@
 namespace vlm::ops::cuda::paged {
 
 constexpr int kWarps = 4;                     // warps per block of the paged attention kernels
-constexpr int kDecodeThreads = kWarps * 32;   // threads of a decode task (a calling block may have more; they idle)
+constexpr int kDecodeThreads = kWarps * 32;   // threads of the block that runs a decode task
 constexpr int kMaxGroup = 8;                  // q heads per kv head the decode task keeps in registers
 constexpr int kDecodeUnroll = 4;              // keys per lane group and batch (two batches in flight)
 constexpr int kMinSplitKeys = 64;             // fewest keys a split gets (less would cost more merging than it saves)
@@ -184,16 +184,14 @@ __device__ void decode_combine(const PagedArgs<T>& a, int group, int kvh, int64_
 }  // namespace detail
 
 // Task (split, kv head kvh, sequence b) of a decode step split into `splits` splits of `chunk` keys (decode_split):
-// keys [split * chunk, min((split + 1) * chunk, ctx)) for the q heads of kv head kvh, run by the calling block's first
-// kDecodeThreads threads (every thread of the block must call it; blockDim.x a multiple of 32, >= kDecodeThreads).
+// keys [split * chunk, min((split + 1) * chunk, ctx)) for the q heads of kv head kvh, run by a block of kDecodeThreads
+// threads (all of them call it).
 //   splits == 1: writes out [tokens_q, heads_q, dim] (part_out, part_lse, tickets unused).
 //   splits > 1: writes the split's normalized partial rows part_out [splits, tokens_q, heads_q, dim] and their
 //   log2-sum-exp2 part_lse [splits, tokens_q, heads_q] (an empty split, past the context, writes nothing), then takes
 //   the ticket tickets[b * heads_kv + kvh] (zero between calls; batch x heads_kv <= kMaxTickets); the task that takes
 //   the last one combines every split of the group into out and resets the ticket.
-// A sequence with no query in the step returns at once (all its tasks alike, so no ticket is half taken). sh may be
-// reused by the block's next task without a barrier: every write to sh follows a barrier all threads reach only
-// after their reads of the previous task's sh.
+// A sequence with no query in the step returns at once (all its tasks alike, so no ticket is half taken).
 template <class T, int kDim, int kGroup>
 __device__ void paged_decode_task(const PagedArgs<T>& a, int chunk, int splits, int split, int kvh, int b, T* out,
                                   float* part_out, float* part_lse, unsigned* tickets,
@@ -205,7 +203,6 @@ __device__ void paged_decode_task(const PagedArgs<T>& a, int chunk, int splits, 
   if (s.q_len == 0) return;  // no query of this sequence in the step (uniform over its tasks)
   const int64_t row = s.q_begin;
   const int64_t k_begin = static_cast<int64_t>(split) * chunk, k_end = min(k_begin + chunk, s.ctx);
-  const bool worker = threadIdx.x < kDecodeThreads;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = lane % kLanes, slot_id = warp * Tr::kGroups + lane / kLanes;
   if (k_begin < s.ctx) {  // else an empty split (the context bucket exceeds this sequence): nothing to write
@@ -217,93 +214,88 @@ __device__ void paged_decode_task(const PagedArgs<T>& a, int chunk, int splits, 
 #pragma unroll
       for (int e = 0; e < kVec; ++e) acc[g][e] = 0.f;
     }
-    if (worker) {
-      float q[kGroup][kVec];
+    float q[kGroup][kVec];
 #pragma unroll
-      for (int g = 0; g < kGroup; ++g) {
-        if (g >= group) break;
-        const T* qg = a.q + row * a.q_stride + static_cast<int64_t>(kvh * group + g) * kDim + part * kVec;
-        load_vec16<T>(qg, q[g]);
+    for (int g = 0; g < kGroup; ++g) {
+      if (g >= group) break;
+      const T* qg = a.q + row * a.q_stride + static_cast<int64_t>(kvh * group + g) * kDim + part * kVec;
+      load_vec16<T>(qg, q[g]);
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) q[g][e] *= a.scale * kLog2e;
+      for (int e = 0; e < kVec; ++e) q[g][e] *= a.scale * kLog2e;
+    }
+    // The loop runs while the warp's first lane group has keys, so every lane of a warp takes the same iterations
+    // (the score shuffles need the whole warp); lane groups past the split's end compute on zeros and drop the
+    // result.
+    const int64_t warp_first = k_begin + warp * Tr::kGroups, group_offset = slot_id - warp * Tr::kGroups;
+    constexpr int64_t kStep = static_cast<int64_t>(kSlots) * kDecodeUnroll;
+    // The lane group's keys j0, j0 + kSlots, ... of one iteration; keys past the split stay 0 (computed on, never
+    // used).
+    auto load_keys = [&](int64_t j0, uint4 (&kr)[kDecodeUnroll], uint4 (&vr)[kDecodeUnroll]) {
+#pragma unroll
+      for (int u = 0; u < kDecodeUnroll; ++u) {
+        const int64_t j = j0 + static_cast<int64_t>(u) * kSlots;
+        kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+        if (j < k_end) {
+          const int64_t at = cache_offset(a, s.table, j, kvh) + part * kVec;
+          kr[u] = load_raw16(a.k_cache + at);
+          vr[u] = load_raw16(a.v_cache + at);
+        }
       }
-      // The loop runs while the warp's first lane group has keys, so every lane of a warp takes the same iterations
-      // (the score shuffles need the whole warp); lane groups past the split's end compute on zeros and drop the
-      // result.
-      const int64_t warp_first = k_begin + warp * Tr::kGroups, group_offset = slot_id - warp * Tr::kGroups;
-      constexpr int64_t kStep = static_cast<int64_t>(kSlots) * kDecodeUnroll;
-      // The lane group's keys j0, j0 + kSlots, ... of one iteration; keys past the split stay 0 (computed on, never
-      // used).
-      auto load_keys = [&](int64_t j0, uint4 (&kr)[kDecodeUnroll], uint4 (&vr)[kDecodeUnroll]) {
+    };
+    // Software-pipelined: the next iteration's block-table reads and K/V loads are issued before this iteration's
+    // math, so a lane group always has a batch of rows in flight (the sums keep their order: same bits).
+    uint4 kr[kDecodeUnroll], vr[kDecodeUnroll], kn[kDecodeUnroll], vn[kDecodeUnroll];
+    if (warp_first < k_end) load_keys(warp_first + group_offset, kr, vr);
+    for (int64_t w0 = warp_first; w0 < k_end; w0 += kStep) {
+      const int64_t j0 = w0 + group_offset;
+      const bool more = w0 + kStep < k_end;  // uniform over the warp
+      if (more) load_keys(j0 + kStep, kn, vn);
+#pragma unroll
+      for (int u = 0; u < kDecodeUnroll; ++u) {
+        const bool valid = j0 + static_cast<int64_t>(u) * kSlots < k_end;  // uniform over the lane group
+        float kf[kVec];
+        unpack_vec16<T>(kr[u], kf);
+        float dot[kGroup];
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g) {
+          if (g >= group) break;
+          float d = 0.f;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) d += q[g][e] * kf[e];
+#pragma unroll
+          for (int off = kLanes / 2; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);  // whole warp
+          dot[g] = d;
+        }
+        if (!valid) continue;
+        float vf[kVec];
+        unpack_vec16<T>(vr[u], vf);
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g) {
+          if (g >= group) break;
+          const float m_new = fmaxf(m[g], dot[g]);
+          const float corr = exp2f(m[g] - m_new), p = exp2f(dot[g] - m_new);
+          l[g] = l[g] * corr + p;
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) acc[g][e] = acc[g][e] * corr + p * vf[e];
+          m[g] = m_new;
+        }
+      }
+      if (more) {
 #pragma unroll
         for (int u = 0; u < kDecodeUnroll; ++u) {
-          const int64_t j = j0 + static_cast<int64_t>(u) * kSlots;
-          kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-          if (j < k_end) {
-            const int64_t at = cache_offset(a, s.table, j, kvh) + part * kVec;
-            kr[u] = load_raw16(a.k_cache + at);
-            vr[u] = load_raw16(a.v_cache + at);
-          }
-        }
-      };
-      // Software-pipelined: the next iteration's block-table reads and K/V loads are issued before this iteration's
-      // math, so a lane group always has a batch of rows in flight (the sums keep their order: same bits).
-      uint4 kr[kDecodeUnroll], vr[kDecodeUnroll], kn[kDecodeUnroll], vn[kDecodeUnroll];
-      if (warp_first < k_end) load_keys(warp_first + group_offset, kr, vr);
-      for (int64_t w0 = warp_first; w0 < k_end; w0 += kStep) {
-        const int64_t j0 = w0 + group_offset;
-        const bool more = w0 + kStep < k_end;  // uniform over the warp
-        if (more) load_keys(j0 + kStep, kn, vn);
-#pragma unroll
-        for (int u = 0; u < kDecodeUnroll; ++u) {
-          const bool valid = j0 + static_cast<int64_t>(u) * kSlots < k_end;  // uniform over the lane group
-          float kf[kVec];
-          unpack_vec16<T>(kr[u], kf);
-          float dot[kGroup];
-#pragma unroll
-          for (int g = 0; g < kGroup; ++g) {
-            if (g >= group) break;
-            float d = 0.f;
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) d += q[g][e] * kf[e];
-#pragma unroll
-            for (int off = kLanes / 2; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);  // whole warp
-            dot[g] = d;
-          }
-          if (!valid) continue;
-          float vf[kVec];
-          unpack_vec16<T>(vr[u], vf);
-#pragma unroll
-          for (int g = 0; g < kGroup; ++g) {
-            if (g >= group) break;
-            const float m_new = fmaxf(m[g], dot[g]);
-            const float corr = exp2f(m[g] - m_new), p = exp2f(dot[g] - m_new);
-            l[g] = l[g] * corr + p;
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) acc[g][e] = acc[g][e] * corr + p * vf[e];
-            m[g] = m_new;
-          }
-        }
-        if (more) {
-#pragma unroll
-          for (int u = 0; u < kDecodeUnroll; ++u) {
-            kr[u] = kn[u];
-            vr[u] = vn[u];
-          }
+          kr[u] = kn[u];
+          vr[u] = vn[u];
         }
       }
     }
-    __syncthreads();  // the block's previous task is done with sh
-    if (worker) {
 #pragma unroll
-      for (int g = 0; g < kGroup; ++g) {
-        if (g >= group) break;
+    for (int g = 0; g < kGroup; ++g) {
+      if (g >= group) break;
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) sh.merge.acc[slot_id][g][part * kVec + e] = acc[g][e];
-        if (part == 0) {
-          sh.merge.m[slot_id][g] = m[g];
-          sh.merge.l[slot_id][g] = l[g];
-        }
+      for (int e = 0; e < kVec; ++e) sh.merge.acc[slot_id][g][part * kVec + e] = acc[g][e];
+      if (part == 0) {
+        sh.merge.m[slot_id][g] = m[g];
+        sh.merge.l[slot_id][g] = l[g];
       }
     }
     __syncthreads();
@@ -347,9 +339,5 @@ __device__ void paged_decode_task(const PagedArgs<T>& a, int chunk, int splits, 
   const int live = static_cast<int>(min(split_ceil_div(sc.ctx, chunk), static_cast<int64_t>(splits)));
   detail::decode_combine<T, kDim, kGroup>(a, group, kvh, sc.q_begin, live, out, part_out, part_lse, sh);
 }
-
-// The per-device ticket counters of split decode calls (kMaxTickets, zero-initialized with the module, left zero by
-// every call); the pointer stays valid for the process. Host side, defined in paged_attention.cu.
-unsigned* decode_tickets(Device device);
 
 }  // namespace vlm::ops::cuda::paged

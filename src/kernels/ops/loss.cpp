@@ -1,7 +1,6 @@
 // The loss family's op boundary: cross entropy (forward, backward, both in one pass) and the decode step's picks
-// (argmax_rows, gumbel_argmax_rows). Each op validates, then
-// dispatches to cuda/loss.cu or the CPU reference in cpu/loss.cpp. The chunked LM-head loss built on it is in
-// lm_head.cpp.
+// (argmax_rows, gumbel_argmax_rows). Each op validates, then dispatches to cuda/loss.cu or the CPU reference in
+// cpu/loss.cpp. The chunked LM-head loss built on it is in lm_head.cpp.
 #include "kernels/ops.h"
 
 #include <cmath>
