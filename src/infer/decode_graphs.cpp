@@ -148,10 +148,15 @@ DecodeGraphs::Graph& DecodeGraphs::graph_for(int bk, int ck) {
   return g;
 }
 
-bool DecodeGraphs::capture(int batch, int max_context_len) {
+std::pair<int, int> DecodeGraphs::buckets(int batch, int max_context_len) const {
   const int bk = decode_batch_bucket(batch, max_batch_);
   const int ck = decode_context_bucket(max_context_len, block_size_, max_context_);
   VLM_CHECK(bk > 0 && ck > 0, "DecodeGraphs: no bucket for ", batch, " rows with contexts up to ", max_context_len);
+  return {bk, ck};
+}
+
+bool DecodeGraphs::capture(int batch, int max_context_len) {
+  const auto [bk, ck] = buckets(batch, max_context_len);
   const size_t before = graphs_.size();
   graph_for(bk, ck);
   return graphs_.size() > before;
@@ -159,9 +164,7 @@ bool DecodeGraphs::capture(int batch, int max_context_len) {
 
 DecodeGraphs::Outputs DecodeGraphs::run(const DecodeRows& rows) {
   const int b = static_cast<int>(rows.tokens.size());
-  const int bk = decode_batch_bucket(b, max_batch_);
-  const int ck = decode_context_bucket(rows.max_context_len, block_size_, max_context_);
-  VLM_CHECK(bk > 0 && ck > 0, "DecodeGraphs: no bucket for ", b, " rows with contexts up to ", rows.max_context_len);
+  const auto [bk, ck] = buckets(b, rows.max_context_len);
   VLM_CHECK(rows.positions.size() == rows.tokens.size() && rows.slots.size() == rows.tokens.size() &&
                 rows.context_lens.size() == rows.tokens.size() && rows.blocks.size() == rows.tokens.size(),
             "DecodeGraphs: the rows' fields differ in length");

@@ -72,6 +72,8 @@ class DecodeGraphs {
     Tensor input;  // i32 device: tokens, positions, slots, context_lens [Bk] each, cu_seqlens [Bk+1], tables [Bk, W]
     std::unique_ptr<ops::OpGraph> graph;
   };
+  // The (batch, context) bucket of steps of `batch` rows with contexts up to max_context_len; aborts without one.
+  std::pair<int, int> buckets(int batch, int max_context_len) const;
   Graph& graph_for(int batch_bucket, int context_bucket);
   // The step's ops on the graph's input buffer: embeddings, the decoder over the paged cache, argmax.
   void step_ops(const Tensor& input, int batch_bucket, int context_bucket, BatchBuffers& out) const;
